@@ -1,0 +1,123 @@
+"""Frozen efficiency curves and floors of the throughput family, read from data/calibration/*.yaml.
+
+Curve shapes (all efficiencies are fractions of a spec peak, never a fitted peak):
+  compute efficiency  eff(m) = eff_max * m / (m + m_half)          (m: GEMM rows, or tokens per expert)
+  memory efficiency   eff(B) = eff_max * B / (B + bytes_half)      (B: bytes the kernel moves)
+  time                t = max(FLOPs / (peak x eff(m)), bytes / (BW x eff(B))) + floor_s
+m_half = bytes_half = 0 gives a constant efficiency.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Mapping
+
+import attrs
+
+from hardware._data import DATA_DIR, read_yaml, unknown_name
+
+CALIBRATION_DIR = DATA_DIR / "calibration"
+
+
+@attrs.frozen(kw_only=True)
+class Roofline:
+    """One kernel family's efficiency curves and per-call floor."""
+
+    compute_eff: float
+    m_half: float = 0.0
+    mem_eff: float
+    bytes_half: float = 0.0
+    floor_s: float = 0.0
+
+    def compute_Fps(self, peak_flops: float, m: float) -> float:
+        """Achievable FLOP/s at m rows."""
+        return peak_flops * self.compute_eff * (m / (m + self.m_half) if self.m_half else 1.0)
+
+    def mem_Bps(self, bw_Bps: float, nbytes: float) -> float:
+        """Achievable bytes/s when moving nbytes."""
+        return bw_Bps * self.mem_eff * (nbytes / (nbytes + self.bytes_half) if self.bytes_half else 1.0)
+
+    def time_s(self, flops: float, nbytes: float, m: float, peak_flops: float, bw_Bps: float) -> float:
+        if flops <= 0 and nbytes <= 0:
+            return 0.0
+        tc = flops / self.compute_Fps(peak_flops, m) if flops > 0 else 0.0
+        tm = nbytes / self.mem_Bps(bw_Bps, nbytes) if nbytes > 0 else 0.0
+        return max(tc, tm) + self.floor_s
+
+
+@attrs.frozen(kw_only=True)
+class Collective:
+    """Alpha-beta all-reduce / all-to-all: alpha_s + algorithm bytes / (link BW x bw_eff)."""
+
+    alpha_s: float
+    bw_eff: float
+    eager_extra_s: float = 0.0     # extra per call outside CUDA graphs (collective setup)
+
+
+@attrs.frozen(kw_only=True)
+class Calibration:
+    """The frozen constant set: one Roofline per kernel family (GEMM per compute dtype)."""
+
+    name: str
+    provenance: str = ""
+    gemm: Mapping[str, Roofline]           # by compute dtype: bf16, fp8, fp4
+    attn_prefill: Roofline
+    attn_decode: Roofline
+    moe: Mapping[str, Roofline]            # grouped expert GEMMs by compute dtype; m = tokens per expert
+    ssm: Roofline
+    elementwise: Roofline
+    elementwise_kernels_per_block: int = 2
+    allreduce: Collective
+    alltoall: Collective
+
+    def gemm_for(self, dtype: str) -> Roofline:
+        return self.gemm.get(dtype) or self.gemm["bf16"]
+
+    def moe_for(self, dtype: str) -> Roofline:
+        return self.moe.get(dtype) or self.moe.get("bf16") or self.gemm_for(dtype)
+
+
+def list_calibrations() -> list[str]:
+    return sorted(p.stem for p in CALIBRATION_DIR.glob("*.yaml"))
+
+
+def _roof(raw: Mapping[str, Any]) -> Roofline:
+    return Roofline(compute_eff=float(raw.get("compute_eff", 1.0)), m_half=float(raw.get("m_half", 0.0)),
+                    mem_eff=float(raw["mem_eff"]), bytes_half=float(raw.get("bytes_half", 0.0)),
+                    floor_s=float(raw.get("floor_s", 0.0)))
+
+
+def _coll(raw: Mapping[str, Any]) -> Collective:
+    return Collective(alpha_s=float(raw["alpha_s"]), bw_eff=float(raw["bw_eff"]),
+                      eager_extra_s=float(raw.get("eager_extra_s", 0.0)))
+
+
+def calibration_from_dict(name: str, raw: Mapping[str, Any]) -> Calibration:
+    """Build a Calibration from the YAML layout (also used by hardware.calibrate)."""
+    return Calibration(
+        name=name,
+        provenance=str(raw.get("provenance", "")),
+        gemm={str(k): _roof(v) for k, v in raw["gemm"].items()},
+        attn_prefill=_roof(raw["attention_prefill"]),
+        attn_decode=_roof(raw["attention_decode"]),
+        moe={str(k): _roof(v) for k, v in raw["moe"].items()},
+        ssm=_roof(raw["ssm"]),
+        elementwise=_roof(raw["elementwise"]),
+        elementwise_kernels_per_block=int(raw.get("elementwise_kernels_per_block", 2)),
+        allreduce=_coll(raw["allreduce"]),
+        alltoall=_coll(raw["alltoall"]),
+    )
+
+
+@functools.cache
+def load_calibration(name: str = "default") -> Calibration:
+    """Load a frozen constant set by name ('default', or an engine name when one was fitted)."""
+    path = CALIBRATION_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise unknown_name("calibration", name, list_calibrations())
+    return calibration_from_dict(name, read_yaml(path))
+
+
+def calibration_for_engine(engine: str) -> Calibration:
+    """The engine's own fitted constants when shipped (kernels differ per engine), else the default."""
+    return load_calibration(engine if engine in list_calibrations() else "default")

@@ -1,0 +1,420 @@
+"""Step-cost ledger: per-op roofline (throughput), host and padding (scheduler), launches (runtime).
+
+Layer folding: each distinct (mixer, ffn) layer kind is costed once and multiplied by its count.
+All sizes are per GPU. DESIGN section 6 gives the families and owners.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from types import MappingProxyType
+from typing import Mapping
+
+import attrs
+
+from hardware.calibration import Calibration, Roofline, calibration_for_engine
+from hardware.deployment import ACT_BYTES, Deployment, Linear
+from hardware.dtypes import COMPUTE_DTYPE
+from hardware.layers import FfnSpec, MixerSpec
+from hardware.shape import BatchShape
+
+OWNER_GPU_MODEL = "gpu+model"
+OWNER_ENGINE = "engine"
+
+# term -> (family, owner); the order here is the order of StepCost.terms.
+TERMS: Mapping[str, tuple[str, str]] = MappingProxyType({
+    "qkv_proj": ("throughput", OWNER_GPU_MODEL),
+    "attention": ("throughput", OWNER_GPU_MODEL),
+    "o_proj": ("throughput", OWNER_GPU_MODEL),
+    "ssm_proj": ("throughput", OWNER_GPU_MODEL),
+    "ssm_scan": ("throughput", OWNER_GPU_MODEL),
+    "mlp": ("throughput", OWNER_GPU_MODEL),
+    "moe_experts": ("throughput", OWNER_GPU_MODEL),
+    "moe_shared": ("throughput", OWNER_GPU_MODEL),
+    "elementwise": ("throughput", OWNER_GPU_MODEL),
+    "lm_head": ("throughput", OWNER_GPU_MODEL),
+    "tp_allreduce": ("throughput", OWNER_GPU_MODEL),
+    "ep_alltoall": ("throughput", OWNER_GPU_MODEL),
+    "step_host": ("scheduler", OWNER_ENGINE),
+    "request_host": ("scheduler", OWNER_ENGINE),
+    "cuda_graph_padding": ("scheduler", OWNER_ENGINE),
+    "kernel_launch": ("runtime", OWNER_ENGINE),
+    "kv_traversal": ("runtime", OWNER_ENGINE),
+    "collective_setup": ("runtime", OWNER_ENGINE),
+    "dp_imbalance": ("runtime", OWNER_ENGINE),
+})
+# terms that depend only on (tokens, requests, decode requests) and are recomputed for CUDA-graph padding
+TOKEN_TERMS = ("qkv_proj", "o_proj", "ssm_proj", "ssm_scan", "mlp", "moe_experts", "moe_shared", "elementwise",
+               "lm_head", "tp_allreduce", "ep_alltoall")
+_TERM_OF_LINEAR = {"o_proj": "o_proj", "in_proj": "ssm_proj", "out_proj": "ssm_proj", "up_proj": "mlp",
+                   "down_proj": "mlp", "router": "moe_experts", "latent_in": "moe_experts",
+                   "latent_out": "moe_experts", "shared_up": "moe_shared", "shared_down": "moe_shared"}
+
+
+def _check_terms(names: frozenset[str]) -> frozenset[str]:
+    bad = sorted(n for n in names if n not in TERMS)
+    if bad:
+        raise ValueError(f"unknown cost term(s) {', '.join(map(repr, bad))}; valid: {', '.join(TERMS)}")
+    return names
+
+
+@attrs.frozen(kw_only=True)
+class StepCost:
+    """One step's time as named terms in seconds; total_s is their sum."""
+
+    terms: Mapping[str, float]
+
+    @property
+    def total_s(self) -> float:
+        return float(sum(self.terms.values()))
+
+    def by_family(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, t in self.terms.items():
+            out[TERMS[name][0]] = out.get(TERMS[name][0], 0.0) + t
+        return out
+
+    def by_owner(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, t in self.terms.items():
+            out[TERMS[name][1]] = out.get(TERMS[name][1], 0.0) + t
+        return out
+
+
+@attrs.frozen
+class _Gemm:
+    """One GEMM (m x k) @ (k x n) on one GPU with its roofline curve."""
+
+    term: str
+    n: int
+    k: int
+    weight_bytes: float
+    roof: Roofline
+    peak_flops: float
+    bw_Bps: float
+
+    def time_s(self, m: int) -> float:
+        if m <= 0:
+            return 0.0
+        return self.roof.time_s(2.0 * m * self.n * self.k, self.weight_bytes + m * (self.n + self.k) * ACT_BYTES,
+                                m, self.peak_flops, self.bw_Bps)
+
+
+@attrs.frozen
+class _Group:
+    """One folded layer kind."""
+
+    count: int
+    mixer: MixerSpec | None
+    ffn: FfnSpec | None
+    gemms: tuple[_Gemm, ...]
+    allreduce_per_layer: int
+    moe_allreduce: bool
+    ew_bytes_per_token: float
+    ew_kernels: int
+    kernels: int
+
+
+class CostModel:
+    """Maps a BatchShape to a StepCost for one Deployment.
+
+    Caching: the token-dependent terms depend only on (new_tokens, num_reqs, num_decode) and are memoised
+    on that key (exact); attention and the host terms are recomputed; step_time_ns is memoised on the exact
+    shape. No bucketing approximates anything unless `kv_bucket_tokens` > 0, which rounds the context sums
+    up to that many tokens for the attention and traversal terms (opt-in, documented as approximate).
+    """
+
+    def __init__(self, dep: Deployment, *, disabled_terms: frozenset[str] = frozenset(),
+                 cuda_graph: bool = True, calibration: Calibration | None = None,
+                 max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
+                 kv_bucket_tokens: int = 0) -> None:
+        self.dep = dep
+        self.disabled_terms = _check_terms(frozenset(disabled_terms))
+        self.cuda_graph = cuda_graph
+        self.cal = calibration if calibration is not None else calibration_for_engine(dep.engine.name)
+        self.max_num_seqs = max_num_seqs or dep.engine.default_max_num_seqs(dep.gpu)
+        self.max_num_batched_tokens = (max_num_batched_tokens
+                                       or dep.engine.default_max_num_batched_tokens(dep.gpu))
+        self.capture_sizes = dep.engine.cuda_graph_sizes(self.max_num_seqs, self.max_num_batched_tokens,
+                                                         gpu=dep.gpu, tp=dep.tp)
+        self.max_capture = self.capture_sizes[-1]
+        self.kv_bucket_tokens = kv_bucket_tokens
+        self._enabled = tuple(t for t in TERMS if t not in self.disabled_terms)
+        self._cache: dict[BatchShape, int] = {}
+        self._token_cache: dict[tuple[int, int, int], dict[str, float]] = {}
+        self._build()
+
+    # --- set-up ---------------------------------------------------------------------------------
+    def _link_Bps(self, group_gpus: int) -> float:
+        gpu = self.dep.gpu
+        return gpu.scaleup_bw_Bps if group_gpus <= gpu.scaleup_domain_gpus else gpu.nic_bw_Bps
+
+    def _gemm(self, lin: Linear, term: str) -> _Gemm:
+        d = self.dep
+        dtype = COMPUTE_DTYPE[d.weight_dtype] if lin.quantized else "bf16"
+        return _Gemm(term, lin.n, lin.k, lin.n * lin.k * d.linear_bytes_per_elem(lin.quantized),
+                     self.cal.gemm_for(dtype), d.gpu.flops_for(dtype), d.gpu.hbm_bw_Bps)
+
+    def _build(self) -> None:
+        d, m = self.dep, self.dep.model
+        h = m.hidden_size
+        groups = []
+        for (mixer, ffn), count in m.layer_groups:
+            gemms: list[_Gemm] = []
+            ar, ew, kernels, blocks = 0, 0.0, 0, 0
+            moe_ar = False
+            if mixer is not None:
+                blocks += 1
+                for lin in d.mixer_linears(mixer):
+                    gemms.append(self._gemm(lin, _TERM_OF_LINEAR.get(lin.name, "qkv_proj")))
+                ar += 1 if d.tp > 1 else 0
+                if mixer.is_attention:
+                    ew += 2 * (d.mixer_heads(mixer) + d.mixer_kv_heads(mixer)) * mixer.head_dim * ACT_BYTES
+                    kernels += 2
+            if ffn is not None:
+                blocks += 1
+                for lin in d.ffn_linears(ffn):
+                    gemms.append(self._gemm(lin, _TERM_OF_LINEAR[lin.name]))
+                if ffn.kind == "dense":
+                    inter = -(-ffn.intermediate_size // d.tp)
+                    ew += (3 if ffn.gated else 2) * inter * ACT_BYTES
+                    ar += 1 if d.tp > 1 else 0
+                else:
+                    kernels += 4       # top-k, permute / align, two grouped GEMMs
+                    if d.attn_dp == 1:
+                        ar += 1 if d.tp > 1 else 0
+                    else:
+                        moe_ar = d.moe_tp > 1
+            ew += blocks * 4 * h * ACT_BYTES
+            ew_k = blocks * self.cal.elementwise_kernels_per_block
+            kernels += len(gemms) + ew_k + ar
+            groups.append(_Group(count, mixer, ffn, tuple(gemms), ar, moe_ar, ew, ew_k, kernels))
+        self.groups = tuple(groups)
+        self.lm_head = self._gemm(Linear("lm_head", -(-m.vocab_size // d.tp), h, False), "lm_head")
+        self.kernels_per_step = sum(g.count * g.kernels for g in self.groups) + 2
+        self.attn_layers = sum(g.count for g in self.groups if g.mixer is not None and g.mixer.is_attention)
+        self.collectives_per_step = sum(g.count * (g.allreduce_per_layer + g.moe_allreduce) for g in self.groups)
+        self.ar_link_Bps = self._link_Bps(d.tp) * self.cal.allreduce.bw_eff
+        self.a2a_link_Bps = self._link_Bps(d.tp * d.attn_dp) * self.cal.alltoall.bw_eff
+
+    # --- collectives ---------------------------------------------------------------------------
+    def _allreduce_s(self, nbytes: float, group: int, link_Bps: float) -> float:
+        if group <= 1:
+            return 0.0
+        return self.cal.allreduce.alpha_s + 2.0 * (group - 1) / group * nbytes / link_Bps
+
+    # --- token-dependent terms --------------------------------------------------------------------
+    def _token_terms(self, M: int, R: int, D: int) -> dict[str, float]:
+        """Terms that depend only on tokens M, requests R and decode requests D (memoised, exact)."""
+        key = (M, R, D)
+        hit = self._token_cache.get(key)
+        if hit is not None:
+            return hit
+        t = dict.fromkeys(TOKEN_TERMS, 0.0)
+        if M > 0:
+            self._fill_token_terms(t, M, R, D)
+        self._token_cache[key] = t
+        return t
+
+    def _fill_token_terms(self, t: dict[str, float], M: int, R: int, D: int) -> None:
+        d, cal, h = self.dep, self.cal, self.dep.model.hidden_size
+        gpu = d.gpu
+        ew_Bps = gpu.hbm_bw_Bps * cal.elementwise.mem_eff
+        msg = M * h * ACT_BYTES
+        for g in self.groups:
+            n = g.count
+            for gm in g.gemms:
+                t[gm.term] += n * gm.time_s(M)
+            t["elementwise"] += n * (M * g.ew_bytes_per_token / ew_Bps + g.ew_kernels * cal.elementwise.floor_s)
+            t["tp_allreduce"] += n * g.allreduce_per_layer * self._allreduce_s(msg, d.tp, self.ar_link_Bps)
+            if g.mixer is not None and g.mixer.kind in ("mamba2", "gdn"):
+                t["ssm_scan"] += n * self._ssm_s(g.mixer, M, R, D)
+            if g.ffn is not None and g.ffn.kind == "moe":
+                t["moe_experts"] += n * self._moe_s(g.ffn, M)
+                if g.moe_allreduce:
+                    t["tp_allreduce"] += n * self._allreduce_s(msg * d.attn_dp, d.moe_tp, self.ar_link_Bps)
+                if d.attn_dp > 1 and d.ep > 1:
+                    t["ep_alltoall"] += n * 2 * (cal.alltoall.alpha_s + M * g.ffn.experts_per_token * h
+                                                 * ACT_BYTES * (d.ep - 1) / d.ep / self.a2a_link_Bps)
+        t["lm_head"] = self.lm_head.time_s(R)
+
+    def _moe_s(self, f: FfnSpec, M: int) -> float:
+        """Routed experts: distinct experts touched by T tokens under uniform routing, E(1-(1-k/E)^T)."""
+        d = self.dep
+        T = M * d.attn_dp
+        E, k = f.num_experts, f.experts_per_token
+        local = d.experts_per_gpu(f)
+        touched = local * (1.0 - (1.0 - k / E) ** T)
+        pairs = T * k / d.ep
+        width = f.latent_size or d.model.hidden_size
+        inter = -(-f.intermediate_size // d.moe_tp)
+        dtype = COMPUTE_DTYPE[d.weight_dtype]
+        flops = 2.0 * pairs * f.mats * width * inter
+        nbytes = touched * d.expert_elems(f) * d.weight_bytes_per_elem + pairs * (2 * width + f.mats * inter) \
+            * ACT_BYTES
+        per_expert = pairs / touched if touched > 0 else 0.0
+        return self.cal.moe_for(dtype).time_s(flops, nbytes, per_expert, d.gpu.flops_for(dtype),
+                                              d.gpu.hbm_bw_Bps)
+
+    def _ssm_s(self, mx: MixerSpec, M: int, R: int, D: int) -> float:
+        """Mamba2 / GDN conv + scan: state read and written once per request, chunked scan for prefill."""
+        d = self.dep
+        heads = d.mixer_heads(mx)
+        if mx.kind == "mamba2":
+            state_elems, dk, dv = heads * mx.head_dim * mx.state_size, mx.state_size, mx.head_dim
+        else:
+            state_elems, dk, dv = heads * mx.state_size * mx.head_dim, mx.state_size, mx.head_dim
+        prefill_tokens = M - D
+        flops = 6.0 * M * state_elems + 2.0 * prefill_tokens * mx.chunk_size * heads * (dk + dv)
+        nbytes = 2.0 * R * state_elems * mx.state_bytes + M * 3 * heads * (dk + dv) * ACT_BYTES
+        roof = self.cal.ssm
+        return roof.time_s(flops, nbytes, M, d.gpu.flops_for("bf16"), d.gpu.hbm_bw_Bps) + roof.floor_s
+
+    # --- attention -----------------------------------------------------------------------------
+    def _attention_s(self, s: BatchShape) -> float:
+        d, cal = self.dep, self.cal
+        D = s.num_decode
+        d_kv = s.decode_kv
+        p_tokens, p_reqs = s.new_tokens - D, s.num_reqs - D
+        p_kv = s.sum_kv - d_kv
+        p_pairs = s.attention_pairs - d_kv
+        kvb = d.kv_bytes_per_elem
+        peak, bw = d.gpu.flops_for("bf16"), d.gpu.hbm_bw_Bps
+        total = 0.0
+        for g in self.groups:
+            mx = g.mixer
+            if mx is None or not mx.is_attention:
+                continue
+            heads = d.mixer_heads(mx)
+            if mx.kind == "gqa":
+                kvh = d.mixer_kv_heads(mx)
+                tok_kv = kvh * (mx.head_dim + mx.vdim) * kvb
+                qo = heads * (mx.head_dim + mx.vdim) * ACT_BYTES
+                per_pair = 2.0 * heads * (mx.head_dim + mx.vdim)
+                dk, pk, pp = d_kv, p_kv, p_pairs
+                if mx.window:
+                    dk = min(dk, D * mx.window)
+                    pk = min(pk, p_reqs * mx.window + p_tokens)
+                    pp = min(pp, p_tokens * mx.window)
+                t = 0.0
+                if D:
+                    t += cal.attn_decode.time_s(per_pair * dk, dk * tok_kv + D * (qo + tok_kv), D, peak, bw)
+                if p_tokens:
+                    t += cal.attn_prefill.time_s(per_pair * pp, pk * tok_kv + p_tokens * (qo + tok_kv),
+                                                 p_tokens, peak, bw)
+            else:
+                t = self._mla_s(mx, heads, D, d_kv, p_tokens, p_kv, p_pairs, peak, bw)
+            total += g.count * t
+        return total
+
+    def _mla_s(self, mx: MixerSpec, heads: int, D: int, d_kv: int, p_tokens: int, p_kv: int, p_pairs: int,
+               peak: float, bw: float) -> float:
+        """MLA: absorbed latent attention for decode, MHA form with kv_b up-projection for prefill."""
+        d, cal = self.dep, self.cal
+        lat, rope, nope, v = mx.kv_lora_rank, mx.qk_rope_head_dim, mx.qk_nope_head_dim, mx.vdim
+        tok_kv = (lat + rope) * d.kv_bytes_per_elem
+        kv_b_bytes = d.mla_kv_b_elems(mx) * d.linear_bytes_per_elem(d.model.quant_scope == "all")
+        t = 0.0
+        idx_flops, idx_bytes = 0.0, 0.0
+        dk, pk, pp = d_kv, p_kv, p_pairs
+        if mx.index_topk:       # DSA: an FP8 indexer scores every pair, attention reads top-k keys only
+            idx_flops = 2.0 * (d_kv + p_pairs) * mx.index_n_heads * mx.index_head_dim
+            idx_bytes = (d_kv + p_kv) * (mx.index_head_dim + 4)
+            dk, pp = min(dk, D * mx.index_topk), min(pp, p_tokens * mx.index_topk)
+            pk = min(pk, p_tokens * mx.index_topk)
+        if D:
+            flops = D * heads * 2.0 * (nope * lat + lat * v) + dk * heads * 2.0 * (lat + rope + lat)
+            nbytes = dk * tok_kv + kv_b_bytes + D * heads * (nope + rope + v) * ACT_BYTES
+            t += cal.attn_decode.time_s(flops, nbytes, D, peak, bw)
+        if p_tokens:
+            flops = 2.0 * pk * lat * heads * (nope + v) + pp * heads * 2.0 * (nope + rope + v)
+            nbytes = pk * tok_kv + kv_b_bytes + pk * heads * (nope + v) * ACT_BYTES * 2
+            t += cal.attn_prefill.time_s(flops, nbytes, p_tokens, peak, bw)
+        if idx_flops:
+            t += cal.attn_decode.time_s(idx_flops, idx_bytes, D + p_tokens, d.gpu.flops_for("fp8"), bw)
+        return t
+
+    # --- the ledger ----------------------------------------------------------------------------
+    def _padded(self, s: BatchShape) -> int:
+        """Capture size a pure-decode batch is padded to (its own size when not graph-captured)."""
+        if not self.cuda_graph or not s.is_pure_decode or s.num_reqs > self.max_capture:
+            return s.num_reqs
+        return self.capture_sizes[bisect.bisect_left(self.capture_sizes, s.num_reqs)]
+
+    def _terms(self, s: BatchShape) -> dict[str, float]:
+        if self.kv_bucket_tokens > 0:
+            s = self._bucketed(s)
+        M, R, D = s.new_tokens, s.num_reqs, s.num_decode
+        e = self.dep.engine
+        t: dict[str, float] = dict.fromkeys(TERMS, 0.0)
+        if M > 0:
+            t.update(self._token_terms(M, R, D))
+            t["attention"] = attn = self._attention_s(s)
+            padded = self._padded(s)
+            if padded != R:
+                t["cuda_graph_padding"] = (sum(self._token_terms(padded, padded, padded).values())
+                                           - sum(self._token_terms(M, R, D).values()))
+            t["step_host"] = e.step_host_s
+            t["request_host"] = e.per_request_host_s * R
+            t["kernel_launch"] = self._launch_s(s)
+            t["kv_traversal"] = (e.per_block_host_s * -(-s.sum_kv // max(1, e.block_size))
+                                  if self.attn_layers else 0.0)
+            if not self.cuda_graph:
+                t["collective_setup"] = self.collectives_per_step * self.cal.allreduce.eager_extra_s
+            if self.dep.attn_dp > 1:
+                t["dp_imbalance"] = attn * min(1.0, math.sqrt(2.0 * math.log(self.dep.attn_dp) / max(R, 1)))
+        return {name: t[name] for name in self._enabled}
+
+    def _bucketed(self, s: BatchShape) -> BatchShape:
+        b = self.kv_bucket_tokens
+
+        def up(x: int) -> int:
+            return -(-x // b) * b
+
+        return attrs.evolve(s, sum_kv=up(s.sum_kv), sum_q_kv=max(up(s.sum_q_kv), s.sum_q_sq),
+                            decode_sum_kv=up(s.decode_sum_kv) if s.decode_sum_kv >= 0 else -1)
+
+    def _launch_s(self, s: BatchShape) -> float:
+        """CPU launch time of kernels not covered by a CUDA graph.
+
+        Pure-decode batches up to the largest capture size replay a full graph; other batches run
+        piecewise graphs with attention launched eagerly (vLLM v1); without graphs every kernel is launched.
+        """
+        if self.cuda_graph:
+            if s.is_pure_decode and s.num_reqs <= self.max_capture:
+                return 0.0
+            return self.attn_layers * self.dep.engine.launch_s
+        return self.kernels_per_step * self.dep.engine.launch_s
+
+    # --- public --------------------------------------------------------------------------------
+    def step_cost(self, shape: BatchShape) -> StepCost:
+        """The named-term breakdown of one step."""
+        return StepCost(terms=MappingProxyType(self._terms(shape)))
+
+    def step_time_ns(self, shape: BatchShape) -> int:
+        """Total step time in integer nanoseconds (>= 1), memoised on the exact shape."""
+        hit = self._cache.get(shape)
+        if hit is not None:
+            return hit
+        ns = max(1, round(sum(self._terms(shape).values()) * 1e9))
+        self._cache[shape] = ns
+        return ns
+
+    @staticmethod
+    def term_owner(name: str) -> str:
+        """'gpu+model' or 'engine' (DESIGN section 6)."""
+        _check_terms(frozenset([name]))
+        return TERMS[name][1]
+
+    @staticmethod
+    def term_family(name: str) -> str:
+        """'throughput', 'scheduler' or 'runtime' (DESIGN section 6)."""
+        _check_terms(frozenset([name]))
+        return TERMS[name][0]
+
+    @property
+    def term_names(self) -> tuple[str, ...]:
+        return self._enabled
+
+

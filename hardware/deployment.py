@@ -1,0 +1,337 @@
+"""A model placed on GPUs by one engine: per-GPU linear shapes, weights, KV, state and capacity arithmetic.
+
+Parallelism: `tp` GPUs share each attention layer (heads split), `attn_dp` data-parallel attention groups
+(SGLang / TRT-LLM DP attention), so tp x attn_dp GPUs per pipeline stage; MoE experts are split over `ep`
+GPUs and each expert's width over `moe_tp` (default tp x attn_dp / ep). `pp` pipeline stages.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from hardware.dtypes import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, check_dtype
+from hardware.engine import EngineProfile
+from hardware.gpu import GPUSpec
+from hardware.layers import FfnSpec, MixerSpec
+from hardware.model import ModelSpec
+
+ACT_BYTES = 2          # activations are BF16
+LOGIT_BYTES = 4        # the sampler works on FP32 logits
+CONV_STATE_BYTES = 2   # Mamba / GDN convolution state is kept in the activation dtype
+
+
+def _pos(inst: object, attr: "attrs.Attribute[int]", value: int) -> None:
+    if value < 1:
+        raise ValueError(f"Deployment.{attr.name} must be >= 1, got {value}")
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@attrs.frozen
+class Linear:
+    """One weight matrix per GPU: y (m x n) = x (m x k) @ W (k x n); `quantized` uses the weight dtype."""
+
+    name: str
+    n: int
+    k: int
+    quantized: bool = True
+
+
+@attrs.frozen(kw_only=True)
+class Deployment:
+    """GPU + model + engine + parallelism + dtypes; every size here is per GPU."""
+
+    gpu: GPUSpec
+    model: ModelSpec
+    engine: EngineProfile
+    tp: int = attrs.field(default=1, validator=_pos)
+    pp: int = attrs.field(default=1, validator=_pos)
+    ep: int = attrs.field(default=1, validator=_pos)
+    attn_dp: int = attrs.field(default=1, validator=_pos)
+    moe_tp: int = attrs.field(
+        default=attrs.Factory(lambda self: max(1, self.tp * self.attn_dp // self.ep), takes_self=True),
+        validator=_pos)
+    weight_dtype: str = attrs.field(
+        default=attrs.Factory(lambda self: self.model.default_weight_dtype, takes_self=True))
+    kv_dtype: str = attrs.field(
+        default=attrs.Factory(lambda self: self.model.default_kv_dtype, takes_self=True))
+
+    def __attrs_post_init__(self) -> None:
+        check_dtype("weight_dtype", self.weight_dtype, WEIGHT_DTYPES)
+        check_dtype("kv_dtype", self.kv_dtype, KV_DTYPES)
+        m = self.model
+        if m.num_heads % self.tp:
+            raise ValueError(f"tp={self.tp} does not divide {m.name}'s {m.num_heads} attention heads")
+        if m.num_kv_heads % self.tp and self.tp % m.num_kv_heads:
+            raise ValueError(f"tp={self.tp} and {m.name}'s {m.num_kv_heads} KV heads: one must divide the other")
+        if self.pp > m.num_layers:
+            raise ValueError(f"pp={self.pp} exceeds {m.name}'s {m.num_layers} layers")
+        if m.is_moe and self.moe_tp * self.ep != self.tp * self.attn_dp:
+            raise ValueError(f"moe_tp x ep = {self.moe_tp} x {self.ep} must equal tp x attn_dp = "
+                             f"{self.tp} x {self.attn_dp} GPUs")
+
+    # --- sharding -------------------------------------------------------------------------------
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica."""
+        return self.tp * self.attn_dp * self.pp
+
+    @property
+    def heads_per_gpu(self) -> int:
+        return self.model.num_heads // self.tp
+
+    @property
+    def kv_heads_per_gpu(self) -> int:
+        """KV heads sharded over TP; replicated (one per GPU) when num_kv_heads < tp."""
+        return max(1, self.model.num_kv_heads // self.tp)
+
+    def mixer_heads(self, m: MixerSpec) -> int:
+        return _cdiv(m.num_heads, self.tp)
+
+    def mixer_kv_heads(self, m: MixerSpec) -> int:
+        return max(1, _cdiv(m.num_kv_heads or m.num_heads, self.tp))
+
+    def mixer_groups(self, m: MixerSpec) -> int:
+        return max(1, _cdiv(m.groups, self.tp))
+
+    @property
+    def layers_per_gpu(self) -> int:
+        """Layers held by one pipeline stage (the largest stage when pp does not divide evenly)."""
+        return math.ceil(self.model.num_layers / self.pp)
+
+    @property
+    def weight_bytes_per_elem(self) -> float:
+        return DTYPE_BYTES[self.weight_dtype]
+
+    @property
+    def kv_bytes_per_elem(self) -> float:
+        return DTYPE_BYTES[self.kv_dtype]
+
+    def linear_bytes_per_elem(self, quantized: bool) -> float:
+        return self.weight_bytes_per_elem if quantized else ACT_BYTES
+
+    @property
+    def _dense_quantized(self) -> bool:
+        return self.model.quant_scope == "all"
+
+    # --- linear layers ------------------------------------------------------------------------
+    def mixer_linears(self, m: MixerSpec) -> list[Linear]:
+        """Projection GEMMs of one mixer on one GPU (QKV-like first, output projection last)."""
+        h, q = self.model.hidden_size, self._dense_quantized
+        heads = self.mixer_heads(m)
+        if m.kind == "gqa":
+            out = heads * m.head_dim * (2 if m.output_gate else 1) + self.mixer_kv_heads(m) * (
+                m.head_dim + m.vdim)
+            return [Linear("qkv_proj", out, h, q), Linear("o_proj", h, heads * m.vdim, q)]
+        if m.kind == "mla":
+            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+            lins = []
+            if m.q_lora_rank:
+                lins += [Linear("q_a_proj", m.q_lora_rank, h, q), Linear("q_b_proj", heads * qk, m.q_lora_rank, q)]
+            else:
+                lins += [Linear("q_proj", heads * qk, h, q)]
+            lins += [Linear("kv_a_proj", m.kv_lora_rank + m.qk_rope_head_dim, h, q)]
+            if m.index_n_heads:
+                lins += [Linear("indexer_q", m.index_n_heads * m.index_head_dim, m.q_lora_rank or h, q),
+                         Linear("indexer_k", m.index_head_dim + m.index_n_heads, h, False)]
+            return lins + [Linear("o_proj", h, heads * m.vdim, q)]
+        if m.kind == "mamba2":
+            d_inner, groups = heads * m.head_dim, self.mixer_groups(m)
+            return [Linear("in_proj", 2 * d_inner + 2 * groups * m.state_size + heads, h, q),
+                    Linear("out_proj", h, d_inner, q)]
+        groups = self.mixer_groups(m)   # gdn
+        return [Linear("in_proj", 2 * groups * m.state_size + 2 * heads * m.head_dim + 2 * heads, h, q),
+                Linear("out_proj", h, heads * m.head_dim, q)]
+
+    def mla_kv_b_elems(self, m: MixerSpec) -> int:
+        """kv_b_proj (latent -> per-head K_nope and V) on one GPU; used inside MLA attention."""
+        return m.kv_lora_rank * self.mixer_heads(m) * (m.qk_nope_head_dim + m.vdim)
+
+    def ffn_linears(self, f: FfnSpec) -> list[Linear]:
+        """Dense FFN GEMMs, or a MoE layer's router and shared-expert GEMMs, on one GPU."""
+        h, q = self.model.hidden_size, self._dense_quantized
+        if f.kind == "dense":
+            inter = _cdiv(f.intermediate_size, self.tp)
+            up = 2 * inter if f.gated else inter
+            return [Linear("up_proj", up, h, q), Linear("down_proj", h, inter, q)]
+        lins = [Linear("router", f.num_experts, h, False)]
+        if f.latent_size:
+            lat = _cdiv(f.latent_size, 1)
+            lins += [Linear("latent_in", lat, h, q), Linear("latent_out", h, lat, q)]
+        if f.shared_intermediate_size:
+            inter = _cdiv(f.shared_intermediate_size, self.tp)
+            lins += [Linear("shared_up", (2 if f.gated else 1) * inter, h, q),
+                     Linear("shared_down", h, inter, q)]
+        return lins
+
+    def experts_per_gpu(self, f: FfnSpec) -> int:
+        return _cdiv(f.num_experts, self.ep)
+
+    def expert_elems(self, f: FfnSpec) -> int:
+        """Weights of one routed expert's shard on one GPU."""
+        return f.mats * (f.latent_size or self.model.hidden_size) * _cdiv(f.intermediate_size, self.moe_tp)
+
+    # --- KV cache and per-request state ---------------------------------------------------------
+    def _mixer_kv_bytes_per_token(self, m: MixerSpec) -> float:
+        if m.kind == "gqa":
+            return self.mixer_kv_heads(m) * (m.head_dim + m.vdim) * self.kv_bytes_per_elem
+        if m.kind == "mla":   # latent + rope key, replicated on every TP rank; DSA indexer keys in FP8 + scale
+            idx = (m.index_head_dim + 4) if m.index_n_heads else 0
+            return (m.kv_lora_rank + m.qk_rope_head_dim) * self.kv_bytes_per_elem + idx
+        return 0.0
+
+    def _stage_fraction(self) -> float:
+        return self.layers_per_gpu / self.model.num_layers
+
+    @property
+    def kv_bytes_per_token_per_layer(self) -> int:
+        """K and V bytes of one token in one full-attention layer of the main kind."""
+        main = next((mx for mx, _ in self.model.layers if mx is not None and mx.is_attention), None)
+        return int(self._mixer_kv_bytes_per_token(main)) if main is not None else 0
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV bytes of one token on one GPU over the full-attention layers this GPU holds.
+
+        Sliding-window layers are not here: their window is constant per-request state (see
+        state_bytes_per_request), as vLLM's hybrid allocator bounds them by the window.
+        """
+        total = 0.0
+        for (mixer, _), n in self.model.layer_groups:
+            if mixer is not None and mixer.is_attention and not mixer.window:
+                total += n * self._mixer_kv_bytes_per_token(mixer)
+        return int(round(total * self._stage_fraction()))
+
+    @property
+    def state_bytes_per_request(self) -> int:
+        """Constant per-request memory on one GPU: Mamba2 / GDN recurrent + conv state, sliding-window KV."""
+        total = 0.0
+        for (m, _), n in self.model.layer_groups:
+            if m is None:
+                continue
+            heads = self.mixer_heads(m)
+            if m.kind == "mamba2":
+                d_inner, groups = heads * m.head_dim, self.mixer_groups(m)
+                total += n * (heads * m.head_dim * m.state_size * m.state_bytes
+                              + (d_inner + 2 * groups * m.state_size) * (m.conv_kernel - 1) * CONV_STATE_BYTES)
+            elif m.kind == "gdn":
+                groups = self.mixer_groups(m)
+                total += n * (heads * m.state_size * m.head_dim * m.state_bytes
+                              + (2 * groups * m.state_size + heads * m.head_dim) * (m.conv_kernel - 1)
+                              * CONV_STATE_BYTES)
+            elif m.is_attention and m.window:
+                total += n * m.window * self._mixer_kv_bytes_per_token(m)
+        return int(round(total * self._stage_fraction()))
+
+    def bytes_per_block(self, block_size: int) -> int:
+        """Bytes of one KV block of `block_size` tokens on one GPU."""
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        return block_size * self.kv_bytes_per_token
+
+    def state_blocks_per_request(self, block_size: int) -> int:
+        """KV blocks one request's constant state occupies when it shares the block pool (0 if none)."""
+        state = self.state_bytes_per_request
+        return _cdiv(state, self.bytes_per_block(block_size)) if state else 0
+
+    # --- weights -------------------------------------------------------------------------------
+    def _linears_bytes(self, lins: list[Linear]) -> float:
+        return sum(lin.n * lin.k * self.linear_bytes_per_elem(lin.quantized) for lin in lins)
+
+    @property
+    def linear_weight_bytes_per_layer(self) -> int:
+        """Weights of the first layer's kind on one GPU (the whole layer for uniform dense models)."""
+        (mixer, ffn), _ = self.model.layer_groups[0]
+        return int(self._layer_bytes(mixer, ffn))
+
+    def _layer_bytes(self, mixer: MixerSpec | None, ffn: FfnSpec | None) -> float:
+        b = 0.0
+        if mixer is not None:
+            b += self._linears_bytes(self.mixer_linears(mixer))
+            if mixer.kind == "mla":
+                b += self.mla_kv_b_elems(mixer) * self.linear_bytes_per_elem(self._dense_quantized)
+        if ffn is not None:
+            b += self._linears_bytes(self.ffn_linears(ffn))
+            if ffn.kind == "moe":
+                b += self.experts_per_gpu(ffn) * self.expert_elems(ffn) * self.weight_bytes_per_elem
+        return b
+
+    @property
+    def embedding_bytes_per_gpu(self) -> int:
+        """Vocab-parallel embedding (or LM head) shard; kept in BF16 by quantized checkpoints."""
+        return math.ceil(self.model.vocab_size / self.tp) * self.model.hidden_size * ACT_BYTES
+
+    @property
+    def weight_bytes_per_gpu(self) -> int:
+        """Weights resident on one GPU: its layers, norms, and embedding / LM head shards.
+
+        With pp > 1 a stage holds either the embedding or the LM head (same size), so one of them counts.
+        """
+        m = self.model
+        layers = sum(n * self._layer_bytes(mx, f) for (mx, f), n in m.layer_groups) * self._stage_fraction()
+        sub_blocks = sum(n * ((mx is not None) + (f is not None)) for (mx, f), n in m.layer_groups)
+        norms = (sub_blocks * self._stage_fraction() + 1) * m.hidden_size * ACT_BYTES
+        embeds = 1 if (self.pp > 1 or m.tie_word_embeddings) else 2
+        return int(round(layers + norms)) + embeds * self.embedding_bytes_per_gpu
+
+    # --- memory budget -------------------------------------------------------------------------
+    def activation_reserve_bytes(self, max_num_batched_tokens: int, max_num_seqs: int) -> int:
+        """Peak activation memory of the engine's profiling forward pass plus the sampler.
+
+        Formula (documented assumption, after vLLM's profile_run): max_num_batched_tokens tokens live at
+        once with the residual stream and hidden state (2 x hidden) plus the widest per-layer
+        intermediate (the largest GEMM output, + one SiLU output for gated MLPs), in BF16; plus FP32 logits
+        and probabilities for max_num_seqs sampled rows over the full vocabulary.
+        """
+        m = self.model
+        widest = 0
+        for (mixer, ffn), _ in m.layer_groups:
+            if mixer is not None:
+                widest = max(widest, max(lin.n for lin in self.mixer_linears(mixer)))
+            if ffn is not None:
+                if ffn.kind == "dense":
+                    inter = _cdiv(ffn.intermediate_size, self.tp)
+                    widest = max(widest, (3 if ffn.gated else 2) * inter)
+                else:
+                    inter = _cdiv(ffn.intermediate_size, self.moe_tp)
+                    widest = max(widest, ffn.experts_per_token * (3 if ffn.gated else 2) * inter)
+        per_token = (2 * m.hidden_size + widest) * ACT_BYTES
+        sampler = 2 * max_num_seqs * m.vocab_size * LOGIT_BYTES
+        return max_num_batched_tokens * per_token + sampler
+
+    def reserve_bytes(self, max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None) -> int:
+        """Activation peak plus the engine's fixed runtime reserve (CUDA context, graphs, comm buffers)."""
+        mnbt = max_num_batched_tokens or self.engine.default_max_num_batched_tokens(self.gpu)
+        mns = max_num_seqs or self.engine.default_max_num_seqs(self.gpu)
+        return self.activation_reserve_bytes(mnbt, mns) + self.engine.runtime_reserve_bytes
+
+    def kv_capacity_blocks(self, block_size: int, gpu_memory_utilization: float, *,
+                           max_num_batched_tokens: int | None = None,
+                           max_num_seqs: int | None = None) -> int:
+        """floor((HBM x utilisation - weights - reserve) / bytes per block); ValueError if nothing fits.
+
+        Per-request state (Mamba, sliding windows) is not subtracted here: it is taken from the same pool
+        per admitted request (state_blocks_per_request).
+        """
+        if not 0.0 < gpu_memory_utilization <= 1.0:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        per_block = self.bytes_per_block(block_size)
+        if per_block <= 0:
+            raise ValueError(f"{self.model.name} has no full-attention KV cache: block capacity is undefined")
+        budget = self.gpu.hbm_bytes * gpu_memory_utilization
+        weights = self.weight_bytes_per_gpu
+        reserve = self.reserve_bytes(max_num_batched_tokens, max_num_seqs)
+        free = budget - weights - reserve
+        blocks = math.floor(free / per_block) if free > 0 else 0
+        if blocks <= 0:
+            raise ValueError(
+                f"{self.model.name} does not fit on {self.gpu.name} (tp={self.tp}, pp={self.pp}, "
+                f"ep={self.ep}, {self.weight_dtype} weights): HBM {self.gpu.hbm_bytes / 2**30:.1f} GiB x "
+                f"{gpu_memory_utilization} = {budget / 2**30:.2f} GiB, weights {weights / 2**30:.2f} GiB, "
+                f"reserve {reserve / 2**30:.2f} GiB, left {free / 2**30:.2f} GiB < one block "
+                f"({per_block} B)")
+        return blocks

@@ -1,0 +1,107 @@
+"""Engine profiles (vLLM, SGLang, TensorRT-LLM): batch limits, CUDA-graph capture sizes, host overheads."""
+
+from __future__ import annotations
+
+import functools
+
+import attrs
+
+from hardware._data import DATA_DIR, read_yaml, unknown_name
+from hardware.gpu import GPUSpec
+
+ENGINE_DIR = DATA_DIR / "engines"
+_GIB = 2**30
+CAPTURE_RULES = ("vllm", "sglang", "trtllm")
+
+
+@attrs.frozen(kw_only=True)
+class EngineProfile:
+    """One serving engine's defaults and host-side costs (owner of the scheduler and runtime families)."""
+
+    name: str
+    version: str = ""
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    capture_rule: str = "vllm"
+    batch_rule: str = "vllm"
+    step_host_s: float = 0.0
+    per_request_host_s: float = 0.0
+    launch_s: float = 5e-6
+    per_block_host_s: float = 0.0      # host work per referenced KV block per step (block tables, page walks)
+    runtime_reserve_bytes: int = 1 << 30
+
+    def __attrs_post_init__(self) -> None:
+        if self.capture_rule not in CAPTURE_RULES:
+            raise ValueError(f"engine {self.name!r}: unknown capture_rule {self.capture_rule!r}; "
+                             f"valid: {', '.join(CAPTURE_RULES)}")
+        if self.batch_rule not in CAPTURE_RULES:
+            raise ValueError(f"engine {self.name!r}: unknown batch_rule {self.batch_rule!r}; "
+                             f"valid: {', '.join(CAPTURE_RULES)}")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(f"engine {self.name!r}: gpu_memory_utilization must be in (0, 1], "
+                             f"got {self.gpu_memory_utilization}")
+        if self.block_size < 1:
+            raise ValueError(f"engine {self.name!r}: block_size must be >= 1, got {self.block_size}")
+
+    def _big_gpu(self, gpu: GPUSpec) -> bool:
+        return gpu.hbm_bytes >= 70 * _GIB and gpu.arch != "ampere"
+
+    def default_max_num_batched_tokens(self, gpu: GPUSpec) -> int:
+        """Per-step token budget the engine picks for this GPU when the user sets none."""
+        if self.batch_rule == "vllm":
+            return 8192 if self._big_gpu(gpu) else 2048
+        if self.batch_rule == "sglang":
+            if gpu.hbm_bytes < 35e9:
+                return 2048
+            return 16384 if gpu.arch in ("blackwell", "cdna3") else 8192
+        return 8192
+
+    def default_max_num_seqs(self, gpu: GPUSpec) -> int:
+        """Maximum running requests the engine picks for this GPU when the user sets none."""
+        if self.batch_rule == "vllm":
+            return 1024 if self._big_gpu(gpu) else 256
+        if self.batch_rule == "sglang":
+            # SGLang sizes max_running_requests from the KV pool; 1024 stands in for that bound.
+            return 1024 if gpu.hbm_bytes >= 35e9 else 256
+        return 2048
+
+    def cuda_graph_max_bs(self, gpu: GPUSpec | None = None, tp: int = 1) -> int:
+        """SGLang's cuda_graph_max_bs default: 256 at TP < 4 on Hopper-class, else 512."""
+        if gpu is not None and gpu.arch in ("blackwell", "cdna3"):
+            return 512
+        return 256 if tp < 4 else 512
+
+    def cuda_graph_sizes(self, max_num_seqs: int, max_num_batched_tokens: int, *,
+                         gpu: GPUSpec | None = None, tp: int = 1) -> tuple[int, ...]:
+        """Decode batch sizes captured as CUDA graphs, ascending (a decode batch pads up to the next one)."""
+        if self.capture_rule == "vllm":
+            top = min(2 * max_num_seqs, 512)
+            sizes = [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)]
+            limit = min(top, max_num_batched_tokens)
+        elif self.capture_rule == "sglang":
+            top = self.cuda_graph_max_bs(gpu, tp)
+            sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, top + 1, 32)]
+            limit = min(top, max_num_seqs, max_num_batched_tokens)
+        else:
+            sizes = [2**i for i in range(14)]
+            limit = min(max_num_seqs, 8192, max_num_batched_tokens)
+        out = tuple(sorted({s for s in sizes if s <= limit}))
+        return out if out else (1,)
+
+
+def list_engines() -> list[str]:
+    """Names of the shipped engine profiles."""
+    return sorted(p.stem for p in ENGINE_DIR.glob("*.yaml"))
+
+
+@functools.cache
+def load_engine(name: str) -> EngineProfile:
+    """Load an engine profile by name; unknown names raise ValueError listing the valid ones."""
+    key = name.strip().lower().replace("-", "").replace("_", "")
+    key = {"tensorrtllm": "trtllm", "trt": "trtllm"}.get(key, key)
+    path = ENGINE_DIR / f"{key}.yaml"
+    if not path.is_file():
+        raise unknown_name("engine", name, list_engines())
+    raw = read_yaml(path)
+    raw["version"] = str(raw.get("version", ""))
+    return EngineProfile(**raw)

@@ -1,0 +1,85 @@
+"""Per-layer building blocks: a token mixer (attention or a linear-recurrent layer) and a feed-forward.
+
+Every model is a sequence of (mixer, ffn) pairs; identical pairs are costed once (layer folding).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+MIXER_KINDS = ("gqa", "mla", "mamba2", "gdn")
+FFN_KINDS = ("dense", "moe")
+
+
+@attrs.frozen(kw_only=True)
+class MixerSpec:
+    """Token mixer of one layer.
+
+    gqa: num_heads / num_kv_heads / head_dim (v_head_dim if different), optional sliding window, output gate.
+    mla: DeepSeek multi-head latent attention (q_lora_rank, kv_lora_rank, qk_nope/rope dims, v_head_dim),
+         optional DSA indexer (index_n_heads, index_head_dim, index_topk).
+    mamba2: num_heads x head_dim values, state_size, groups (n_groups), conv_kernel, chunk_size.
+    gdn: gated delta net (Qwen3.5 linear attention): num_heads value heads x head_dim, groups key heads x
+         state_size key dim, conv_kernel.
+    """
+
+    kind: str
+    num_heads: int
+    num_kv_heads: int = 0
+    head_dim: int = 0
+    v_head_dim: int = 0
+    window: int = 0
+    output_gate: bool = False
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    index_n_heads: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
+    state_size: int = 0
+    groups: int = 0
+    conv_kernel: int = 4
+    chunk_size: int = 128
+    state_bytes: int = 4            # SSM / recurrent state element size (FP32 unless the config says BF16)
+
+    def __attrs_post_init__(self) -> None:
+        if self.kind not in MIXER_KINDS:
+            raise ValueError(f"unknown mixer kind {self.kind!r}; valid: {', '.join(MIXER_KINDS)}")
+        if self.num_heads <= 0:
+            raise ValueError(f"{self.kind} mixer: num_heads must be > 0, got {self.num_heads}")
+
+    @property
+    def vdim(self) -> int:
+        return self.v_head_dim or self.head_dim
+
+    @property
+    def is_attention(self) -> bool:
+        return self.kind in ("gqa", "mla")
+
+
+@attrs.frozen(kw_only=True)
+class FfnSpec:
+    """Feed-forward of one layer: dense (SwiGLU or 2-matrix) or mixture of experts."""
+
+    kind: str
+    intermediate_size: int          # dense width, or one routed expert's width
+    gated: bool = True
+    num_experts: int = 0
+    experts_per_token: int = 0
+    shared_intermediate_size: int = 0   # all shared experts together
+    latent_size: int = 0                # latent MoE (Nemotron-3): experts work in this width, 0 = hidden
+
+    def __attrs_post_init__(self) -> None:
+        if self.kind not in FFN_KINDS:
+            raise ValueError(f"unknown ffn kind {self.kind!r}; valid: {', '.join(FFN_KINDS)}")
+        if self.kind == "moe" and not 0 < self.experts_per_token <= self.num_experts:
+            raise ValueError(f"moe ffn: need 0 < experts_per_token <= num_experts, got "
+                             f"{self.experts_per_token} of {self.num_experts}")
+
+    @property
+    def mats(self) -> int:
+        return 3 if self.gated else 2
+
+
+Layer = tuple[MixerSpec | None, FfnSpec | None]

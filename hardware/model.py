@@ -1,0 +1,498 @@
+"""Model specifications read from Hugging Face config.json files shipped under data/models/."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import attrs
+
+from hardware._data import DATA_DIR, read_yaml, unknown_name
+from hardware.dtypes import KV_DTYPES, WEIGHT_DTYPES, check_dtype
+from hardware.layers import FfnSpec, Layer, MixerSpec
+
+MODEL_DIR = DATA_DIR / "models"
+
+
+def _dense_layers(self: "ModelSpec") -> tuple[Layer, ...]:
+    mixer = MixerSpec(kind="gqa", num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
+                      head_dim=self.head_dim)
+    ffn = FfnSpec(kind="dense", intermediate_size=self.intermediate_size, gated=self.mlp_gated)
+    return tuple((mixer, ffn) for _ in range(self.num_layers))
+
+
+@attrs.frozen(kw_only=True)
+class ModelSpec:
+    """Architecture facts of one model; derived sizes are properties (vLLM AttentionSpec style).
+
+    The scalar fields describe the main attention and dense MLP (for MoE-only models intermediate_size is
+    one routed expert's width); `layers` lists every layer's (mixer, ffn) and is what the cost model reads.
+    """
+
+    name: str
+    model_type: str = ""
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool = False
+    mlp_gated: bool = True                 # SwiGLU gate+up+down; False for relu2 MLPs (Nemotron-H)
+    default_weight_dtype: str = "bf16"
+    default_kv_dtype: str = "bf16"
+    quant_scope: str = "all"               # "all" linear layers or only routed "experts" (gpt-oss, Kimi int4)
+    layers: tuple[Layer, ...] = attrs.field(default=attrs.Factory(_dense_layers, takes_self=True))
+
+    def __attrs_post_init__(self) -> None:
+        for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size"):
+            if getattr(self, f) <= 0:
+                raise ValueError(f"model {self.name!r}: {f} must be > 0, got {getattr(self, f)}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"model {self.name!r}: num_heads {self.num_heads} is not a multiple of "
+                             f"num_kv_heads {self.num_kv_heads}")
+        if len(self.layers) != self.num_layers:
+            raise ValueError(f"model {self.name!r}: {len(self.layers)} layers listed, num_layers "
+                             f"{self.num_layers}")
+        check_dtype("weight dtype", self.default_weight_dtype, WEIGHT_DTYPES)
+        check_dtype("KV dtype", self.default_kv_dtype, KV_DTYPES)
+        if self.quant_scope not in ("all", "experts"):
+            raise ValueError(f"model {self.name!r}: quant_scope must be 'all' or 'experts', got "
+                             f"{self.quant_scope!r}")
+
+    @property
+    def layer_groups(self) -> tuple[tuple[Layer, int], ...]:
+        """Distinct (mixer, ffn) layer kinds with their counts, in first-seen order (layer folding)."""
+        counts: dict[Layer, int] = {}
+        for layer in self.layers:
+            counts[layer] = counts.get(layer, 0) + 1
+        return tuple(counts.items())
+
+    @property
+    def family(self) -> str:
+        """'dense', 'moe', 'mla_moe', 'hybrid' (has Mamba2 / GDN layers) for reporting."""
+        mixers = {m.kind for m, _ in self.layers if m is not None}
+        moe = any(f is not None and f.kind == "moe" for _, f in self.layers)
+        if mixers & {"mamba2", "gdn"}:
+            return "hybrid"
+        if "mla" in mixers:
+            return "mla_moe" if moe else "mla"
+        return "moe" if moe else "dense"
+
+    @property
+    def is_moe(self) -> bool:
+        return any(f is not None and f.kind == "moe" for _, f in self.layers)
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    def _layer_params(self, active: bool) -> int:
+        h, total = self.hidden_size, 0
+        for (mixer, ffn), n in self.layer_groups:
+            p = 0
+            if mixer is not None:
+                p += mixer_params(mixer, h) + h
+            if ffn is not None:
+                p += ffn_params(ffn, h, active) + h
+            total += n * p
+        return total
+
+    @property
+    def param_count(self) -> int:
+        """Total parameters: embeddings, LM head unless tied, every layer (all experts) and norms."""
+        lm_head = 0 if self.tie_word_embeddings else self.embedding_params
+        return self._layer_params(False) + self.embedding_params + lm_head + self.hidden_size
+
+    @property
+    def active_param_count(self) -> int:
+        """Parameters one token uses (routed experts counted experts_per_token times)."""
+        lm_head = 0 if self.tie_word_embeddings else self.embedding_params
+        return self._layer_params(True) + self.embedding_params + lm_head + self.hidden_size
+
+
+def mixer_params(m: MixerSpec, h: int) -> int:
+    """Weights of one mixer (unsharded)."""
+    if m.kind == "gqa":
+        q = m.num_heads * m.head_dim * (2 if m.output_gate else 1)
+        kv = m.num_kv_heads * (m.head_dim + m.vdim)
+        return h * (q + kv) + m.num_heads * m.vdim * h
+    if m.kind == "mla":
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        q = h * m.q_lora_rank + m.q_lora_rank * m.num_heads * qk if m.q_lora_rank else h * m.num_heads * qk
+        kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * m.num_heads * (
+            m.qk_nope_head_dim + m.vdim)
+        idx = (m.q_lora_rank * m.index_n_heads * m.index_head_dim + h * m.index_head_dim
+               + h * m.index_n_heads) if m.index_n_heads else 0
+        return q + kv + m.num_heads * m.vdim * h + idx
+    if m.kind == "mamba2":
+        d_inner = m.num_heads * m.head_dim
+        return h * (2 * d_inner + 2 * m.groups * m.state_size + m.num_heads) + d_inner * h
+    # gdn
+    return h * (2 * m.groups * m.state_size + 2 * m.num_heads * m.head_dim + 2 * m.num_heads) \
+        + m.num_heads * m.head_dim * h
+
+
+def ffn_params(f: FfnSpec, h: int, active: bool = False) -> int:
+    """Weights of one FFN (unsharded); `active` counts only the experts one token uses."""
+    if f.kind == "dense":
+        return f.mats * h * f.intermediate_size
+    experts = f.experts_per_token if active else f.num_experts
+    width = f.latent_size or h
+    latent_proj = 2 * h * f.latent_size
+    return (experts * f.mats * width * f.intermediate_size + f.mats * h * f.shared_intermediate_size
+            + h * f.num_experts + latent_proj)
+
+
+# --- registry --------------------------------------------------------------------------------------
+
+@functools.cache
+def _index() -> dict[str, tuple[str, dict[str, Any]]]:
+    """Lower-cased name -> (canonical name, entry with 'config' and dtype overrides)."""
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for path in sorted(MODEL_DIR.glob("*.json")):
+        if path.name.endswith(".hf_quant_config.json"):
+            continue
+        canonical = path.stem.replace("--", "/", 1)
+        out[canonical.lower()] = (canonical, {"config": path.stem})
+    for canonical, entry in read_yaml(MODEL_DIR / "aliases.yaml").items():
+        for alias in [canonical, *entry.get("aliases", [])]:
+            out[alias.lower()] = (canonical, entry)
+    return out
+
+
+@functools.cache
+def list_models() -> list[str]:
+    """Canonical names of every model the loader can build (configs of unsupported types are left out)."""
+    names = sorted({canonical for canonical, _ in _index().values()})
+    return [n for n in names if _try_load(n)]
+
+
+def unsupported_models() -> dict[str, str]:
+    """Shipped configs the loader cannot represent, with the reason."""
+    out: dict[str, str] = {}
+    for n in sorted({canonical for canonical, _ in _index().values()}):
+        try:
+            load_model(n)
+        except NotImplementedError as exc:
+            out[n] = str(exc)
+    return out
+
+
+def _try_load(name: str) -> bool:
+    try:
+        load_model(name)
+    except NotImplementedError:
+        return False
+    return True
+
+
+def _quant_dtypes(cfg: dict[str, Any], quant: dict[str, Any] | None) -> tuple[str, str]:
+    """Default weight and KV dtypes from the config's quantization block or hf_quant_config.json."""
+    weight, kv = "bf16", "bf16"
+    qc = cfg.get("quantization_config") or (cfg.get("text_config") or {}).get("quantization_config") or {}
+    method = str(qc.get("quant_method", "")).lower()
+    if method == "fp8":
+        weight = "fp8"
+    elif method in ("mxfp4", "nvfp4"):
+        weight = "fp4"
+    elif method == "modelopt":
+        algo = str(qc.get("quant_algo", "")).upper()
+        weight = "fp4" if "FP4" in algo else "fp8" if "FP8" in algo else weight
+        kv = "fp8" if "FP8" in str(qc.get("kv_cache_quant_algo", "")).upper() else kv
+    elif method == "compressed-tensors":
+        text = json.dumps(qc).lower()
+        weight = "fp4" if "fp4" in text else "int4" if '"num_bits": 4' in text else (
+            "fp8" if '"num_bits": 8' in text else weight)
+    if quant is not None:
+        q = quant.get("quantization", {})
+        algo = str(q.get("quant_algo", "")).upper()
+        if algo == "MIXED_PRECISION":     # per-layer formats: take the one most layers use
+            text = json.dumps(q.get("quantized_layers", {})).upper()
+            algo = "FP4" if text.count("NVFP4") >= text.count('"FP8"') else "FP8"
+        weight = "fp4" if "FP4" in algo else "fp8" if "FP8" in algo else weight
+        kv = "fp8" if "FP8" in str(q.get("kv_cache_quant_algo") or "").upper() else kv
+    return weight, kv
+
+
+def _read_config(stem: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    cfg_path = MODEL_DIR / f"{stem}.json"
+    with cfg_path.open() as fh:
+        cfg: dict[str, Any] = json.load(fh)
+    quant_path: Path = MODEL_DIR / f"{stem}.hf_quant_config.json"
+    quant = None
+    if quant_path.is_file():
+        with quant_path.open() as fh:
+            quant = json.load(fh)
+    return cfg, quant
+
+
+def load_model(name: str) -> ModelSpec:
+    """Load a model by Hugging Face id or alias; unknown names raise ValueError listing the valid ones."""
+    hit = _index().get(name.strip().lower())
+    if hit is None:
+        raise unknown_name("model", name, sorted({c for c, _ in _index().values()}))
+    return _load_canonical(hit[0])
+
+
+@functools.cache
+def _load_canonical(canonical: str) -> ModelSpec:
+    entry = _index()[canonical.lower()][1]
+    cfg, quant = _read_config(entry["config"])
+    weight, kv = _quant_dtypes(cfg, quant)
+    text = cfg.get("text_config") or cfg
+    model_type = str(text.get("model_type") or cfg.get("model_type", ""))
+    parser = _PARSERS.get(model_type)
+    if parser is None:
+        raise NotImplementedError(f"model {canonical!r}: model_type {model_type!r} is not supported yet")
+    layers = parser(text)
+    qc = json.dumps(cfg.get("quantization_config") or text.get("quantization_config") or {}).lower()
+    scope = "experts" if (model_type == "gpt_oss" or (weight == "int4" and "compressed-tensors" in qc)) \
+        else "all"
+    return _spec(canonical, model_type, text, layers, entry.get("weight_dtype", weight),
+                 entry.get("kv_dtype", kv), str(entry.get("quant_scope", scope)))
+
+
+def _spec(name: str, model_type: str, cfg: dict[str, Any], layers: list[Layer], weight: str,
+          kv: str, scope: str) -> ModelSpec:
+    attn = next((m for m, _ in layers if m is not None and m.is_attention), None)
+    main = attn or next(m for m, _ in layers if m is not None)
+    dense = next((f for _, f in layers if f is not None and f.kind == "dense"), None)
+    ffn = dense or next(f for _, f in layers if f is not None)
+    if main.kind == "mla":
+        heads, kv_heads, head_dim = main.num_heads, main.num_heads, main.qk_nope_head_dim + main.qk_rope_head_dim
+    else:
+        heads, kv_heads, head_dim = main.num_heads, main.num_kv_heads or main.num_heads, main.head_dim
+    return ModelSpec(
+        name=name, model_type=model_type, num_layers=len(layers), hidden_size=int(cfg["hidden_size"]),
+        num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=ffn.intermediate_size,
+        vocab_size=int(cfg["vocab_size"]), tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        mlp_gated=ffn.gated, default_weight_dtype=weight, default_kv_dtype=kv, quant_scope=scope,
+        layers=tuple(layers))
+
+
+# --- per-family parsers ----------------------------------------------------------------------------
+
+def _gqa(cfg: dict[str, Any], *, window: int = 0, heads_key: str = "num_attention_heads",
+         kv_key: str = "num_key_value_heads", head_dim_key: str = "head_dim",
+         gate: bool = False, v_head_dim: int = 0) -> MixerSpec:
+    heads = int(cfg[heads_key])
+    head_dim = int(cfg.get(head_dim_key) or cfg["hidden_size"] // heads)
+    return MixerSpec(kind="gqa", num_heads=heads, num_kv_heads=int(cfg.get(kv_key) or heads),
+                     head_dim=head_dim, v_head_dim=v_head_dim, window=window, output_gate=gate)
+
+
+def _dense(cfg: dict[str, Any]) -> list[Layer]:
+    mixer = _gqa(cfg)
+    ffn = FfnSpec(kind="dense", intermediate_size=int(cfg["intermediate_size"]))
+    return [(mixer, ffn)] * int(cfg["num_hidden_layers"])
+
+
+def _moe_ffn(cfg: dict[str, Any], experts_key: str, inter_key: str, shared: int = 0,
+             k_key: str = "num_experts_per_tok", gated: bool = True) -> FfnSpec:
+    return FfnSpec(kind="moe", intermediate_size=int(cfg[inter_key]), num_experts=int(cfg[experts_key]),
+                   experts_per_token=int(cfg[k_key]), shared_intermediate_size=shared, gated=gated)
+
+
+def _sliding(cfg: dict[str, Any], i: int) -> bool:
+    types = cfg.get("layer_types") or []
+    return i < len(types) and types[i] == "sliding_attention"
+
+
+def _qwen3_moe(cfg: dict[str, Any]) -> list[Layer]:
+    n, mixer = int(cfg["num_hidden_layers"]), _gqa(cfg)
+    moe = _moe_ffn(cfg, "num_experts", "moe_intermediate_size")
+    dense = FfnSpec(kind="dense", intermediate_size=int(cfg["intermediate_size"]))
+    step = int(cfg.get("decoder_sparse_step") or 1)
+    only = set(cfg.get("mlp_only_layers") or [])
+    return [(mixer, dense if (i in only or (i + 1) % step) else moe) for i in range(n)]
+
+
+def _mixtral(cfg: dict[str, Any]) -> list[Layer]:
+    return [(_gqa(cfg), _moe_ffn(cfg, "num_local_experts", "intermediate_size"))] * int(
+        cfg["num_hidden_layers"])
+
+
+def _minimax_m2(cfg: dict[str, Any]) -> list[Layer]:
+    shared = int(cfg.get("shared_intermediate_size") or 0)
+    return [(_gqa(cfg), _moe_ffn(cfg, "num_local_experts", "intermediate_size", shared))] * int(
+        cfg["num_hidden_layers"])
+
+
+def _gpt_oss(cfg: dict[str, Any]) -> list[Layer]:
+    """Alternating sliding-window (128) and full attention, BF16 attention, MXFP4 experts."""
+    n, w = int(cfg["num_hidden_layers"]), int(cfg.get("sliding_window") or 0)
+    moe = _moe_ffn(cfg, "num_local_experts", "intermediate_size")
+    return [(_gqa(cfg, window=w if _sliding(cfg, i) else 0), moe) for i in range(n)]
+
+
+def _llama4(cfg: dict[str, Any]) -> list[Layer]:
+    """MoE every interleave_moe_layer_step layers with one shared expert; chunked attention costed as full."""
+    n, step = int(cfg["num_hidden_layers"]), int(cfg.get("interleave_moe_layer_step") or 1)
+    moe = _moe_ffn(cfg, "num_local_experts", "intermediate_size", shared=int(cfg["intermediate_size"]))
+    dense = FfnSpec(kind="dense", intermediate_size=int(cfg.get("intermediate_size_mlp") or
+                                                         cfg["intermediate_size"]))
+    return [(_gqa(cfg), moe if (i + 1) % step == 0 else dense) for i in range(n)]
+
+
+def _step3p7(cfg: dict[str, Any]) -> list[Layer]:
+    n, w, k = int(cfg["num_hidden_layers"]), int(cfg.get("sliding_window") or 0), int(
+        cfg.get("first_k_dense_replace") or 0)
+    shared = int(cfg.get("share_expert_dim") or 0) * int(cfg.get("n_shared_experts") or 1)
+    moe = _moe_ffn(cfg, "num_experts", "moe_intermediate_size", shared)
+    dense = FfnSpec(kind="dense", intermediate_size=int(cfg["intermediate_size"]))
+    return [(_gqa(cfg, window=w if _sliding(cfg, i) else 0), dense if i < k else moe) for i in range(n)]
+
+
+def _mimo_v2(cfg: dict[str, Any]) -> list[Layer]:
+    n = int(cfg["num_hidden_layers"])
+    pattern, freq = cfg["hybrid_layer_pattern"], cfg["moe_layer_freq"]
+    full = _gqa(cfg, v_head_dim=int(cfg.get("v_head_dim") or 0))
+    swa = _gqa(cfg, window=int(cfg.get("sliding_window") or 0), heads_key="swa_num_attention_heads",
+               kv_key="swa_num_key_value_heads", head_dim_key="swa_head_dim",
+               v_head_dim=int(cfg.get("swa_v_head_dim") or 0))
+    moe = _moe_ffn(cfg, "n_routed_experts", "moe_intermediate_size")
+    dense = FfnSpec(kind="dense", intermediate_size=int(cfg["intermediate_size"]))
+    return [(swa if pattern[i] else full, moe if freq[i] else dense) for i in range(n)]
+
+
+def _minimax_m3(cfg: dict[str, Any]) -> list[Layer]:
+    """GQA + MoE after dense first layers; its sparse-attention variant is costed as full attention."""
+    n, freq = int(cfg["num_hidden_layers"]), cfg.get("moe_layer_freq") or []
+    shared = int(cfg.get("shared_intermediate_size") or 0) * int(cfg.get("n_shared_experts") or 0)
+    moe = _moe_ffn(cfg, "num_local_experts", "moe_intermediate_size", shared)
+    dense = FfnSpec(kind="dense", intermediate_size=int(cfg.get("dense_intermediate_size") or
+                                                         cfg["intermediate_size"]))
+    return [(_gqa(cfg), moe if (freq[i] if i < len(freq) else 1) else dense) for i in range(n)]
+
+
+def _gemma4(cfg: dict[str, Any]) -> list[Layer]:
+    """Sliding (local) and global attention layers; MoE block next to a dense MLP in every layer."""
+    n, w = int(cfg["num_hidden_layers"]), int(cfg.get("sliding_window") or 0)
+    local = _gqa(cfg, window=w)
+    glob = MixerSpec(kind="gqa", num_heads=int(cfg["num_attention_heads"]),
+                     num_kv_heads=int(cfg.get("num_global_key_value_heads") or cfg["num_key_value_heads"]),
+                     head_dim=int(cfg.get("global_head_dim") or cfg["head_dim"]))
+    if cfg.get("enable_moe_block"):
+        ffn = FfnSpec(kind="moe", intermediate_size=int(cfg["moe_intermediate_size"]),
+                      num_experts=int(cfg["num_experts"]), experts_per_token=int(cfg["top_k_experts"]),
+                      shared_intermediate_size=int(cfg["intermediate_size"]))
+    else:
+        ffn = FfnSpec(kind="dense", intermediate_size=int(cfg["intermediate_size"]))
+    return [(local if _sliding(cfg, i) else glob, ffn) for i in range(n)]
+
+
+def _mla_mixer(cfg: dict[str, Any]) -> MixerSpec:
+    nope = int(cfg["qk_nope_head_dim"])
+    rope = int(cfg.get("qk_rope_head_dim") or (int(cfg.get("qk_head_dim") or 0) - nope) or 64)
+    return MixerSpec(kind="mla", num_heads=int(cfg["num_attention_heads"]),
+                     num_kv_heads=int(cfg["num_attention_heads"]), head_dim=nope + rope,
+                     v_head_dim=int(cfg["v_head_dim"]), q_lora_rank=int(cfg.get("q_lora_rank") or 0),
+                     kv_lora_rank=int(cfg["kv_lora_rank"]), qk_nope_head_dim=nope, qk_rope_head_dim=rope,
+                     index_n_heads=int(cfg.get("index_n_heads") or 0),
+                     index_head_dim=int(cfg.get("index_head_dim") or 0),
+                     index_topk=int(cfg.get("index_topk") or 0))
+
+
+def _deepseek(cfg: dict[str, Any]) -> list[Layer]:
+    """MLA + MoE with shared experts after first_k_dense_replace dense layers (DeepSeek-V3/R1, Kimi-K2, GLM-5)."""
+    n, k = int(cfg["num_hidden_layers"]), int(cfg.get("first_k_dense_replace") or 0)
+    mixer = _mla_mixer(cfg)
+    shared = int(cfg.get("n_shared_experts") or 0) * int(cfg["moe_intermediate_size"])
+    moe = _moe_ffn(cfg, "n_routed_experts", "moe_intermediate_size", shared)
+    dense = FfnSpec(kind="dense", intermediate_size=int(cfg["intermediate_size"]))
+    return [(mixer, dense if i < k else moe) for i in range(n)]
+
+
+def _mamba2(cfg: dict[str, Any]) -> MixerSpec:
+    fp32 = "float32" in str(cfg.get("mamba_ssm_cache_dtype", ""))
+    return MixerSpec(kind="mamba2", num_heads=int(cfg["mamba_num_heads"]), head_dim=int(cfg["mamba_head_dim"]),
+                     state_size=int(cfg["ssm_state_size"]), groups=int(cfg.get("n_groups") or 1),
+                     conv_kernel=int(cfg.get("conv_kernel") or 4), chunk_size=int(cfg.get("chunk_size") or 128),
+                     state_bytes=4 if fp32 else 2)
+
+
+def _nemotron_h(cfg: dict[str, Any]) -> list[Layer]:
+    """Hybrid pattern, one block per character: M Mamba2, * attention, - relu2 MLP, E relu2 MoE."""
+    codes = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+    pattern = str(cfg.get("hybrid_override_pattern") or "".join(
+        codes.get(t, "?") for t in cfg.get("layers_block_type") or []))
+    attn = _gqa(cfg, head_dim_key="head_dim" if cfg.get("head_dim") else "attention_head_dim")
+    mamba = _mamba2(cfg)
+    mlp = FfnSpec(kind="dense", intermediate_size=int(cfg["intermediate_size"]), gated=False)
+    out: list[Layer] = []
+    for ch in pattern:
+        if ch == "M":
+            out.append((mamba, None))
+        elif ch == "*":
+            out.append((attn, None))
+        elif ch == "-":
+            out.append((None, mlp))
+        elif ch == "E":
+            shared = int(cfg.get("moe_shared_expert_intermediate_size") or 0) * int(
+                cfg.get("n_shared_experts") or 1)
+            out.append((None, FfnSpec(kind="moe", intermediate_size=int(cfg["moe_intermediate_size"]),
+                                      num_experts=int(cfg["n_routed_experts"]),
+                                      experts_per_token=int(cfg["num_experts_per_tok"]),
+                                      shared_intermediate_size=shared, gated=False,
+                                      latent_size=int(cfg.get("moe_latent_size") or 0))))
+        else:
+            raise NotImplementedError(f"Nemotron-H layer code {ch!r} in {pattern!r}")
+    return out
+
+
+def _qwen3_5(cfg: dict[str, Any]) -> list[Layer]:
+    """Gated DeltaNet linear attention with a gated full-attention layer every full_attention_interval."""
+    n = int(cfg["num_hidden_layers"])
+    types = cfg.get("layer_types") or [
+        "full_attention" if (i + 1) % int(cfg.get("full_attention_interval", 4)) == 0 else "linear_attention"
+        for i in range(n)]
+    full = _gqa(cfg, gate=bool(cfg.get("attn_output_gate", True)))
+    gdn = MixerSpec(kind="gdn", num_heads=int(cfg["linear_num_value_heads"]),
+                    head_dim=int(cfg["linear_value_head_dim"]), groups=int(cfg["linear_num_key_heads"]),
+                    state_size=int(cfg["linear_key_head_dim"]),
+                    conv_kernel=int(cfg.get("linear_conv_kernel_dim") or 4), chunk_size=64, state_bytes=4)
+    if cfg.get("num_experts"):
+        shared = int(cfg.get("shared_expert_intermediate_size") or 0)
+        ffn = _moe_ffn(cfg, "num_experts", "moe_intermediate_size", shared)
+    else:
+        ffn = FfnSpec(kind="dense", intermediate_size=int(cfg["intermediate_size"]))
+    return [(full if types[i] == "full_attention" else gdn, ffn) for i in range(n)]
+
+
+def _decilm(cfg: dict[str, Any]) -> list[Layer]:
+    """Nemotron-NAS (DeciLM): per-block attention (or none) and FFN width ffn_mult."""
+    h, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+    out: list[Layer] = []
+    for block in cfg["block_configs"]:
+        a, f = block["attention"], block["ffn"]
+        mixer = None if a.get("no_op") else MixerSpec(
+            kind="gqa", num_heads=heads, num_kv_heads=heads // int(a["n_heads_in_group"]), head_dim=h // heads)
+        inter = int(2 * float(f["ffn_mult"]) * h / 3)
+        inter = -(-inter // 256) * 256
+        ffn = None if f.get("no_op") else FfnSpec(kind="dense", intermediate_size=inter)
+        out.append((mixer, ffn))
+    return out
+
+
+_PARSERS: dict[str, Callable[[dict[str, Any]], list[Layer]]] = {
+    **{t: _dense for t in ("llama", "qwen3", "mimo", "qwen2", "mistral", "qwen3_vl", "qwen3_vl_text")},
+    "qwen3_moe": _qwen3_moe, "qwen3_vl_moe": _qwen3_moe, "qwen3_vl_moe_text": _qwen3_moe,
+    "mixtral": _mixtral, "minimax_m2": _minimax_m2, "minimax_m3": _minimax_m3, "gpt_oss": _gpt_oss,
+    "llama4": _llama4, "llama4_text": _llama4, "step3p7": _step3p7, "mimo_v2_flash": _mimo_v2,
+    "gemma4": _gemma4, "gemma4_text": _gemma4,
+    "deepseek_v3": _deepseek, "deepseek_v32": _deepseek, "kimi_k2": _deepseek, "glm_moe_dsa": _deepseek,
+    "nemotron_h": _nemotron_h, "qwen3_5": _qwen3_5, "qwen3_5_moe": _qwen3_5, "qwen3_5_text": _qwen3_5,
+    "qwen3_5_moe_text": _qwen3_5, "nemotron-nas": _decilm,
+}

@@ -1,0 +1,165 @@
+"""Step-cost ledger checked against FLOPs and bytes worked out by hand from Llama-3.1-8B's dimensions."""
+
+import time
+
+import pytest
+
+from hardware import (BatchShape, Calibration, Collective, CostModel, Deployment, Roofline, load_engine, load_gpu,
+                      load_model)
+
+# Llama-3.1-8B, by hand: hidden 4096, 32 heads, 8 KV heads, head_dim 128, MLP 14336, vocab 128256, 32 layers.
+H, NH, NKV, HD, I, V, L = 4096, 32, 8, 128, 14336, 128256, 32
+PEAK_BF16, HBM = 989e12, 3.35e12           # H100 SXM datasheet
+
+# Constant efficiencies (no curves) so every term can be written down by hand.
+GEMM = Roofline(compute_eff=0.8, mem_eff=0.75, floor_s=7e-6)
+PREFILL = Roofline(compute_eff=0.5, mem_eff=0.7, floor_s=11e-6)
+DECODE = Roofline(compute_eff=0.4, mem_eff=0.9, floor_s=13e-6)
+CAL = Calibration(
+    name="test", gemm={"bf16": GEMM}, attn_prefill=PREFILL, attn_decode=DECODE, moe={"bf16": GEMM},
+    ssm=GEMM, elementwise=Roofline(compute_eff=1.0, mem_eff=0.5, floor_s=1e-6), elementwise_kernels_per_block=2,
+    allreduce=Collective(alpha_s=6e-6, bw_eff=0.9, eager_extra_s=20e-6),
+    alltoall=Collective(alpha_s=10e-6, bw_eff=0.5))
+
+
+def dep(tp: int = 1) -> Deployment:
+    return Deployment(gpu=load_gpu("h100_sxm"), model=load_model("meta-llama/Llama-3.1-8B"),
+                      engine=load_engine("vllm"), tp=tp, weight_dtype="bf16", kv_dtype="bf16")
+
+
+def cm(tp: int = 1, **kw: object) -> CostModel:
+    return CostModel(dep(tp), calibration=CAL, **kw)  # type: ignore[arg-type]
+
+
+def roofline(flops: float, nbytes: float, r: Roofline) -> float:
+    return max(flops / (PEAK_BF16 * r.compute_eff), nbytes / (HBM * r.mem_eff)) + r.floor_s
+
+
+# One prefill chunk of 512 tokens on a request with 100 tokens already cached, plus two decodes.
+Q = [512, 1, 1]
+KV = [612, 300, 1000]
+SHAPE = BatchShape(num_reqs=3, num_decode=2, new_tokens=514, sum_kv=612 + 300 + 1000,
+                   sum_q_kv=512 * 612 + 300 + 1000, sum_q_sq=512 * 512 + 2, decode_sum_kv=1300)
+
+
+def test_shape_from_requests_and_causal_pairs() -> None:
+    assert BatchShape.from_requests(Q, KV) == SHAPE
+    # prefill: 512 queries over 612 keys, causal: sum_{j=1..512} (100 + j); decodes: 300 + 1000
+    assert SHAPE.attention_pairs == sum(100 + j for j in range(1, 513)) + 300 + 1000
+
+
+def test_bad_shape_rejected() -> None:
+    with pytest.raises(ValueError, match="num_decode"):
+        BatchShape(num_reqs=1, num_decode=2, new_tokens=2, sum_kv=2, sum_q_kv=2, sum_q_sq=2)
+    with pytest.raises(ValueError, match="kv_i >= q_i"):
+        BatchShape.from_requests([4], [3])
+
+
+def test_step_cost_matches_hand_computation_tp1() -> None:
+    cost = cm().step_cost(SHAPE)
+    M = 514
+    # QKV: (M x 4096) @ (4096 x (32 + 2*8) * 128): 2*M*4096*6144 FLOPs; weights 4096*6144*2 B + activations
+    qkv = L * roofline(2 * M * H * 6144, H * 6144 * 2 + M * (H + 6144) * 2, GEMM)
+    assert cost.terms["qkv_proj"] == pytest.approx(qkv, rel=1e-12)
+    o = L * roofline(2 * M * H * H, H * H * 2 + M * 2 * H * 2, GEMM)
+    assert cost.terms["o_proj"] == pytest.approx(o, rel=1e-12)
+    gate_up = roofline(2 * M * H * 2 * I, H * 2 * I * 2 + M * (H + 2 * I) * 2, GEMM)
+    down = roofline(2 * M * I * H, I * H * 2 + M * (I + H) * 2, GEMM)
+    assert cost.terms["mlp"] == pytest.approx(L * (gate_up + down), rel=1e-12)
+    # attention, 4 FLOPs per head-dim element per (query, key) pair per head, KV 2*8*128*2 B per token;
+    # decode part: 2 queries over 300 + 1000 keys; prefill part: 512 causal queries over 612 keys
+    kv_tok = 2 * NKV * HD * 2
+    qo_tok = 2 * NH * HD * 2
+    dec = roofline(4 * NH * HD * 1300, 1300 * kv_tok + 2 * (qo_tok + kv_tok), DECODE)
+    pairs = sum(100 + j for j in range(1, 513))
+    pre = roofline(4 * NH * HD * pairs, 612 * kv_tok + 512 * (qo_tok + kv_tok), PREFILL)
+    assert cost.terms["attention"] == pytest.approx(L * (dec + pre), rel=1e-12)
+    # LM head: the 3 sampling rows against the whole BF16 vocabulary matrix
+    lm = roofline(2 * 3 * V * H, V * H * 2 + 3 * (V + H) * 2, GEMM)
+    assert cost.terms["lm_head"] == pytest.approx(lm, rel=1e-12)
+    # elementwise: 2 blocks x (add+RMSNorm: 4 vectors of H) + RoPE on q and k + SiLU-and-mul (3 x I), BF16
+    ew_bytes = M * 2 * (2 * 4 * H + 2 * (NH + NKV) * HD + 3 * I)
+    assert cost.terms["elementwise"] == pytest.approx(L * (ew_bytes / (HBM * 0.5) + 4 * 1e-6), rel=1e-12)
+    assert cost.terms["tp_allreduce"] == 0.0 and cost.terms["cuda_graph_padding"] == 0.0
+    e = load_engine("vllm")
+    assert cost.terms["step_host"] == e.step_host_s
+    assert cost.terms["request_host"] == pytest.approx(3 * e.per_request_host_s)
+    assert cost.terms["kv_traversal"] == pytest.approx(e.per_block_host_s * (1912 // 16 + 1))
+    assert cost.terms["kernel_launch"] == pytest.approx(L * e.launch_s)   # attention eager (piecewise graphs)
+    assert cost.total_s == pytest.approx(sum(cost.terms.values()))
+
+
+def test_decode_is_memory_bound_by_hand() -> None:
+    """One decode token: MLP time is the weight stream 3*4096*14336*2 B at 75 % of 3.35 TB/s plus floors."""
+    s = BatchShape.from_requests([1], [2048])
+    mlp = cm().step_cost(s).terms["mlp"]
+    stream = (2 * H * I * 2 + (H + 2 * I) * 2) + (I * H * 2 + (I + H) * 2)
+    assert mlp == pytest.approx(L * (stream / (HBM * 0.75) + 2 * 7e-6), rel=1e-12)
+
+
+def test_tp_allreduce_alpha_beta() -> None:
+    cost = cm(tp=2).step_cost(SHAPE)
+    msg = 514 * H * 2
+    per = 6e-6 + 2 * (2 - 1) / 2 * msg / (450e9 * 0.9)
+    assert cost.terms["tp_allreduce"] == pytest.approx(2 * L * per, rel=1e-12)
+    # TP shards the weights: the QKV GEMM at tp=2 streams half the columns
+    qkv2 = L * roofline(2 * 514 * H * 3072, H * 3072 * 2 + 514 * (H + 3072) * 2, GEMM)
+    assert cost.terms["qkv_proj"] == pytest.approx(qkv2, rel=1e-12)
+
+
+def test_cuda_graph_padding_is_the_padded_minus_true_token_cost() -> None:
+    """A pure decode batch of 5 replays the graph captured for 8 (vLLM sizes 1, 2, 4, 8, ...)."""
+    five = BatchShape.from_requests([1] * 5, [100] * 5)
+    eight = BatchShape.from_requests([1] * 8, [100] * 8)
+    c5, c8 = cm().step_cost(five), cm().step_cost(eight)
+    token_terms = ("qkv_proj", "o_proj", "mlp", "elementwise", "lm_head", "tp_allreduce")
+    expected = sum(c8.terms[t] for t in token_terms) - sum(c5.terms[t] for t in token_terms)
+    assert c5.terms["cuda_graph_padding"] == pytest.approx(expected, rel=1e-12) and expected > 0
+    assert c8.terms["cuda_graph_padding"] == 0.0
+    eager = cm(cuda_graph=False).step_cost(five)
+    assert eager.terms["cuda_graph_padding"] == 0.0
+
+
+def test_disabling_a_term_removes_exactly_it() -> None:
+    full = CostModel(dep(tp=2), cuda_graph=False).step_cost(SHAPE)
+    for name in full.terms:
+        part = CostModel(dep(tp=2), cuda_graph=False, disabled_terms=frozenset({name})).step_cost(SHAPE)
+        assert name not in part.terms
+        assert {k: v for k, v in full.terms.items() if k != name} == dict(part.terms)
+        assert part.total_s == pytest.approx(full.total_s - full.terms[name])
+
+
+def test_unknown_term_name_errors() -> None:
+    with pytest.raises(ValueError, match=r"unknown cost term.*'mpl'.*valid: qkv_proj"):
+        CostModel(dep(), disabled_terms=frozenset({"mpl"}))
+    with pytest.raises(ValueError, match="'bogus'"):
+        CostModel.term_owner("bogus")
+
+
+def test_owners_and_families() -> None:
+    cm = CostModel(dep())
+    assert cm.term_owner("mlp") == "gpu+model" and cm.term_family("mlp") == "throughput"
+    assert cm.term_owner("step_host") == "engine" and cm.term_family("step_host") == "scheduler"
+    assert cm.term_owner("kernel_launch") == "engine" and cm.term_family("kernel_launch") == "runtime"
+
+
+def test_step_time_ns_memoised_and_fast() -> None:
+    cm = CostModel(dep())
+    ns = cm.step_time_ns(SHAPE)
+    assert ns == round(cm.step_cost(SHAPE).total_s * 1e9)
+    assert cm.step_time_ns(SHAPE) == ns
+    empty = BatchShape(num_reqs=0, num_decode=0, new_tokens=0, sum_kv=0, sum_q_kv=0, sum_q_sq=0)
+    assert cm.step_time_ns(empty) == 1
+    t0 = time.perf_counter()
+    for _ in range(10000):
+        cm.step_time_ns(SHAPE)
+    assert (time.perf_counter() - t0) / 10000 < 20e-6     # < 5 us typical; generous for slow CI
+
+
+def test_eager_mode_adds_launches_only_there() -> None:
+    decode = BatchShape.from_requests([1] * 8, [500] * 8)
+    graph = CostModel(dep()).step_cost(decode)
+    eager = CostModel(dep(), cuda_graph=False).step_cost(decode)
+    assert graph.terms["kernel_launch"] == 0.0 and eager.terms["kernel_launch"] > 0.0
+    assert {k: v for k, v in graph.terms.items() if k != "kernel_launch"} == \
+        {k: v for k, v in eager.terms.items() if k != "kernel_launch"}

@@ -1,0 +1,130 @@
+"""GPU, model and engine loaders: names, aliases, errors, derived sizes."""
+
+import pytest
+
+from hardware import (DTYPE_BYTES, Deployment, list_engines, list_gpus, list_models, load_engine, load_gpu,
+                      load_model)
+
+
+def test_measured_gpu_names_load() -> None:
+    for name in ("a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "gb200", "h100_pcie", "mi300x", "l40s"):
+        assert load_gpu(name).name == name
+    assert set(list_gpus()) >= {"a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm", "gb200"}
+
+
+def test_h100_numbers_from_datasheet() -> None:
+    gpu = load_gpu("h100_sxm")
+    assert gpu.hbm_bw_Bps == 3.35e12
+    assert gpu.peak_flops["bf16"] == 989e12 and gpu.peak_flops["fp8"] == 1979e12
+    assert gpu.scaleup_bw_Bps == 450e9 and gpu.nic_bw_Bps == 50e9
+    assert gpu.flops_for("fp4") == 1979e12      # no FP4 tensor cores on Hopper: FP8 rate
+
+
+def test_unknown_names_raise_with_valid_list() -> None:
+    with pytest.raises(ValueError, match=r"unknown GPU 'h900'.*h100_sxm"):
+        load_gpu("h900")
+    with pytest.raises(ValueError, match=r"unknown model 'nope/Model'.*meta-llama/Llama-3.1-8B"):
+        load_model("nope/Model")
+    with pytest.raises(ValueError, match=r"unknown engine 'tgi'.*vllm"):
+        load_engine("tgi")
+
+
+def test_model_aliases_and_measured_paths() -> None:
+    base = load_model("meta-llama/Llama-3.1-8B")
+    assert load_model("meta-llama/Meta-Llama-3.1-8B") is base
+    assert load_model("meta-llama/Llama-3.1-8B-Instruct") is base
+    assert load_model("nvidia/Llama-3.1-8B-Instruct-FP8").default_weight_dtype == "fp8"
+    assert load_model("meta-llama/Llama-3.1-70B").num_layers == 80
+    assert load_model("Qwen/Qwen3-32B").head_dim == 128
+    assert {"meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-70B", "Qwen/Qwen3-32B"} <= set(list_models())
+
+
+def test_llama8b_dims_and_params() -> None:
+    m = load_model("meta-llama/Llama-3.1-8B")
+    assert (m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim) == (32, 4096, 32, 8, 128)
+    assert (m.intermediate_size, m.vocab_size, m.tie_word_embeddings) == (14336, 128256, False)
+    per_layer = 4096 * 4096 * 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+    assert m.param_count == 32 * per_layer + 2 * 128256 * 4096 + 4096   # 8.03 B
+
+
+def test_engine_defaults() -> None:
+    vllm = load_engine("vllm")
+    assert (vllm.block_size, vllm.gpu_memory_utilization) == (16, 0.9)
+    assert vllm.default_max_num_batched_tokens(load_gpu("h100_sxm")) == 8192
+    assert vllm.default_max_num_seqs(load_gpu("h200_sxm")) == 1024
+    assert vllm.default_max_num_batched_tokens(load_gpu("a100_sxm")) == 2048
+    assert vllm.default_max_num_seqs(load_gpu("l40s")) == 256
+    assert set(list_engines()) == {"vllm", "sglang", "trtllm"}
+
+
+def test_vllm_capture_sizes() -> None:
+    sizes = load_engine("vllm").cuda_graph_sizes(max_num_seqs=1024, max_num_batched_tokens=8192)
+    assert sizes[:5] == (1, 2, 4, 8, 16) and sizes[-2:] == (496, 512)
+    assert 248 in sizes and 256 in sizes and 264 not in sizes and 272 in sizes
+    small = load_engine("vllm").cuda_graph_sizes(max_num_seqs=8, max_num_batched_tokens=2048)
+    assert small == (1, 2, 4, 8, 16)          # max = min(2 * 8, 512) = 16
+    assert load_engine("vllm").cuda_graph_sizes(256, 100)[-1] == 96   # clamped by the token budget
+
+
+def test_sglang_capture_sizes() -> None:
+    sizes = load_engine("sglang").cuda_graph_sizes(1024, 8192, gpu=load_gpu("h100_sxm"), tp=1)
+    assert sizes[:6] == (1, 2, 4, 8, 12, 16) and sizes[-1] == 256
+    sizes8 = load_engine("sglang").cuda_graph_sizes(1024, 8192, gpu=load_gpu("h100_sxm"), tp=8)
+    assert sizes8[-1] == 512 and 496 in sizes8 and 272 in sizes8
+
+
+def _llama8b(**kw: object) -> Deployment:
+    return Deployment(gpu=load_gpu("h100_sxm"), model=load_model("meta-llama/Llama-3.1-8B"),
+                      engine=load_engine("vllm"), **kw)  # type: ignore[arg-type]
+
+
+def test_kv_bytes_per_token() -> None:
+    assert _llama8b().kv_bytes_per_token == 32 * 2 * 8 * 128 * 2 == 131072
+    assert _llama8b(tp=2).kv_bytes_per_token == 131072 // 2
+    assert _llama8b(tp=8).kv_bytes_per_token == 32 * 2 * 1 * 128 * 2
+    assert _llama8b(kv_dtype="fp8").kv_bytes_per_token == 65536
+    assert _llama8b().bytes_per_block(16) == 16 * 131072
+    assert DTYPE_BYTES["bf16"] == 2
+
+
+def test_kv_heads_replicated_when_fewer_than_tp() -> None:
+    d = _llama8b(tp=16)                  # 8 KV heads over 16 GPUs: each GPU keeps one (replicated)
+    assert d.kv_heads_per_gpu == 1
+    assert d.kv_bytes_per_token == 32 * 2 * 1 * 128 * 2
+
+
+def test_weight_bytes_and_capacity_known_case() -> None:
+    dep = _llama8b()
+    weights = 8030261248 * 2                        # every Llama-3.1-8B parameter in BF16
+    assert dep.weight_bytes_per_gpu == weights
+    activation = 8192 * (2 * 4096 + 3 * 14336) * 2 + 2 * 1024 * 128256 * 4
+    reserve = activation + 2**30
+    budget = 80 * 2**30 * 0.9
+    expected = int((budget - weights - reserve) // (16 * 131072))
+    assert dep.kv_capacity_blocks(16, 0.9) == expected == 27792
+
+
+def test_model_too_big_raises_with_numbers() -> None:
+    dep = Deployment(gpu=load_gpu("h100_sxm"), model=load_model("meta-llama/Llama-3.1-70B"),
+                     engine=load_engine("vllm"), tp=1)
+    with pytest.raises(ValueError, match=r"does not fit on h100_sxm.*weights 1[0-9][0-9]\.\d\d GiB"):
+        dep.kv_capacity_blocks(16, 0.9)
+
+
+def test_bad_deployment_values() -> None:
+    with pytest.raises(ValueError, match="weight_dtype 'int3'"):
+        _llama8b(weight_dtype="int3")
+    with pytest.raises(ValueError, match="tp=3"):
+        _llama8b(tp=3)
+    with pytest.raises(ValueError, match="tp must be >= 1"):
+        _llama8b(tp=0)
+
+
+def test_import_is_light() -> None:
+    """hardware never imports simpy or twin, and reads no data file at import time."""
+    import subprocess
+    import sys
+    code = ("import sys, hardware, hardware.model as m, hardware.gpu as g; "
+            "assert 'simpy' not in sys.modules and 'twin' not in sys.modules; "
+            "assert m._index.cache_info().currsize == 0 and g.load_gpu.cache_info().currsize == 0")
+    subprocess.run([sys.executable, "-c", code], check=True)

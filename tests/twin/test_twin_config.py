@@ -1,0 +1,84 @@
+"""Config loading: dotted-path errors, overrides, resolution of engine defaults, the CLI's exit codes."""
+
+import json
+
+import pytest
+import yaml
+
+from twin.cli import list_examples, main
+from twin.config import TwinConfig, load_config
+from twin.errors import ConfigError
+from twin.system import resolve
+
+
+@pytest.mark.parametrize("override, path, expected", [
+    ("scheduler.max_num_seqs=0", "scheduler.max_num_seqs", "must be > 0, got 0"),
+    ("scheduler.max_num_seqs=abc", "scheduler.max_num_seqs", "expected an integer"),
+    ("scheduler.policy=lifo", "scheduler.policy", "must be one of ['fcfs', 'priority']"),
+    ("hardware.gpu=h900", "hardware.gpu", "no known gpu: 'h900'"),
+    ("model.name=nope/nothing", "model.name", "no known model"),
+    ("kv_cache.gpu_memory_utilization=1.5", "kv_cache.gpu_memory_utilization", "must be in (0, 1]"),
+    ("scheduler.chunked_prefil=true", "scheduler.chunked_prefil", "unknown key"),
+    ("router.kind=magic", "router.kind", "unknown router kind 'magic'"),
+    ("workload.arrival.rate_per_s=-1", "workload.arrival.rate_per_s", "must be > 0"),
+    ("workload.input_tokens.low=10", "workload.input_tokens", "give either fixed, or both low and high"),
+])
+def test_bad_values_name_the_dotted_path(override, path, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config({"workload": {"kind": "synthetic", "input_tokens": {"fixed": 10}}} if "input" in override
+                    else None, [override])
+    assert info.value.path == path
+    assert expected in str(info.value)
+
+
+def test_yaml_errors_name_file_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("scheduler:\n  max_num_seqs: [1,\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(bad)
+    assert str(bad) in str(info.value) and "line" in str(info.value)
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("scheduler:\n  max_num_seqs: 0\n")
+    with pytest.raises(ConfigError, match=rf"{wrong}: scheduler.max_num_seqs"):
+        load_config(wrong)
+
+
+def test_overrides_and_engine_defaults_resolution():
+    cfg = load_config(None, ["scheduler.max_num_seqs=64", "workload.arrival.rate_per_s=3"])
+    assert cfg.scheduler.max_num_seqs == 64 and cfg.workload.arrival.rate_per_s == 3.0
+    r = resolve(cfg)
+    # vLLM on an H100 (>= 70 GiB, not A100): 8192 batched tokens; block size 16; utilisation 0.9.
+    assert r.scheduler.max_num_batched_tokens == 8192 and r.scheduler.max_num_seqs == 64
+    assert r.kv_cache.block_size == 16 and r.kv_cache.gpu_memory_utilization == 0.9
+    a100 = resolve(load_config(None, ["hardware.gpu=a100_sxm"]))
+    assert a100.scheduler.max_num_batched_tokens == 2048 and a100.scheduler.max_num_seqs == 256
+
+
+def test_config_round_trips_through_its_dict():
+    cfg = load_config(None, ["router.kind=kv_aware", "router.load_weight=0.25"])
+    again = load_config(yaml.safe_load(yaml.safe_dump(cfg.to_dict())))
+    assert again == cfg
+    assert isinstance(TwinConfig(), TwinConfig)
+
+
+def test_cli_bad_config_exits_non_zero_without_traceback(capsys):
+    assert main(["run", "--set", "scheduler.max_num_seqs=0", "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "scheduler.max_num_seqs" in err and "Traceback" not in err
+
+
+def test_cli_runs_a_small_example_and_writes_results(tmp_path, capsys):
+    out = tmp_path / "res"
+    code = main(["run", "--example", "chat", "--out", str(out), "--set", "workload.num_requests=20", "--seed", "3"])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests"]["completed"] == 20
+    for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s"):
+        assert set(summary[key]) >= {"mean", "p50", "p90", "p99"}
+    assert set(summary["throughput"]) >= {"output_tokens_per_s", "input_tokens_per_s", "requests_per_s"}
+    assert "hit_rate" in summary["prefix_cache"] and set(summary["sim"]) >= {"simulated_s", "wall_s"}
+    resolved = yaml.safe_load((out / "config.yaml").read_text())
+    assert resolved["run"]["seed"] == 3 and resolved["scheduler"]["max_num_batched_tokens"] == 8192
+    assert (out / "timeseries.png").exists() and (out / "latency_cdf.png").exists()
+    assert "chat" in list_examples()
+    assert "results written to" in capsys.readouterr().out

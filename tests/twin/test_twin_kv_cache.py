@@ -1,0 +1,103 @@
+"""Block pool and KV manager: exact block ids, reference counts, eviction order (vLLM v1 semantics)."""
+
+import pytest
+from twin_testkit import make_request
+
+from twin.errors import InvariantError
+from twin.kv_cache import BlockPool, KVCacheManager
+
+
+def free_list(pool: BlockPool) -> list[int]:
+    return list(pool.free_queue)
+
+
+def test_pool_allocates_from_head_and_frees_to_tail():
+    pool = BlockPool(5)
+    assert pool.allocate(2) == [0, 1]
+    assert free_list(pool) == [2, 3, 4]
+    pool.release([1, 0])
+    assert free_list(pool) == [2, 3, 4, 1, 0]
+    assert pool.allocate(4) == [2, 3, 4, 1]
+    with pytest.raises(InvariantError):
+        pool.allocate(2)
+
+
+def test_scripted_sequence_block_ids_and_eviction_order():
+    kv = KVCacheManager(num_blocks=10, block_size=4)
+    pool = kv.pool
+    # A: 10-token prompt -> 3 blocks, the two full ones cached.
+    a = make_request(1, prompt=10, output=2, shared=("sys", 4), stream="a")
+    assert kv.get_computed_blocks(a) == []
+    assert kv.allocate_slots(a, 10)
+    assert kv.blocks_of(a) == [0, 1, 2]
+    assert pool.cached == {a.block_keys[0]: 0, a.block_keys[1]: 1}
+    a.num_computed_tokens = 10
+
+    # B shares A's first block (the 4-token system prompt), then differs.
+    b = make_request(2, prompt=9, output=2, shared=("sys", 4), stream="b")
+    assert b.block_keys[0] == a.block_keys[0] and b.block_keys[1] != a.block_keys[1]
+    hits = kv.get_computed_blocks(b)
+    assert hits == [0]
+    assert kv.allocate_slots(b, 9 - 4, hits)
+    assert kv.blocks_of(b) == [0, 3, 4]
+    assert pool.ref_cnt[:5] == [2, 1, 1, 1, 1]
+    assert pool.cached == {a.block_keys[0]: 0, a.block_keys[1]: 1, b.block_keys[1]: 3}
+
+    # Freeing releases tail first: A's blocks join the free queue as 2, 1 (0 is still B's).
+    kv.free(a)
+    assert free_list(pool) == [5, 6, 7, 8, 9, 2, 1]
+    kv.free(b)
+    assert free_list(pool) == [5, 6, 7, 8, 9, 2, 1, 4, 3, 0]
+    assert pool.num_used == 0 and pool.num_cached == 3
+
+    # C takes 7 blocks: the empty ones first, then A's tail (2, unhashed) and A's second block (1, evicted).
+    c = make_request(3, prompt=28, output=1, stream="c")
+    assert kv.allocate_slots(c, 28)
+    assert kv.blocks_of(c) == [5, 6, 7, 8, 9, 2, 1]
+    assert pool.evictions == 1
+    assert a.block_keys[1] not in pool.cached
+    assert free_list(pool) == [4, 3, 0]
+    # The shared system-prompt block survived: a new request sharing it still hits.
+    d = make_request(4, prompt=8, output=1, shared=("sys", 4), stream="d")
+    assert kv.get_computed_blocks(d) == [0]
+    pool.check()
+
+
+def test_allocation_is_all_or_nothing_and_counts_free_hits():
+    kv = KVCacheManager(num_blocks=3, block_size=4)
+    a = make_request(1, prompt=8, output=1, stream="x")
+    assert kv.allocate_slots(a, 8)
+    kv.free(a)  # blocks 1, 0 are cached and free
+    assert list(kv.pool.free_queue) == [2, 1, 0]
+    # Same prefix, 13-token prompt: 2 hit blocks (both free) + 2 new blocks; only 1 truly free -> refused.
+    b = make_request(2, prompt=13, output=1, stream="x")
+    hits = kv.get_computed_blocks(b)
+    assert hits == [0, 1]
+    assert not kv.allocate_slots(b, 5, hits)
+    assert list(kv.pool.free_queue) == [2, 1, 0] and kv.blocks_of(b) == ()
+    # 12-token prompt: 2 hits + 1 new block -> fits exactly.
+    c = make_request(3, prompt=12, output=1, stream="x")
+    hits = kv.get_computed_blocks(c)
+    assert hits == [0, 1]
+    assert kv.allocate_slots(c, 4, hits)
+    assert kv.blocks_of(c) == [0, 1, 2]
+    assert kv.pool.num_free == 0
+
+
+def test_hit_is_capped_one_token_short_of_the_prompt():
+    kv = KVCacheManager(num_blocks=8, block_size=4)
+    a = make_request(1, prompt=8, output=4, stream="y")
+    kv.allocate_slots(a, 8)
+    kv.free(a)
+    same = make_request(2, prompt=8, output=4, stream="y")
+    # 8 prompt tokens are cached, but the last one must be recomputed to sample: only block 0 counts.
+    assert kv.get_computed_blocks(same) == [0]
+
+
+def test_prefix_caching_off_never_hits():
+    kv = KVCacheManager(num_blocks=8, block_size=4, enable_prefix_caching=False)
+    a = make_request(1, prompt=8, output=1, stream="z")
+    kv.allocate_slots(a, 8)
+    kv.free(a)
+    assert kv.pool.cached == {}
+    assert kv.get_computed_blocks(make_request(2, prompt=9, output=1, stream="z")) == []

@@ -1,0 +1,160 @@
+"""End-to-end runs: event times in a tiny scenario, prefix hits across turns, failures, stalls, determinism."""
+
+from pathlib import Path
+
+import attrs
+import numpy as np
+import pytest
+
+from hardware import BatchShape
+from twin.config import RouterSpec, load_config
+from twin.errors import StallError
+from twin.registry import register
+from twin.runner import Simulation, run
+from twin.system import cost_model, make_deployment
+from workloads.io import write_sessions
+from workloads.sessions import Call, Session
+
+
+def small_config(**sections):
+    base = {
+        "workload": {"kind": "synthetic", "num_requests": 40, "arrival": {"kind": "poisson", "rate_per_s": 20.0},
+                     "input_tokens": {"low": 50, "high": 400}, "output_tokens": {"low": 5, "high": 40}},
+        "metrics": {"sample_interval_s": 0.5},
+    }
+    base.update(sections)
+    return load_config(base)
+
+
+def sessions_config(tmp_path: Path, sessions, **sections):
+    path = tmp_path / "w.jsonl"
+    write_sessions(path, sessions, source="test")
+    return load_config({"workload": {"kind": "sessions", "path": str(path)}, **sections})
+
+
+def test_single_request_timeline_matches_the_cost_model(tmp_path):
+    """One 100-token prompt, 3 output tokens, alone: TTFT is one prefill step, then two decode steps."""
+    cfg = sessions_config(tmp_path, [Session(id="s", arrival_s=0.25, calls=(Call(append_tokens=100,
+                                                                              output_tokens=3),))])
+    sim = Simulation(cfg)
+    cm = cost_model(sim.config, make_deployment(sim.config, 1))
+    prefill = cm.step_time_ns(BatchShape(num_reqs=1, num_decode=0, new_tokens=100, sum_kv=100, sum_q_kv=10000,
+                                         sum_q_sq=10000))
+    decode1 = cm.step_time_ns(BatchShape(num_reqs=1, num_decode=1, new_tokens=1, sum_kv=101, sum_q_kv=101,
+                                         sum_q_sq=1))
+    decode2 = cm.step_time_ns(BatchShape(num_reqs=1, num_decode=1, new_tokens=1, sum_kv=102, sum_q_kv=102,
+                                         sum_q_sq=1))
+    row = sim.run().requests[0]
+    t0 = 250_000_000
+    assert row["first_scheduled_s"] == t0 / 1e9
+    assert row["first_token_s"] == (t0 + prefill) / 1e9
+    assert row["finish_s"] == (t0 + prefill + decode1 + decode2) / 1e9
+    assert row["max_itl_s"] == max(decode1, decode2) / 1e9
+    assert row["status"] == "finished" and row["output_tokens"] == 3
+
+
+def test_second_turn_hits_the_first_turns_blocks(tmp_path):
+    s = Session(id="chat", arrival_s=0.0, calls=(Call(append_tokens=100, output_tokens=20, wait_after_s=2.0),
+                                                 Call(append_tokens=30, output_tokens=10)))
+    res = run(sessions_config(tmp_path, [s]))
+    t = res.requests
+    assert list(t["prompt_tokens"]) == [100, 150]
+    # Turn 1 computed 100 prompt + 19 output tokens (the last sampled token is never fed back): 7 full blocks.
+    assert list(t["cached_tokens"]) == [0, 112]
+    # The tool wait separates the turns exactly.
+    assert t["arrival_s"][1] == pytest.approx(t["finish_s"][0] + 2.0, abs=1e-9)
+    assert res.summary["prefix_cache"]["hit_rate"] == pytest.approx(112 / 250)
+
+
+def test_shared_system_prompt_is_cached_across_sessions(tmp_path):
+    sessions = [Session(id=f"u{i}", arrival_s=float(i), prefix_group="sys", prefix_tokens=64,
+                        calls=(Call(append_tokens=40, output_tokens=4),)) for i in range(3)]
+    t = run(sessions_config(tmp_path, sessions)).requests
+    assert list(t["cached_tokens"]) == [0, 64, 64]
+
+
+def test_request_that_can_never_fit_fails_and_others_complete(tmp_path):
+    sessions = [Session(id="big", arrival_s=0.0, calls=(Call(append_tokens=5000, output_tokens=10),)),
+                Session(id="ok", arrival_s=0.0, calls=(Call(append_tokens=100, output_tokens=10),))]
+    res = run(sessions_config(tmp_path, sessions, kv_cache={"num_blocks": 100}))
+    t = res.requests
+    assert list(t["status"]) == ["failed", "finished"]
+    assert "needs 314 KV blocks" in t["fail_reason"][0]
+    assert res.summary["requests"] == {"submitted": 2, "completed": 1, "failed": 1, "pending": 0}
+
+
+def test_memory_pressure_preempts_and_still_completes_everything():
+    cfg = small_config(kv_cache={"num_blocks": 60}, workload={
+        "kind": "synthetic", "num_requests": 30, "arrival": {"kind": "all_at_once"},
+        "input_tokens": {"fixed": 200}, "output_tokens": {"fixed": 200}})
+    res = run(cfg)
+    assert res.summary["requests"]["completed"] == 30
+    assert res.summary["preemptions"] > 0 and res.summary["recomputed_tokens"] > 0
+
+
+def test_same_seed_same_bytes_and_other_seed_differs(tmp_path):
+    a = run(small_config(), out=tmp_path / "a")
+    run(small_config(), out=tmp_path / "b")
+    run(small_config(run={"seed": 1}), out=tmp_path / "c")
+    assert (tmp_path / "a/requests.csv").read_bytes() == (tmp_path / "b/requests.csv").read_bytes()
+    assert (tmp_path / "a/timeseries.csv").read_bytes() == (tmp_path / "b/timeseries.csv").read_bytes()
+    assert (tmp_path / "a/requests.csv").read_bytes() != (tmp_path / "c/requests.csv").read_bytes()
+    assert a.summary["requests"]["completed"] == 40
+    for name in ("summary.json", "config.yaml", "ledger.json", "timeseries.csv"):
+        assert (tmp_path / "a" / name).exists()
+
+
+def test_fixed_concurrency_keeps_n_in_flight():
+    cfg = small_config(workload={"kind": "synthetic", "num_requests": 12, "arrival": {"kind": "concurrency",
+                                 "concurrency": 3}, "input_tokens": {"fixed": 64}, "output_tokens": {"fixed": 8}})
+    t = run(cfg).requests
+    order = np.argsort(t["arrival_s"], kind="stable")
+    arrivals, finishes = t["arrival_s"][order], np.sort(t["finish_s"])
+    assert list(arrivals[:3]) == [0.0, 0.0, 0.0]
+    # Each later request is sent exactly when an earlier one finished.
+    assert list(arrivals[3:]) == list(finishes[:9])
+
+
+def test_replicas_behind_round_robin_and_least_loaded():
+    rr = run(small_config(system={"kind": "colocated", "replicas": 2})).requests
+    assert list(rr["worker"][:4]) == [0, 1, 0, 1]
+    ll = run(small_config(system={"kind": "colocated", "replicas": 3}, router={"kind": "least_loaded"})).requests
+    assert set(ll["worker"]) == {0, 1, 2}
+
+
+class _Nowhere:
+    """A worker stand-in that accepts requests and never serves them."""
+
+    wid = 99
+
+    def submit(self, req):
+        req.worker = 99
+
+
+@register("router", "black_hole_for_test")
+@attrs.frozen(kw_only=True)
+class BlackHole(RouterSpec):
+    def build(self):
+        class Policy:
+            def choose(self, req, workers):
+                return _Nowhere()
+
+        return Policy()
+
+
+def test_user_registered_kind_runs_and_a_stall_names_the_stuck_request(tmp_path):
+    cfg = sessions_config(tmp_path, [Session(id="lost", arrival_s=1.0, calls=(Call(append_tokens=10,
+                                                                                  output_tokens=2),))],
+                          router={"kind": "black_hole_for_test"})
+    with pytest.raises(StallError) as info:
+        run(cfg)
+    text = str(info.value)
+    assert "stalled at t=1.000000s" in text and "1 request(s) pending" in text and "session='lost'" in text
+
+
+def test_max_sim_s_fails_pending_requests_with_a_reason():
+    cfg = small_config(run={"max_sim_s": 0.5})
+    res = run(cfg)
+    t = res.requests
+    pending = t[t["status"] == "failed"]
+    assert len(pending) > 0 and all(r.startswith("time limit") for r in pending["fail_reason"])

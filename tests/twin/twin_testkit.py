@@ -1,0 +1,39 @@
+"""Tiny builders for the twin's unit tests (vLLM-test style: make_request, make_scheduler)."""
+
+from __future__ import annotations
+
+from twin.kv_cache import KVCacheManager
+from twin.request import Request
+from twin.scheduler import Scheduler, SchedulerLimits
+from twin.tokens import SourceTable, TokenSequence
+
+_sources = SourceTable()
+
+
+def make_request(rid: int, prompt: int, output: int, *, block_size: int = 4, stream: str | None = None,
+                 shared: tuple[str, int] | None = None, arrival_ns: int = 0, priority: int = 0) -> Request:
+    """A request whose prompt is ``shared`` (group, tokens) then its own stream (default: unique per id)."""
+    seq = TokenSequence()
+    own = prompt
+    if shared is not None:
+        seq.extend(_sources.get(("group", shared[0])), 0, shared[1])
+        own -= shared[1]
+    seq.extend(_sources.get(("stream", stream or f"r{rid}")), 0, own + output)
+    return Request(id=rid, prompt_tokens=prompt, max_output_tokens=output,
+                   block_keys=list(seq.block_keys(block_size)), arrival_ns=arrival_ns, session=f"s{rid}",
+                   priority=priority)
+
+
+def make_scheduler(*, num_blocks: int, block_size: int = 4, max_num_batched_tokens: int = 64,
+                   max_num_seqs: int = 16, threshold: int = 0, policy: str = "fcfs",
+                   chunked_prefill: bool = True, prefix_caching: bool = True) -> Scheduler:
+    limits = SchedulerLimits(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                             long_prefill_token_threshold=threshold, chunked_prefill=chunked_prefill)
+    return Scheduler(limits, KVCacheManager(num_blocks, block_size, prefix_caching), policy)
+
+
+def step(sched: Scheduler, now: int = 0) -> tuple[list[tuple[int, int]], list[int], list[int]]:
+    """One schedule + update: ((id, tokens) scheduled, ids preempted, ids finished)."""
+    out = sched.schedule(now)
+    finished = sched.update(out, now + 1)
+    return ([(r.id, n) for r, n in out.scheduled], [r.id for r in out.preempted], [r.id for r in finished])

@@ -1,0 +1,154 @@
+"""Arrival processes, length samplers, open-loop sessions, trace CSVs and LMBenchmark multi-round pacing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from workloads.errors import WorkloadFormatError
+from workloads.generators import (
+    gamma_arrivals,
+    lmbenchmark_multiround,
+    open_loop_sessions,
+    poisson_arrivals,
+    read_request_csv,
+    sample_lengths,
+)
+from workloads.sessions import Call, Session, prompt_tokens
+
+
+def test_poisson_arrivals_are_pinned_for_a_seed() -> None:
+    times = poisson_arrivals(np.random.default_rng(0), 2.0, 4, start_s=1.0)
+    assert times.tolist() == [1.3399659519844547, 1.8497645027173872, 1.8596678340119148, 1.860802497352529]
+
+
+def test_gamma_arrivals_are_pinned_and_have_the_asked_mean_and_cv() -> None:
+    times = gamma_arrivals(np.random.default_rng(0), 2.0, 2.0, 4)
+    assert times.tolist() == [0.32921774695742384, 0.3292233838955036, 1.2465478768028468, 1.5174061285564877]
+    gaps = np.diff(gamma_arrivals(np.random.default_rng(1), 5.0, 1.5, 200_000), prepend=0.0)
+    assert gaps.mean() == pytest.approx(0.2, rel=0.01)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.5, rel=0.01)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("inf"), float("nan")])
+def test_rates_must_be_positive(bad: float) -> None:
+    with pytest.raises(ValueError, match="rate_per_s"):
+        poisson_arrivals(np.random.default_rng(0), bad, 3)
+    with pytest.raises(ValueError, match="cv"):
+        gamma_arrivals(np.random.default_rng(0), 1.0, bad if bad <= 0 or bad != bad else float("inf"), 3)
+
+
+def test_sample_lengths_fixed_and_inclusive_range() -> None:
+    assert sample_lengths(np.random.default_rng(0), 3, fixed=128).tolist() == [128, 128, 128]
+    assert sample_lengths(np.random.default_rng(0), 6, low=100, high=103).tolist() == [103, 102, 102, 101, 101, 100]
+    drawn = sample_lengths(np.random.default_rng(2), 5000, low=1, high=3)
+    assert set(drawn.tolist()) == {1, 2, 3}
+    assert sample_lengths(np.random.default_rng(0), 4, low=7, high=7).tolist() == [7, 7, 7, 7]
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"fixed": 1, "low": 1, "high": 2}, {"low": 5, "high": 4}, {"low": 1},
+                                    {"fixed": -1}])
+def test_sample_lengths_rejects_bad_arguments(kwargs: dict[str, int]) -> None:
+    with pytest.raises(ValueError):
+        sample_lengths(np.random.default_rng(0), 3, **kwargs)
+
+
+def test_open_loop_sessions() -> None:
+    sessions = open_loop_sessions(np.array([0.5, 1.0]), [300, 400], np.array([10, 20]), id_prefix="r",
+                                  prefix_group="sys", prefix_tokens=100)
+    assert sessions == [
+        Session(id="r-0", arrival_s=0.5, prefix_group="sys", prefix_tokens=100,
+                calls=(Call(append_tokens=200, output_tokens=10),)),
+        Session(id="r-1", arrival_s=1.0, prefix_group="sys", prefix_tokens=100,
+                calls=(Call(append_tokens=300, output_tokens=20),)),
+    ]
+    assert [prompt_tokens(s) for s in sessions] == [[300], [400]]
+    assert type(sessions[0].calls[0].append_tokens) is int and type(sessions[0].arrival_s) is float
+    closed = open_loop_sessions(None, [5], [6])
+    assert closed == [Session(id="req-0", calls=(Call(append_tokens=5, output_tokens=6),))]
+    with pytest.raises(ValueError, match="shorter than the shared prefix"):
+        open_loop_sessions(None, [50], [1], prefix_group="g", prefix_tokens=100)
+    with pytest.raises(ValueError, match="2 arrivals but 1"):
+        open_loop_sessions([0.0, 1.0], [5], [6])
+
+
+def test_read_request_csv_vidur_plain_and_azure(tmp_path: Path) -> None:
+    vidur = tmp_path / "vidur.csv"
+    vidur.write_text("request_id,arrived_at,num_prefill_tokens,num_decode_tokens\n0,0.158,395,112\n1,0.162,1030,403\n")
+    assert read_request_csv(vidur) == [
+        Session(id="0", arrival_s=0.158, calls=(Call(append_tokens=395, output_tokens=112),)),
+        Session(id="1", arrival_s=0.162, calls=(Call(append_tokens=1030, output_tokens=403),)),
+    ]
+    plain = tmp_path / "plain.csv"
+    plain.write_text("input_tokens,output_tokens,arrival_s\n7,8,2.5\n")
+    assert read_request_csv(plain) == [Session(id="req-0", arrival_s=2.5, calls=(Call(append_tokens=7,
+                                                                                           output_tokens=8),))]
+    azure = tmp_path / "azure.csv"
+    azure.write_bytes(b"TIMESTAMP,ContextTokens,GeneratedTokens\r\n"
+                      b"2023-11-16 18:15:46.6805900,374,44\r\n"
+                      b"2023-11-16 18:15:50.7486191,396,109\r\n"
+                      b"2023-11-17 00:00:00,1,2")
+    sessions = read_request_csv(azure)
+    assert [s.arrival_s for s in sessions] == [0.0, 4.0680291, (5 * 3600 + 44 * 60 + 13) + 0.31941]
+    assert [(s.calls[0].append_tokens, s.calls[0].output_tokens) for s in sessions] == [(374, 44), (396, 109), (1, 2)]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a,b,c\n1,2,3\n", ":1: expected a header with one of the column sets"),
+        ("arrival_s,input_tokens,output_tokens,extra\n1,2,3,4\n", ":1: unexpected or repeated column(s) ['extra']"),
+        ("arrival_s,input_tokens,output_tokens\n1,2,3\n1,2.5,3\n", ":3: input_tokens: expected a non-negative integer, got '2.5'"),
+        ("arrival_s,input_tokens,output_tokens\n1,2\n", ":2: expected 3 cells, got 2"),
+        ("arrival_s,input_tokens,output_tokens\nx,2,3\n", ":2: arrival_s: expected a time in seconds, got 'x'"),
+        ("arrival_s,input_tokens,output_tokens\n-1,2,3\n", ":2: arrival_s: expected a time >= 0, got '-1'"),
+        ("arrival_s,input_tokens,output_tokens\n1,2,-3\n", ":2: output_tokens: expected a non-negative integer"),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1,2\n2023-11-16 18:15:45,1,2\n",
+         ":3: TIMESTAMP: expected a time at or after the first row's, got '2023-11-16 18:15:45'"),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n16/11/2023 18:15,1,2\n", ":2: TIMESTAMP: expected a datetime"),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-02-30 18:15:46,1,2\n", ":2: TIMESTAMP: expected a valid calendar"),
+        ("id,arrival_s,input_tokens,output_tokens\na,1,2,3\na,1,2,3\n", ":3: id: expected a unique non-empty id, got 'a'"),
+        ("", ":1: empty file"),
+    ],
+)
+def test_read_request_csv_errors_name_file_and_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    with pytest.raises(WorkloadFormatError) as info:
+        read_request_csv(path)
+    assert str(info.value).startswith(str(path) + message)
+
+
+def test_lmbenchmark_pacing_follows_the_client() -> None:
+    # num_users=10, qps=0.5: interval 20 s, session life 80 s, a user joins every 8 s.
+    sessions = lmbenchmark_multiround(10, 5, 0.5, 1000, 2000, 100)
+    got = [(s.id, s.arrival_s, len(s.calls)) for s in sessions]
+    assert got == [
+        ("user-2", 8.0, 1), ("user-3", 16.0, 1), ("user-4", 4.0, 2), ("user-5", 12.0, 2), ("user-6", 20.0, 2),
+        ("user-7", 8.0, 3), ("user-8", 16.0, 3), ("user-9", 4.0, 4), ("user-10", 12.0, 4),
+        ("user-11", 0.0, 5), ("user-12", 8.0, 5), ("user-13", 16.0, 5), ("user-14", 24.0, 5), ("user-15", 32.0, 5),
+        ("user-16", 40.0, 5), ("user-17", 48.0, 5), ("user-18", 56.0, 5), ("user-19", 64.0, 5),
+        ("user-20", 72.0, 5),
+    ]
+    user = sessions[-1]
+    assert user.prefix_group == "lmbenchmark-system" and user.prefix_tokens == 1000
+    assert user.calls[0] == Call(append_tokens=2020, output_tokens=100)
+    assert user.calls[1:] == (Call(append_tokens=20, output_tokens=100, min_interval_s=20.0),) * 4
+    assert prompt_tokens(user) == [3020, 3140, 3260, 3380, 3500]
+    # Pre-staggered users restart their history (the client's ramp-up sends no earlier rounds).
+    assert sessions[0].calls == (Call(append_tokens=2020, output_tokens=100),)
+
+
+def test_lmbenchmark_duration_controls_joining_users() -> None:
+    sessions = lmbenchmark_multiround(4, 3, 2.0, 10, 20, 5, question_len=3, duration_s=5.0)
+    # interval 2 s, gap 1 s. Ramp user i sits offset = 4 - i s into its life, has asked int(offset / 2) + 1
+    # questions and sends the next one at -offset + asked * 2: user 1 has none left; users 2, 3, 4 send at
+    # 1, 2, 1 s. Joiners arrive at 0, 1, 2, 3, 4 (< duration 5 s).
+    assert [(s.id, s.arrival_s, len(s.calls)) for s in sessions] == [
+        ("user-2", 1.0, 1), ("user-3", 2.0, 1), ("user-4", 1.0, 2),
+        ("user-5", 0.0, 3), ("user-6", 1.0, 3), ("user-7", 2.0, 3), ("user-8", 3.0, 3), ("user-9", 4.0, 3),
+    ]
+    with pytest.raises(ValueError, match="num_rounds >= 2"):
+        lmbenchmark_multiround(4, 1, 2.0, 10, 20, 5)

@@ -1,0 +1,164 @@
+"""Clients: one closed-loop SimPy process per session, started by a launcher at the session's arrival.
+
+Call k+1 is sent only after call k's last token, its sub-agents' join and its wait. The session's context is
+a :class:`~twin.tokens.TokenSequence`: the prefix group's tokens, then the session's own stream, which grows
+by each call's append and output, so the blocks of call k are the first blocks of call k+1. A cut
+(``keep_tokens``) starts a new stream epoch: tokens written after the cut are new content.
+An open-loop request stream is the one-call case, placed by the workload's arrival rule.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import simpy
+
+from twin.request import Request, Status
+from twin.sim import ProcessGen, now_ns, to_ns
+from twin.tokens import SourceTable, TokenSequence
+from workloads.sessions import Call, Session
+
+class SessionDriver:
+    """Starts sessions at their start times (optionally at most ``max_concurrent`` at once) and runs them."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        sessions: Sequence[Session],
+        start_ns: Sequence[int],
+        submit: Callable[[Request], None],
+        *,
+        block_size: int,
+        sources: SourceTable,
+        wait_scale: float = 1.0,
+        max_concurrent: int | None = None,
+        stop_ns: int | None = None,
+        record_token_times: bool = False,
+    ) -> None:
+        if len(sessions) != len(start_ns):
+            raise ValueError(f"{len(sessions)} sessions but {len(start_ns)} start times")
+        self.env = env
+        self.submit = submit
+        self.block_size = block_size
+        self.sources = sources
+        self.wait_scale = wait_scale
+        self.stop_ns = stop_ns
+        self.record_token_times = record_token_times
+        self.requests: list[Request] = []
+        self.sessions_started = 0
+        self.sessions_finished = 0
+        self.sessions_failed = 0
+        self.sessions_skipped = 0
+        """Sessions not started because they would have arrived after ``run.duration_s``."""
+        self.active = 0
+        order = sorted(range(len(sessions)), key=lambda i: (start_ns[i], i))
+        self._plan = [(start_ns[i], sessions[i]) for i in order]
+        self._slots = simpy.Resource(env, capacity=max_concurrent) if max_concurrent else None
+        self.all_done = env.event()
+        self.launcher = env.process(self._launch())
+
+    @property
+    def pending_requests(self) -> list[Request]:
+        return [r for r in self.requests if not r.is_done]
+
+    def _launch(self) -> ProcessGen:
+        env = self.env
+        running: list[simpy.Process] = []
+        for t_ns, session in self._plan:
+            if self.stop_ns is not None and t_ns > self.stop_ns:
+                self.sessions_skipped += 1
+                continue
+            if t_ns > env.now:
+                yield env.timeout(t_ns - env.now)
+            if self._slots is not None:
+                slot = self._slots.request()
+                yield slot
+                running.append(env.process(self._hold(slot, session)))
+            else:
+                running.append(env.process(self._run_session(session, None)))
+            self.sessions_started += 1
+        yield simpy.AllOf(env, running)
+        self.all_done.succeed()
+
+    def _hold(self, slot: simpy.Event, session: Session) -> ProcessGen:
+        assert self._slots is not None
+        try:
+            yield from self._run_session(session, None)
+        finally:
+            self._slots.release(slot)  # type: ignore[arg-type]
+
+    def _run_session(self, session: Session, context: TokenSequence | None,
+                     name: str | None = None) -> ProcessGen:
+        """One session (or sub-agent): returns normally whether it finished or failed."""
+        env = self.env
+        sid = name or session.id
+        sources = self.sources
+        self.active += 1
+        if context is not None:
+            seq = context
+        else:
+            seq = TokenSequence()
+            if session.prefix_group is not None and session.prefix_tokens:
+                seq.extend(sources.get(("group", session.prefix_group)), 0, session.prefix_tokens)
+        base = len(seq)
+        stream_len = 0
+        epoch = 0
+        src = sources.get(("session", sid, epoch))
+        last_send_ns: int | None = None
+        for k, call in enumerate(session.calls):
+            if call.block_hashes is not None:
+                seq.truncate(base)
+                self._extend_hashed(seq, call, sid, k)
+                stream_len = len(seq) - base
+                epoch += 1
+                src = sources.get(("session", sid, epoch))
+            else:
+                if call.keep_tokens is not None and call.keep_tokens < stream_len:
+                    seq.truncate(base + call.keep_tokens)
+                    stream_len = call.keep_tokens
+                    epoch += 1
+                    src = sources.get(("session", sid, epoch))
+                seq.extend(src, stream_len, call.append_tokens)
+                stream_len += call.append_tokens
+            if call.min_interval_s and last_send_ns is not None:
+                earliest = last_send_ns + to_ns(call.min_interval_s)
+                if earliest > env.now:
+                    yield env.timeout(earliest - env.now)
+            prompt = len(seq)
+            seq.extend(src, stream_len, call.output_tokens)
+            stream_len += call.output_tokens
+            req = Request(id=len(self.requests), prompt_tokens=prompt, max_output_tokens=call.output_tokens,
+                          block_keys=list(seq.block_keys(self.block_size)), arrival_ns=now_ns(env),
+                          session=sid, turn=k, priority=session.priority)
+            self.requests.append(req)
+            done = env.event()
+            req.on_finish = lambda r, done=done: done.succeed(r)  # type: ignore[misc]
+            last_send_ns = now_ns(env)
+            self.submit(req)
+            yield done
+            if req.status is not Status.FINISHED:
+                self.sessions_failed += 1
+                self.active -= 1
+                return
+            if call.subagents:
+                subs = [env.process(self._run_session(sub, seq.copy() if call.fork_context else None,
+                                                      f"{sid}/{sub.id}"))
+                        for sub in call.subagents]
+                yield simpy.AllOf(env, subs)
+            if call.wait_after_s and k + 1 < len(session.calls):
+                yield env.timeout(to_ns(call.wait_after_s * self.wait_scale))
+        self.sessions_finished += 1
+        self.active -= 1
+
+    def _extend_hashed(self, seq: TokenSequence, call: Call, sid: str, k: int) -> None:
+        """A prompt whose block identities are given (Mooncake ``hash_ids``), re-blocked to the engine's size."""
+        assert call.block_hashes is not None
+        left = call.append_tokens
+        for h in call.block_hashes:
+            if left <= 0:
+                break
+            take = min(call.hash_block_tokens, left)
+            seq.extend(self.sources.get(("hash", h)), 0, take)
+            left -= take
+        if left > 0:
+            seq.extend(self.sources.get(("tail", sid, k)), 0, left)

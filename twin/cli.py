@@ -1,0 +1,151 @@
+"""The ``twin`` command: run, plot, workload tools. Errors print one clear message and exit non-zero."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from twin.errors import TwinError
+
+EXAMPLES_PACKAGE = "twin.examples"
+
+
+def list_examples() -> dict[str, str]:
+    """Built-in example configs: name -> first comment line."""
+    out = {}
+    for entry in sorted(resources.files(EXAMPLES_PACKAGE).iterdir(), key=lambda p: p.name):
+        if entry.name.endswith(".yaml"):
+            first = entry.read_text().splitlines()[0].lstrip("# ").strip()
+            out[entry.name[: -len(".yaml")]] = first
+    return out
+
+
+def example_path(name: str) -> Path:
+    examples = list_examples()
+    if name not in examples:
+        raise TwinError(f"unknown example {name!r}; built-in examples: {', '.join(examples)}")
+    return Path(str(resources.files(EXAMPLES_PACKAGE).joinpath(f"{name}.yaml")))
+
+
+def _fmt_s(v: float) -> str:
+    if v != v:
+        return "-"
+    return f"{v * 1e3:9.1f} ms" if v < 10 else f"{v:9.2f} s "
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    r = summary["requests"]
+    lines = [f"requests: {r['submitted']} submitted, {r['completed']} completed, {r['failed']} failed"]
+    lines.append(f"{'':10}{'mean':>12}{'p50':>12}{'p90':>12}{'p99':>12}")
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"), ("e2e_s", "E2E"),
+                       ("queue_s", "queue")):
+        s = summary[key]
+        lines.append(f"{label:10}" + "".join(f"{_fmt_s(s[k]):>12}" for k in ("mean", "p50", "p90", "p99")))
+    t = summary["throughput"]
+    lines.append(f"throughput: {t['output_tokens_per_s']:.1f} output tok/s, {t['input_tokens_per_s']:.1f} input "
+                 f"tok/s, {t['requests_per_s']:.3f} req/s (goodput {t['goodput_requests_per_s']:.3f} req/s)")
+    lines.append(f"prefix-cache hit rate: {summary['prefix_cache']['hit_rate']:.3f}; preemptions: "
+                 f"{summary['preemptions']}")
+    for key in ("kv_transfer",):
+        if key in summary:
+            lines.append(f"{key}: {json.dumps(summary[key])}")
+    sim = summary["sim"]
+    lines.append(f"simulated {sim['simulated_s']:.1f} s in {sim['wall_s']:.2f} s wall ({sim['steps']} steps)")
+    return "\n".join(lines)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from twin.config import load_config
+    from twin.runner import Simulation
+
+    if args.list_examples:
+        for name, text in list_examples().items():
+            print(f"{name:12} {text}")
+        return 0
+    if args.config and args.example:
+        raise TwinError("give a config file or --example, not both")
+    source = Path(args.config) if args.config else example_path(args.example or "chat")
+    overrides = list(args.set or [])
+    if args.seed is not None:
+        overrides.append(f"run.seed={args.seed}")
+    config = load_config(source, overrides)
+    name = config.name or source.stem
+    out = Path(args.out) if args.out else Path("results") / name
+    results = Simulation(config).run()
+    results.write(out)
+    if not args.no_plots:
+        from twin.plots import plot_results
+
+        plot_results(out)
+    print(format_summary(results.summary))
+    print(f"results written to {out}/")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from twin.plots import plot_results
+
+    for path in plot_results(args.folder, args.out):
+        print(path)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="twin", description="ServeTwin: a digital twin of LLM serving.")
+    sub = parser.add_subparsers(dest="command")
+
+    p = sub.add_parser("run", help="run a simulation (the built-in 'chat' example without a config)")
+    p.add_argument("config", nargs="?", help="YAML config file")
+    p.add_argument("--example", help="run a built-in example by name")
+    p.add_argument("--list-examples", action="store_true", help="list the built-in examples")
+    p.add_argument("--out", help="results folder (default: results/<name>)")
+    p.add_argument("--set", action="append", metavar="PATH=VALUE", help="override a config field")
+    p.add_argument("--seed", type=int, help="shorthand for --set run.seed=N")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("plot", help="plot a results folder")
+    p.add_argument("folder")
+    p.add_argument("--out", help="where to write the PNGs (default: the results folder)")
+    p.set_defaults(func=cmd_plot)
+
+    for register in _optional_commands():
+        register(sub)
+    return parser
+
+
+def _optional_commands() -> list[Callable[[Any], None]]:
+    """Sub-command groups of other modules (workload tools, validation), present when installed."""
+    out: list[Callable[[Any], None]] = []
+    try:
+        from workloads.cli import register as register_workload
+    except ImportError:
+        pass
+    else:
+        def add_workload(sub: Any) -> None:
+            p = sub.add_parser("workload", help="convert and inspect workload files")
+            register_workload(p.add_subparsers(dest="workload_command", required=True))
+
+        out.append(add_workload)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        args = parser.parse_args(["run", *(argv or [])])
+    try:
+        code = args.func(args)
+    except (TwinError, ValueError, FileNotFoundError) as exc:
+        print(f"twin: error: {exc}", file=sys.stderr)
+        return 2
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""The configuration of one run: frozen attrs classes, one per YAML section (DESIGN section 8).
+
+Fields left ``None`` take the engine's default for the chosen GPU when the run is built
+(:func:`twin.runner.resolve`); the resolved config, with every value filled in, is written with the results.
+Pluggable parts (system, router, workload, arrival) are chosen by ``kind`` through :mod:`twin.registry`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import attrs
+
+from twin.configio import from_dict, parse_override, read_yaml, set_path, to_dict
+from twin.errors import ConfigError
+from twin.registry import Pluggable
+
+
+# ------------------------------------------------------------------------------------------ validators
+def positive(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if value is not None and not value > 0:
+        raise ValueError(f"{attr.name} must be > 0, got {value!r}")
+
+
+def non_negative(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if value is not None and value < 0:
+        raise ValueError(f"{attr.name} must be >= 0, got {value!r}")
+
+
+def fraction(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if value is not None and not 0 < value <= 1:
+        raise ValueError(f"{attr.name} must be in (0, 1], got {value!r}")
+
+
+def one_of(*choices: str) -> Any:
+    def check(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+        if value not in choices:
+            raise ValueError(f"{attr.name} must be one of {list(choices)}, got {value!r}")
+
+    return check
+
+
+def _known(kind: str, lister: str) -> Any:
+    """Validator: the value names an entry of a ``hardware`` catalogue (GPU, model, engine)."""
+
+    def check(inst: Any, attr: attrs.Attribute, value: str) -> None:  # type: ignore[type-arg]
+        import hardware
+
+        names = getattr(hardware, lister)()
+        if value in names:
+            return
+        try:
+            getattr(hardware, f"load_{kind}")(value)
+        except ValueError:
+            raise ValueError(f"{attr.name} names no known {kind}: {value!r}; expected one of {names}") from None
+
+    return check
+
+
+# ------------------------------------------------------------------------------------ plain sections
+@attrs.frozen(kw_only=True)
+class HardwareConfig:
+    gpu: str = attrs.field(default="h100_sxm", validator=_known("gpu", "list_gpus"))
+    disabled_terms: tuple[str, ...] = ()
+    """Cost-ledger terms switched off (ablation); names as in ``StepCost.terms``."""
+
+
+@attrs.frozen(kw_only=True)
+class ModelConfig:
+    name: str = attrs.field(default="meta-llama/Llama-3.1-8B", validator=_known("model", "list_models"))
+    weight_dtype: str = attrs.field(default="bf16", validator=one_of("bf16", "fp8", "fp4"))
+    kv_dtype: str = attrs.field(default="bf16", validator=one_of("bf16", "fp8"))
+
+
+@attrs.frozen(kw_only=True)
+class EngineConfig:
+    name: str = attrs.field(default="vllm", validator=_known("engine", "list_engines"))
+
+
+@attrs.frozen(kw_only=True)
+class SchedulerConfig:
+    max_num_batched_tokens: int | None = attrs.field(default=None, validator=positive)
+    max_num_seqs: int | None = attrs.field(default=None, validator=positive)
+    long_prefill_token_threshold: int = attrs.field(default=0, validator=non_negative)
+    policy: str = attrs.field(default="fcfs", validator=one_of("fcfs", "priority"))
+    chunked_prefill: bool = True
+
+
+@attrs.frozen(kw_only=True)
+class KVCacheConfig:
+    block_size: int | None = attrs.field(default=None, validator=positive)
+    gpu_memory_utilization: float | None = attrs.field(default=None, validator=fraction)
+    num_blocks: int | None = attrs.field(default=None, validator=positive)
+    """Override of the derived capacity (blocks per worker); normally left empty."""
+    prefix_caching: bool = True
+
+
+@attrs.frozen(kw_only=True)
+class MetricsConfig:
+    sample_interval_s: float = attrs.field(default=1.0, validator=positive)
+    record_token_times: bool = False
+    slo_ttft_s: float | None = attrs.field(default=None, validator=positive)
+    slo_tpot_s: float | None = attrs.field(default=None, validator=positive)
+
+
+@attrs.frozen(kw_only=True)
+class RunConfig:
+    seed: int = 0
+    duration_s: float | None = attrs.field(default=None, validator=positive)
+    """No session starts after this simulated time; the run then drains what was sent."""
+    max_sim_s: float | None = attrs.field(default=None, validator=positive)
+    """Hard stop: requests still pending then fail with reason 'time limit'."""
+    warmup_s: float = attrs.field(default=0.0, validator=non_negative)
+    """Requests arriving before this time are kept in the table but left out of the summary."""
+    check_invariants: bool = True
+
+
+# ------------------------------------------------------------------------------------ pluggable bases
+class SystemSpec(Pluggable):
+    category: ClassVar[str] = "system"
+    default_kind: ClassVar[str] = "colocated"
+
+
+class RouterSpec(Pluggable):
+    category: ClassVar[str] = "router"
+    default_kind: ClassVar[str] = "round_robin"
+
+
+class WorkloadSpec(Pluggable):
+    category: ClassVar[str] = "workload"
+    default_kind: ClassVar[str] = "synthetic"
+
+
+class ArrivalSpec(Pluggable):
+    category: ClassVar[str] = "arrival"
+
+
+def _default(category: str) -> Any:
+    """Factory building a pluggable section's default kind with default parameters."""
+    from twin.registry import lookup
+
+    def make() -> Any:
+        import twin.parts  # noqa: F401  (registers the built-in kinds)
+
+        defaults = {"system": SystemSpec.default_kind, "router": RouterSpec.default_kind,
+                    "workload": WorkloadSpec.default_kind}
+        return lookup(category, defaults[category], category)()
+
+    return attrs.Factory(make)
+
+
+@attrs.frozen(kw_only=True)
+class TwinConfig:
+    name: str = ""
+    hardware: HardwareConfig = attrs.Factory(HardwareConfig)
+    model: ModelConfig = attrs.Factory(ModelConfig)
+    engine: EngineConfig = attrs.Factory(EngineConfig)
+    system: SystemSpec = _default("system")
+    scheduler: SchedulerConfig = attrs.Factory(SchedulerConfig)
+    kv_cache: KVCacheConfig = attrs.Factory(KVCacheConfig)
+    router: RouterSpec = _default("router")
+    workload: WorkloadSpec = _default("workload")
+    metrics: MetricsConfig = attrs.Factory(MetricsConfig)
+    run: RunConfig = attrs.Factory(RunConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(to_dict(self))
+
+
+def load_config(source: str | Path | dict[str, Any] | None = None, overrides: list[str] | tuple[str, ...] = (),
+                *, base_dir: Path | None = None) -> TwinConfig:
+    """A config from a YAML file, a mapping or nothing (all defaults), with ``path=value`` overrides.
+
+    Relative file paths inside the config (a trace, a session file) are resolved against the config
+    file's folder.
+    """
+    import twin.parts  # noqa: F401  (registers the built-in kinds)
+
+    label: str | None = None
+    if source is None:
+        data: dict[str, Any] = {}
+    elif isinstance(source, dict):
+        data = source
+    else:
+        label = str(source)
+        data = read_yaml(source)
+        base_dir = base_dir or Path(source).resolve().parent
+    data = _deepcopy(data)
+    if base_dir is not None:
+        _resolve_paths(data, base_dir)
+    try:
+        if overrides:
+            data = _apply_overrides(data, [parse_override(text) for text in overrides])
+        return from_dict(TwinConfig, data)
+    except ConfigError as exc:
+        if label and exc.source is None:
+            raise ConfigError(exc.path, exc.message, source=label) from None
+        raise
+
+
+def _apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Apply ``path=value`` overrides on top of the config with every default filled in.
+
+    So ``workload.arrival.rate_per_s=3`` works when the file never mentions the arrival. Setting a
+    ``kind`` replaces its section (with the file's own section when that already has the kind).
+    """
+    try:
+        full = from_dict(TwinConfig, data).to_dict()
+    except ConfigError:
+        full = data  # the overrides may be what repairs the file: apply them to it as written
+    for path, value in overrides:
+        if path == "kind" or path.endswith(".kind"):
+            section = path[: -len(".kind")] if path != "kind" else ""
+            own = _get_path(data, section)
+            replacement = own if isinstance(own, dict) and own.get("kind") == value else {"kind": value}
+            if section:
+                set_path(full, section, _deepcopy(replacement))
+            continue
+        set_path(full, path, value)
+    return full
+
+
+def _get_path(data: Any, dotted: str) -> Any:
+    for part in dotted.split(".") if dotted else []:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)
+    return data
+
+
+def _deepcopy(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _deepcopy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_deepcopy(v) for v in data]
+    return data
+
+
+def _resolve_paths(data: dict[str, Any], base_dir: Path) -> None:
+    workload = data.get("workload")
+    if isinstance(workload, dict) and isinstance(workload.get("path"), str):
+        path = Path(workload["path"])
+        if not path.is_absolute() and not path.exists() and (base_dir / path).exists():
+            workload["path"] = str(base_dir / path)

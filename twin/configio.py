@@ -1,0 +1,218 @@
+"""Turning YAML-shaped data into frozen attrs config classes, and back, with dotted-path errors.
+
+Types come from the classes' annotations: ``int``, ``float``, ``bool``, ``str``, ``X | None``,
+``tuple[T, ...]``, ``dict[str, T]``, nested attrs classes, and :class:`~twin.registry.Pluggable` bases whose
+concrete class is chosen by the ``kind`` key. Validators on the classes raise ``ValueError``; the loader
+re-raises them as :class:`~twin.errors.ConfigError` with the field's dotted path.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar, Union
+
+import attrs
+import yaml
+
+from twin.errors import ConfigError
+from twin.registry import Pluggable, lookup
+
+T = TypeVar("T")
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _type_name(tp: Any) -> str:
+    if tp is type(None):
+        return "null"
+    if isinstance(tp, type):
+        if issubclass(tp, Pluggable):
+            return f"a {tp.category} mapping with 'kind'"
+        if attrs.has(tp):
+            return "a mapping"
+        return {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}.get(
+            tp.__name__, tp.__name__)
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is tuple:
+        return f"a list of {_type_name(typing.get_args(tp)[0])}"
+    if origin is dict:
+        return "a mapping"
+    return str(tp)
+
+
+def convert(tp: Any, value: Any, path: str) -> Any:
+    """Check and convert ``value`` to type ``tp``; errors name ``path``."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return convert(arg, value, path)
+            except ConfigError as exc:
+                errors.append(exc)
+        if len(errors) == 1:
+            raise errors[0]
+        raise ConfigError(path, f"expected {_type_name(tp)}, got {value!r}")
+    if origin is tuple:
+        (item,) = typing.get_args(tp)[:1]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(path, f"expected {_type_name(tp)}, got {value!r}")
+        return tuple(convert(item, v, f"{path}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        _key_tp, val_tp = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise ConfigError(path, f"expected a mapping, got {value!r}")
+        return {str(k): convert(val_tp, v, f"{path}.{k}") for k, v in value.items()}
+    if tp is Any:
+        return value
+    if isinstance(tp, type) and (attrs.has(tp) or issubclass(tp, Pluggable)):
+        return from_dict(tp, value, path)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(path, f"expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(path, f"expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(path, f"expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(path, f"expected a string, got {value!r}")
+        return value
+    raise ConfigError(path, f"unsupported config type {tp!r}")
+
+
+def from_dict(cls: type[T], data: Any, path: str = "") -> T:
+    """Build ``cls`` (an attrs class, or a Pluggable base resolved by ``kind``) from a mapping."""
+    if data is None:
+        data = {}
+    shorthand = getattr(cls, "from_scalar", None)
+    if shorthand is not None and not isinstance(data, dict):
+        try:
+            return typing.cast(T, shorthand(data))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(path, str(exc)) from None
+    if not isinstance(data, dict):
+        raise ConfigError(path, f"expected {_type_name(cls)}, got {data!r}")
+    data = dict(data)
+    target: type = cls
+    if issubclass(cls, Pluggable):
+        kind = data.pop("kind", None)
+        if kind is None:
+            default_kind = getattr(cls, "default_kind", None)
+            if default_kind is None:
+                raise ConfigError(f"{path}.kind" if path else "kind", f"missing; expected one of {_kinds(cls)}")
+            kind = default_kind
+        target = lookup(cls.category, kind, path or cls.category)
+    hints = _hints(target)
+    fields = {f.name: f for f in attrs.fields(target)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        sub = f"{path}.{key}" if path else str(key)
+        if key not in fields:
+            raise ConfigError(sub, f"unknown key; expected one of {sorted(fields)}")
+        kwargs[key] = convert(hints[key], value, sub)
+    try:
+        return typing.cast(T, target(**kwargs))
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(_field_path(path, exc, fields), _message(exc)) from None
+
+
+def _kinds(cls: type) -> list[str]:
+    from twin.registry import kinds
+
+    return kinds(typing.cast(type[Pluggable], cls).category)
+
+
+def _field_path(path: str, exc: Exception, fields: dict[str, Any]) -> str:
+    """Validators raise ``ValueError("<field> ...")``: point the path at that field when it is one."""
+    first = str(exc).split(" ", 1)[0]
+    if first in fields:
+        return f"{path}.{first}" if path else first
+    return path
+
+
+def _message(exc: Exception) -> str:
+    return str(exc)
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain YAML-able data of a config object (with ``kind`` for pluggable parts)."""
+    if attrs.has(type(obj)):
+        out: dict[str, Any] = {}
+        if isinstance(obj, Pluggable):
+            out["kind"] = obj.kind
+        for f in attrs.fields(type(obj)):
+            out[f.name] = to_dict(getattr(obj, f.name))
+        return out
+    if isinstance(obj, tuple):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``a.b.c`` inside nested dicts, creating levels that are missing."""
+    parts = dotted.split(".")
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            raise ConfigError(".".join(parts[: i + 1]), f"is {child!r}, not a mapping; cannot set {dotted}")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``path=value`` with the value read as YAML (``64`` is an int, ``[a, b]`` a list, ``null`` None)."""
+    path, sep, raw = text.partition("=")
+    if not sep or not path.strip():
+        raise ConfigError("", f"override {text!r} is not of the form path=value")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(path.strip(), f"cannot read override value {raw!r}: {exc}") from None
+    return path.strip(), value
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML mapping from a file; syntax errors name the file and line."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError("", f"cannot read config file: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ConfigError("", f"{where}invalid YAML: {getattr(exc, 'problem', exc)}", source=str(path)) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError("", "the top level of a config must be a mapping", source=str(path))
+    return data

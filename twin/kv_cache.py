@@ -1,0 +1,197 @@
+"""Paged KV memory of one worker: a block pool with a prefix cache, and per-request block tables.
+
+Semantics follow vLLM v1's ``BlockPool`` / ``KVCacheManager``:
+
+* blocks carry reference counts; a block with no reference sits in the free queue, an LRU ordered
+  dictionary (O(1) pop from the head, append at the tail, removal from the middle on a cache hit);
+* a full block whose tokens are computed gets its key registered in the cache; it keeps the key while in
+  the free queue and loses it only when it is reused for new content (lazy eviction);
+* a request frees its blocks in reverse order, so the tail of its chain sits nearer the head of the free
+  queue and is evicted before the shared head of the chain;
+* allocation is all or nothing: :meth:`KVCacheManager.allocate_slots` returns ``False`` and changes nothing
+  when the blocks are not there; the scheduler then preempts and retries.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Callable, Iterable, Sequence
+
+from twin.errors import InvariantError
+from twin.request import Request
+
+
+class BlockPool:
+    """Blocks ``0 .. num_blocks-1`` with reference counts, an LRU free queue and a key -> block map."""
+
+    def __init__(self, num_blocks: int, on_evict: Callable[[int, int], None] | None = None) -> None:
+        if num_blocks < 1:
+            raise ValueError(f"a block pool needs at least one block, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self.ref_cnt = [0] * num_blocks
+        self.block_key: list[int | None] = [None] * num_blocks
+        self.cached: dict[int, int] = {}
+        self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.on_evict = on_evict
+        """Called with (block id, key) when a cached block is reused for new content (host-tier hook)."""
+        self.evictions = 0
+
+    @property
+    def num_free(self) -> int:
+        """Blocks with no reference: truly empty or cached-but-evictable."""
+        return len(self.free_queue)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - len(self.free_queue)
+
+    @property
+    def num_cached(self) -> int:
+        return len(self.cached)
+
+    def lookup(self, key: int) -> int | None:
+        return self.cached.get(key)
+
+    def allocate(self, n: int) -> list[int]:
+        """Take ``n`` blocks from the head of the free queue, evicting their cached keys."""
+        if n > len(self.free_queue):
+            raise InvariantError(f"allocate({n}) with only {len(self.free_queue)} free blocks")
+        out = []
+        popitem = self.free_queue.popitem
+        for _ in range(n):
+            block, _unused = popitem(last=False)
+            key = self.block_key[block]
+            if key is not None:
+                self.block_key[block] = None
+                del self.cached[key]
+                self.evictions += 1
+                if self.on_evict is not None:
+                    self.on_evict(block, key)
+            self.ref_cnt[block] = 1
+            out.append(block)
+        return out
+
+    def touch(self, blocks: Iterable[int]) -> None:
+        """Take a reference on cache-hit blocks, pulling free ones out of the free queue."""
+        ref = self.ref_cnt
+        for block in blocks:
+            if ref[block] == 0:
+                del self.free_queue[block]
+            ref[block] += 1
+
+    def release(self, blocks: Iterable[int]) -> None:
+        """Drop one reference per block; blocks reaching zero join the tail of the free queue in order."""
+        ref = self.ref_cnt
+        queue = self.free_queue
+        for block in blocks:
+            ref[block] -= 1
+            if ref[block] == 0:
+                queue[block] = None
+            elif ref[block] < 0:
+                raise InvariantError(f"block {block} released more often than referenced")
+
+    def cache(self, block: int, key: int) -> None:
+        """Register a computed full block under its key (a block already holding the key wins)."""
+        if key not in self.cached and self.block_key[block] is None:
+            self.cached[key] = block
+            self.block_key[block] = key
+
+    def check(self) -> None:
+        """Every block is either referenced or free, never both; cached keys point at blocks holding them."""
+        for block in range(self.num_blocks):
+            in_free = block in self.free_queue
+            if (self.ref_cnt[block] == 0) != in_free:
+                raise InvariantError(f"block {block}: ref_cnt={self.ref_cnt[block]} but in_free_queue={in_free}")
+        for key, block in self.cached.items():
+            if self.block_key[block] != key:
+                raise InvariantError(f"cached key {key} points at block {block} holding {self.block_key[block]}")
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class KVCacheManager:
+    """Block tables of the requests on one worker, allocated from a :class:`BlockPool`."""
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.pool = BlockPool(num_blocks)
+        self.req_blocks: dict[int, list[int]] = {}
+        self._num_hashed: dict[int, int] = {}
+
+    @property
+    def num_blocks(self) -> int:
+        return self.pool.num_blocks
+
+    def usage(self) -> float:
+        """Fraction of blocks referenced by requests (cached-but-free blocks count as free, as in vLLM)."""
+        return self.pool.num_used / self.pool.num_blocks
+
+    def blocks_of(self, req: Request) -> Sequence[int]:
+        return self.req_blocks.get(req.id, ())
+
+    def get_computed_blocks(self, req: Request) -> list[int]:
+        """Cached blocks matching the longest prefix of ``req`` (at most ``num_tokens - 1`` tokens)."""
+        if not self.enable_prefix_caching:
+            return []
+        limit = min((req.num_tokens - 1) // self.block_size, len(req.block_keys))
+        cached = self.pool.cached
+        hits = []
+        keys = req.block_keys
+        for i in range(limit):
+            block = cached.get(keys[i])
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
+    def blocks_needed(self, req: Request, num_new_tokens: int, num_computed_blocks: int = 0) -> int:
+        """New blocks that scheduling ``num_new_tokens`` more tokens of ``req`` would take."""
+        have = len(self.req_blocks.get(req.id, ())) + num_computed_blocks
+        computed = req.num_computed_tokens + num_computed_blocks * self.block_size
+        return max(0, cdiv(computed + num_new_tokens, self.block_size) - have)
+
+    def allocate_slots(self, req: Request, num_new_tokens: int, computed_blocks: Sequence[int] = ()) -> bool:
+        """Give ``req`` room for ``num_new_tokens`` more tokens (after ``computed_blocks``), or nothing."""
+        pool = self.pool
+        need = self.blocks_needed(req, num_new_tokens, len(computed_blocks))
+        # Hit blocks with no reference sit in the free queue; taking them shrinks what is allocatable.
+        free_hits = sum(1 for b in computed_blocks if pool.ref_cnt[b] == 0)
+        if need > pool.num_free - free_hits:
+            return False
+        blocks = self.req_blocks.get(req.id)
+        if blocks is None:
+            blocks = self.req_blocks[req.id] = []
+            self._num_hashed[req.id] = 0
+        if computed_blocks:
+            pool.touch(computed_blocks)
+            blocks.extend(computed_blocks)
+            self._num_hashed[req.id] = len(blocks)
+        if need:
+            blocks.extend(pool.allocate(need))
+        if self.enable_prefix_caching:
+            computed = req.num_computed_tokens + len(computed_blocks) * self.block_size
+            self.cache_computed(req, min(computed + num_new_tokens, req.num_tokens))
+        return True
+
+    def cache_computed(self, req: Request, num_tokens: int) -> None:
+        """Register the full blocks among the first ``num_tokens`` tokens of ``req`` in the prefix cache."""
+        full = min(num_tokens // self.block_size, len(req.block_keys))
+        done = self._num_hashed[req.id]
+        if full > done:
+            blocks = self.req_blocks[req.id]
+            keys = req.block_keys
+            for i in range(done, full):
+                self.pool.cache(blocks[i], keys[i])
+            self._num_hashed[req.id] = full
+
+    def free(self, req: Request) -> None:
+        """Release all of ``req``'s blocks, tail first; cached ones stay findable until evicted."""
+        blocks = self.req_blocks.pop(req.id, None)
+        self._num_hashed.pop(req.id, None)
+        if blocks:
+            self.pool.release(reversed(blocks))

@@ -1,0 +1,77 @@
+"""The monitor: samples every gauge on a fixed simulated interval, and notices a stalled simulation."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import simpy
+
+from twin.sim import ProcessGen
+from twin.worker import Worker
+
+
+class Monitor:
+    """Gauges per worker (waiting, running, KV usage, cached blocks) and totals (tokens/s, hit rate).
+
+    At each tick, if no other event is scheduled, nothing can ever happen again: ``on_idle`` is called
+    (the runner raises a stall error there if work is pending) and sampling stops.
+    """
+
+    def __init__(self, env: simpy.Environment, workers: Sequence[Worker], interval_ns: int,
+                 on_idle: Callable[[], None]) -> None:
+        self.env = env
+        self.workers = workers
+        self.interval_ns = interval_ns
+        self.on_idle = on_idle
+        self.rows: list[tuple[float, ...]] = []
+        self._last_tokens = 0
+        self._last_prompt = 0
+        self._last_cached = 0
+        self.process = env.process(self._run())
+
+    def columns(self) -> list[str]:
+        cols = ["time_s", "waiting", "running", "kv_usage", "output_tokens_per_s", "prefix_hit_rate",
+                "preemptions"]
+        for w in self.workers:
+            cols += [f"w{w.wid}_waiting", f"w{w.wid}_running", f"w{w.wid}_kv_usage", f"w{w.wid}_kv_cached_blocks"]
+        return cols
+
+    def sample(self) -> None:
+        now_s = self.env.now / 1e9
+        waiting = running = tokens = prompt = cached = preempt = 0
+        used = total = 0
+        per_worker: list[float] = []
+        for w in self.workers:
+            s = w.sched
+            nw, nr = len(s.waiting), len(s.running)
+            waiting += nw
+            running += nr
+            tokens += s.output_tokens
+            prompt += s.prompt_tokens_admitted
+            cached += s.cached_tokens_admitted
+            preempt += s.preemptions
+            pool = s.kv.pool
+            used += pool.num_used
+            total += pool.num_blocks
+            per_worker += [nw, nr, pool.num_used / pool.num_blocks, pool.num_cached]
+        interval_s = self.interval_ns / 1e9
+        d_prompt = prompt - self._last_prompt
+        hit = (cached - self._last_cached) / d_prompt if d_prompt else float("nan")
+        rate = (tokens - self._last_tokens) / interval_s if self.rows else 0.0
+        self._last_tokens, self._last_prompt, self._last_cached = tokens, prompt, cached
+        self.rows.append((now_s, waiting, running, used / total, rate, hit, preempt, *per_worker))
+
+    def _run(self) -> ProcessGen:
+        env = self.env
+        while True:
+            self.sample()
+            if not env._queue:  # nothing else scheduled: the simulation can never move again
+                self.on_idle()
+                return
+            yield env.timeout(self.interval_ns)
+
+    def table(self) -> dict[str, np.ndarray]:
+        cols = self.columns()
+        data = np.array(self.rows, dtype=np.float64).reshape(len(self.rows), len(cols))
+        return {c: data[:, i] for i, c in enumerate(cols)}

@@ -1,0 +1,5 @@
+"""Importing this module registers every built-in pluggable kind (systems, routers, workloads, arrivals)."""
+
+import twin.router  # noqa: F401
+import twin.sources  # noqa: F401
+import twin.system  # noqa: F401

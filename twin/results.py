@@ -1,0 +1,176 @@
+"""Results of a run: the per-request table, the summary, gauge time series, the cost ledger, the config.
+
+Metric definitions follow vLLM's benchmark client: TTFT = first token - arrival; TPOT = (E2E - TTFT) /
+(output tokens - 1) for requests with more than one output token; ITL = every gap between consecutive
+tokens of a request; throughput over the span from the first arrival to the last finish.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import yaml
+
+from twin.request import NO_TIME, Request
+
+NS = 1e9
+
+REQUEST_FIELDS: list[tuple[str, str]] = [
+    ("id", "i8"), ("session", "O"), ("turn", "i4"), ("worker", "i4"), ("status", "O"), ("fail_reason", "O"),
+    ("priority", "i4"), ("arrival_s", "f8"), ("queued_s", "f8"), ("first_scheduled_s", "f8"),
+    ("first_token_s", "f8"), ("finish_s", "f8"), ("prompt_tokens", "i8"), ("output_tokens", "i8"),
+    ("cached_tokens", "i8"), ("recomputed_tokens", "i8"), ("preemptions", "i4"), ("ttft_s", "f8"),
+    ("tpot_s", "f8"), ("e2e_s", "f8"), ("queue_s", "f8"), ("max_itl_s", "f8"),
+]
+
+
+def _t(ns: int) -> float:
+    return float("nan") if ns == NO_TIME else ns / NS
+
+
+def request_table(requests: Sequence[Request]) -> np.ndarray:
+    """One row per request, in submission order (a numpy structured array)."""
+    table = np.zeros(len(requests), dtype=REQUEST_FIELDS)
+    for i, r in enumerate(requests):
+        arrival = r.arrival_ns / NS
+        first = _t(r.first_token_ns)
+        finish = _t(r.finish_ns) if r.status.name == "FINISHED" else float("nan")
+        out = r.num_output_tokens
+        tpot = (finish - first) / (out - 1) if out > 1 else float("nan")
+        table[i] = (
+            r.id, r.session, r.turn, r.worker, r.status.name.lower(), r.fail_reason, r.priority, arrival,
+            _t(r.queued_ns), _t(r.first_scheduled_ns), first, _t(r.finish_ns), r.prompt_tokens, out,
+            max(r.cached_tokens, 0), r.recomputed_tokens, r.preemptions, first - arrival, tpot, finish - arrival,
+            _t(r.first_scheduled_ns) - arrival, r.max_itl_ns / NS,
+        )
+    return table
+
+
+def stats(values: np.ndarray) -> dict[str, float]:
+    """mean, p50, p90, p99 of the finite values (NaN when there are none)."""
+    v = values[np.isfinite(values)]
+    if len(v) == 0:
+        return {k: float("nan") for k in ("mean", "p50", "p90", "p99")}
+    p50, p90, p99 = np.percentile(v, [50, 90, 99])
+    return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def histogram_stats(counts: dict[int, int]) -> dict[str, float]:
+    """The same statistics over a histogram of nanosecond gaps (value -> count)."""
+    if not counts:
+        return stats(np.array([]))
+    values = np.array(sorted(counts), dtype=np.float64)
+    weights = np.array([counts[int(v)] for v in values], dtype=np.int64)
+    return stats(np.repeat(values, weights) / NS)
+
+
+def summarize(table: np.ndarray, itl_counts: dict[int, int], *, warmup_s: float = 0.0,
+              slo_ttft_s: float | None = None, slo_tpot_s: float | None = None) -> dict[str, Any]:
+    """The ``summary.json`` object (requests arriving before ``warmup_s`` are left out)."""
+    measured = table[table["arrival_s"] >= warmup_s]
+    done = measured[measured["status"] == "finished"]
+    failed = measured[measured["status"] == "failed"]
+    span = (np.nanmax(done["finish_s"]) - measured["arrival_s"].min()) if len(done) else float("nan")
+    out_tokens = float(done["output_tokens"].sum())
+    in_tokens = float(done["prompt_tokens"].sum())
+    admitted = measured[measured["first_scheduled_s"] == measured["first_scheduled_s"]]
+    prompt_sum = float(admitted["prompt_tokens"].sum())
+    good = done
+    if slo_ttft_s is not None:
+        good = good[good["ttft_s"] <= slo_ttft_s]
+    if slo_tpot_s is not None:
+        good = good[~(good["tpot_s"] > slo_tpot_s)]
+    return {
+        "requests": {"submitted": int(len(measured)), "completed": int(len(done)), "failed": int(len(failed)),
+                     "pending": int(len(measured) - len(done) - len(failed))},
+        "ttft_s": stats(done["ttft_s"]),
+        "tpot_s": stats(done["tpot_s"]),
+        "itl_s": histogram_stats(itl_counts),
+        "e2e_s": stats(done["e2e_s"]),
+        "queue_s": stats(done["queue_s"]),
+        "throughput": {
+            "output_tokens_per_s": out_tokens / span if span > 0 else float("nan"),
+            "input_tokens_per_s": in_tokens / span if span > 0 else float("nan"),
+            "requests_per_s": len(done) / span if span > 0 else float("nan"),
+            "goodput_requests_per_s": len(good) / span if span > 0 else float("nan"),
+        },
+        "prefix_cache": {"hit_rate": float(admitted["cached_tokens"].sum()) / prompt_sum if prompt_sum else 0.0,
+                         "cached_tokens": int(admitted["cached_tokens"].sum()),
+                         "prompt_tokens": int(prompt_sum)},
+        "preemptions": int(measured["preemptions"].sum()),
+        "recomputed_tokens": int(measured["recomputed_tokens"].sum()),
+        "fail_reasons": _count(failed["fail_reason"]),
+    }
+
+
+def _count(values: np.ndarray) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        key = str(v).split(" but ")[0] if v else "unknown"
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+class Results:
+    """Everything a run produced; :meth:`write` puts it in a folder."""
+
+    def __init__(self, *, requests: np.ndarray, summary: dict[str, Any], timeseries: dict[str, np.ndarray],
+                 ledger: dict[str, dict[str, float]], config: dict[str, Any],
+                 token_times: dict[int, list[float]] | None = None) -> None:
+        self.requests = requests
+        self.summary = summary
+        self.timeseries = timeseries
+        self.ledger = ledger
+        self.config = config
+        self.token_times = token_times
+
+    def write(self, folder: str | Path) -> Path:
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        write_table_csv(out / "requests.csv", self.requests)
+        with open(out / "timeseries.csv", "w", newline="") as fh:
+            writer = csv.writer(fh)
+            cols = list(self.timeseries)
+            writer.writerow(cols)
+            for row in zip(*(self.timeseries[c] for c in cols)):
+                writer.writerow([_fmt(v) for v in row])
+        (out / "summary.json").write_text(json.dumps(_jsonable(self.summary), indent=2, sort_keys=False) + "\n")
+        (out / "ledger.json").write_text(json.dumps(_jsonable(self.ledger), indent=2) + "\n")
+        (out / "config.yaml").write_text(yaml.safe_dump(self.config, sort_keys=False))
+        if self.token_times is not None:
+            (out / "token_times.json").write_text(json.dumps({str(k): v for k, v in self.token_times.items()}))
+        return out
+
+
+def write_table_csv(path: Path, table: np.ndarray) -> None:
+    names = table.dtype.names or ()
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(names)
+        for row in table:
+            writer.writerow([_fmt(v) for v in row])
+
+
+def _fmt(v: Any) -> Any:
+    """CSV cells: floats with repr precision (exact round trip), NaN as empty."""
+    if isinstance(v, (float, np.floating)):
+        return "" if v != v else repr(float(v))
+    if isinstance(v, np.integer):
+        return int(v)
+    return v
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (float, np.floating)):
+        return None if obj != obj else float(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj

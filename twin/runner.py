@@ -1,0 +1,143 @@
+"""Build, run and collect one simulation (desmod-style lifecycle), and the public ``run`` function."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import simpy
+
+from twin.agents import SessionDriver
+from twin.sim import to_ns
+from twin.config import TwinConfig, load_config
+from twin.errors import InvariantError, StallError
+from twin.request import Request, Status
+from twin.results import Results, request_table, summarize
+from twin.system import resolve
+from twin.tokens import SourceTable
+
+
+class Simulation:
+    """One run of one config: ``Simulation(config).run()`` returns :class:`~twin.results.Results`."""
+
+    def __init__(self, config: TwinConfig) -> None:
+        import twin.parts  # noqa: F401
+
+        self.config = resolve(config)
+        cfg = self.config
+        self.env = simpy.Environment()
+        self.rng = np.random.default_rng(cfg.run.seed)
+        self.sources = SourceTable()
+        self.workers = cfg.system.build(self.env, cfg, self._on_done)  # type: ignore[attr-defined]
+        self.router = cfg.router.build()  # type: ignore[attr-defined]
+        plan = cfg.workload.build(self.rng)  # type: ignore[attr-defined]
+        assert cfg.kv_cache.block_size is not None
+        stop_ns = to_ns(cfg.run.duration_s) if cfg.run.duration_s is not None else None
+        self.driver = SessionDriver(
+            self.env, plan.sessions, [to_ns(float(t)) for t in plan.start_s], self._submit,
+            block_size=cfg.kv_cache.block_size, sources=self.sources, wait_scale=plan.wait_scale,
+            max_concurrent=plan.max_concurrent, stop_ns=stop_ns,
+        )
+        from twin.monitor import Monitor
+
+        self.monitor = Monitor(self.env, self.workers, to_ns(cfg.metrics.sample_interval_s), self._on_idle)
+        self.wall_s = 0.0
+
+    # ------------------------------------------------------------------------------------ wiring
+    def _submit(self, req: Request) -> None:
+        self.router.choose(req, self.workers).submit(req)
+
+    def _on_done(self, req: Request) -> None:
+        if req.on_finish is not None:
+            req.on_finish(req)
+
+    def _on_idle(self) -> None:
+        pending = self.driver.pending_requests
+        if pending and not self.driver.all_done.triggered:
+            raise StallError(self._stall_report(pending))
+
+    def _stall_report(self, pending: list[Request]) -> str:
+        lines = [f"simulation stalled at t={self.env.now / 1e9:.6f}s with {len(pending)} request(s) pending:"]
+        for w in self.workers:
+            s = w.sched
+            lines.append(f"  worker {w.wid}: {len(s.waiting)} waiting, {len(s.running)} running, "
+                         f"{s.kv.pool.num_free}/{s.kv.num_blocks} blocks free, blocked={w.blocked}")
+        lines += [f"  {r!r}" for r in pending[:20]]
+        if len(pending) > 20:
+            lines.append(f"  ... and {len(pending) - 20} more")
+        return "\n".join(lines)
+
+    # --------------------------------------------------------------------------------------- run
+    def run(self) -> Results:
+        cfg = self.config
+        start = time.perf_counter()
+        until: simpy.Event = self.driver.all_done
+        if cfg.run.max_sim_s is not None:
+            until = simpy.AnyOf(self.env, [until, self.env.timeout(to_ns(cfg.run.max_sim_s))])
+        try:
+            self.env.run(until=until)
+        except RuntimeError as exc:  # SimPy: no events left but the until-event never fired
+            if "No scheduled events left" in str(exc):
+                raise StallError(self._stall_report(self.driver.pending_requests)) from None
+            raise
+        self.wall_s = time.perf_counter() - start
+        for req in self.driver.pending_requests:  # only after max_sim_s
+            req.fail_reason = f"time limit: still {req.status.name.lower()} at run.max_sim_s"
+            req.status = Status.FAILED
+        self.monitor.sample()
+        if cfg.run.check_invariants:
+            self.check_end_state()
+        return self.collect()
+
+    def check_end_state(self) -> None:
+        """Every request ended; with nothing running, every block is free or cached (checked, not assumed)."""
+        for req in self.driver.requests:
+            if not req.is_done:
+                raise InvariantError(f"{req!r} neither completed nor failed")
+            if req.status is Status.FAILED and not req.fail_reason:
+                raise InvariantError(f"{req!r} failed without a reason")
+        if self.driver.all_done.triggered:
+            for w in self.workers:
+                pool = w.sched.kv.pool
+                pool.check()
+                if pool.num_used:
+                    raise InvariantError(f"worker {w.wid}: {pool.num_used} blocks still referenced after the run")
+
+    # ------------------------------------------------------------------------------------ collect
+    def collect(self) -> Results:
+        cfg = self.config
+        table = request_table(self.driver.requests)
+        itl: dict[int, int] = {}
+        for w in self.workers:
+            for gap, n in w.sched.itl_counts.items():
+                itl[gap] = itl.get(gap, 0) + n
+        summary = summarize(table, itl, warmup_s=cfg.run.warmup_s, slo_ttft_s=cfg.metrics.slo_ttft_s,
+                            slo_tpot_s=cfg.metrics.slo_tpot_s)
+        summary["sessions"] = {"started": self.driver.sessions_started, "finished": self.driver.sessions_finished,
+                               "failed": self.driver.sessions_failed, "skipped": self.driver.sessions_skipped}
+        summary["sim"] = {"simulated_s": self.env.now / 1e9, "wall_s": self.wall_s,
+                          "steps": sum(w.ledger.steps for w in self.workers)}
+        ledger: dict[str, Any] = {}
+        for w in self.workers:
+            ledger[f"worker{w.wid}"] = {"steps": w.ledger.steps, "busy_s": w.ledger.busy_ns / 1e9,
+                                       "terms_s": dict(w.ledger.terms_s)}
+        token_times = None
+        if cfg.metrics.record_token_times:
+            token_times = {r.id: [t / 1e9 for t in (r.token_times_ns or [])] for r in self.driver.requests}
+        return Results(requests=table, summary=summary, timeseries=self.monitor.table(), ledger=ledger,
+                       config=cfg.to_dict(), token_times=token_times)
+
+
+def run(config: TwinConfig | dict[str, Any] | str | Path | None = None, *, overrides: tuple[str, ...] = (),
+        out: str | Path | None = None) -> Results:
+    """Run one simulation from a config object, a mapping, a YAML path or nothing (the defaults)."""
+    if not isinstance(config, TwinConfig):
+        config = load_config(config, overrides)
+    elif overrides:
+        config = load_config(config.to_dict(), overrides)
+    results = Simulation(config).run()
+    if out is not None:
+        results.write(out)
+    return results

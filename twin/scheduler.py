@@ -1,0 +1,310 @@
+"""Token-budget continuous batching with vLLM v1 semantics: a pure state machine that takes ``now``.
+
+One step hands at most ``max_num_batched_tokens`` tokens to at most ``max_num_seqs`` requests. Running
+requests come first, in admission order; each asks for ``num_tokens - num_computed_tokens`` tokens (one
+while decoding, a chunk while prefilling). When one cannot get its blocks, the queue policy picks a victim
+among the running requests (the tail for FCFS), which loses its blocks and goes back to the front of the
+waiting queue (recompute preemption); a step that preempted admits nobody. Then waiting requests are
+admitted in queue order: the prefix cache is matched, cached tokens count as computed, and the rest is
+scheduled (chunked when it does not fit the remaining budget).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import Iterator, Protocol
+
+import attrs
+
+from hardware import BatchShape
+from twin.errors import InvariantError
+from twin.kv_cache import KVCacheManager, cdiv
+from twin.request import NO_TIME, Request, Status
+
+
+@attrs.frozen(kw_only=True)
+class SchedulerLimits:
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    long_prefill_token_threshold: int = 0
+    chunked_prefill: bool = True
+
+
+@attrs.define
+class SchedulerOutput:
+    scheduled: list[tuple[Request, int]]
+    preempted: list[Request]
+    stats: BatchShape
+
+    @property
+    def empty(self) -> bool:
+        return not self.scheduled
+
+
+class WaitingQueue(Protocol):
+    """Order of admission and choice of preemption victim: the policy hook of the scheduler."""
+
+    def add(self, req: Request) -> None: ...
+    def prepend(self, req: Request) -> None: ...
+    def peek(self) -> Request: ...
+    def pop(self) -> Request: ...
+    def remove(self, req: Request) -> None: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Request]: ...
+    def victim(self, running: list[Request]) -> Request: ...
+
+
+class FcfsQueue:
+    """First come, first served; preempted requests go back to the front; the newest running is preempted."""
+
+    def __init__(self) -> None:
+        self._q: deque[Request] = deque()
+
+    def add(self, req: Request) -> None:
+        self._q.append(req)
+
+    def prepend(self, req: Request) -> None:
+        self._q.appendleft(req)
+
+    def peek(self) -> Request:
+        return self._q[0]
+
+    def pop(self) -> Request:
+        return self._q.popleft()
+
+    def remove(self, req: Request) -> None:
+        self._q.remove(req)
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+    def __iter__(self) -> Iterator[Request]:
+        return iter(self._q)
+
+    def victim(self, running: list[Request]) -> Request:
+        return running[-1]
+
+
+class PriorityQueue:
+    """Lowest ``priority`` value first, then arrival; the victim is the lowest-priority, latest arrival."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, int, Request]] = []
+
+    @staticmethod
+    def _key(req: Request) -> tuple[int, int, int]:
+        return (req.priority, req.arrival_ns, req.id)
+
+    def add(self, req: Request) -> None:
+        heapq.heappush(self._heap, (*self._key(req), req))
+
+    prepend = add
+
+    def peek(self) -> Request:
+        return self._heap[0][3]
+
+    def pop(self) -> Request:
+        return heapq.heappop(self._heap)[3]
+
+    def remove(self, req: Request) -> None:
+        self._heap = [e for e in self._heap if e[3] is not req]
+        heapq.heapify(self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __iter__(self) -> Iterator[Request]:
+        return (e[3] for e in sorted(self._heap, key=lambda e: e[:3]))
+
+    def victim(self, running: list[Request]) -> Request:
+        return max(running, key=self._key)
+
+
+QUEUE_POLICIES: dict[str, type] = {"fcfs": FcfsQueue, "priority": PriorityQueue}
+
+
+class Scheduler:
+    """Continuous-batching scheduler of one worker."""
+
+    def __init__(self, limits: SchedulerLimits, kv: KVCacheManager, policy: str = "fcfs",
+                 record_token_times: bool = False) -> None:
+        if policy not in QUEUE_POLICIES:
+            raise ValueError(f"unknown queue policy {policy!r}; expected one of {sorted(QUEUE_POLICIES)}")
+        self.limits = limits
+        self.kv = kv
+        self.waiting: WaitingQueue = QUEUE_POLICIES[policy]()
+        self.running: list[Request] = []
+        self.record_token_times = record_token_times
+        self.itl_counts: dict[int, int] = {}
+        """Histogram of inter-token gaps (ns -> count) over every request of this worker."""
+        self.prompt_tokens_admitted = 0
+        self.cached_tokens_admitted = 0
+        self.preemptions = 0
+        self.steps = 0
+        self.output_tokens = 0
+
+    # ----------------------------------------------------------------------------------------- intake
+    def fits_ever(self, req: Request) -> bool:
+        return cdiv(req.total_tokens, self.kv.block_size) <= self.kv.num_blocks
+
+    def add_request(self, req: Request, now: int) -> bool:
+        """Queue ``req``; a request whose KV could never fit fails at once with its reason."""
+        if not self.fits_ever(req):
+            need = cdiv(req.total_tokens, self.kv.block_size)
+            self.fail(req, now, f"needs {need} KV blocks ({req.prompt_tokens} prompt + {req.max_output_tokens} "
+                                f"output tokens) but worker {req.worker} holds only {self.kv.num_blocks}")
+            return False
+        if not self.limits.chunked_prefill and req.total_tokens > self.limits.max_num_batched_tokens:
+            self.fail(req, now, f"needs {req.total_tokens} tokens in one step (chunked prefill is off) but "
+                                f"max_num_batched_tokens is {self.limits.max_num_batched_tokens}")
+            return False
+        req.status = Status.WAITING
+        req.queued_ns = now
+        self.waiting.add(req)
+        return True
+
+    @staticmethod
+    def fail(req: Request, now: int, reason: str) -> None:
+        req.status = Status.FAILED
+        req.fail_reason = reason
+        req.finish_ns = now
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.running) or len(self.waiting) > 0
+
+    # --------------------------------------------------------------------------------------- schedule
+    def schedule(self, now: int) -> SchedulerOutput:
+        limits = self.limits
+        kv = self.kv
+        budget = limits.max_num_batched_tokens
+        threshold = limits.long_prefill_token_threshold
+        scheduled: dict[Request, int] = {}
+        preempted: list[Request] = []
+        running = self.running
+
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            num_new = req.num_tokens - req.num_computed_tokens
+            if 0 < threshold < num_new:
+                num_new = threshold
+            num_new = min(num_new, budget)
+            if num_new <= 0:
+                i += 1
+                continue
+            while not kv.allocate_slots(req, num_new):
+                victim = self.waiting.victim(running)
+                if running.index(victim) < i:  # only priority victims sit ahead of `req`
+                    i -= 1
+                running.remove(victim)
+                if victim in scheduled:
+                    budget += scheduled.pop(victim)
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is req:
+                    break
+            else:
+                scheduled[req] = num_new
+                budget -= num_new
+                i += 1
+                continue
+            # `req` preempted itself; the requests behind it were preempted before it.
+            break
+
+        if not preempted:
+            self._admit(scheduled, budget, now)
+
+        stats = self._stats(scheduled)
+        if stats.new_tokens > limits.max_num_batched_tokens or len(running) > limits.max_num_seqs:
+            raise InvariantError(f"step over limits: {stats.new_tokens} tokens, {len(running)} running")
+        return SchedulerOutput(scheduled=list(scheduled.items()), preempted=preempted, stats=stats)
+
+    def _admit(self, scheduled: dict[Request, int], budget: int, now: int) -> None:
+        limits = self.limits
+        kv = self.kv
+        waiting = self.waiting
+        while len(waiting) and budget > 0 and len(self.running) < limits.max_num_seqs:
+            req = waiting.peek()
+            hits = kv.get_computed_blocks(req)
+            num_computed = len(hits) * kv.block_size
+            num_new = req.num_tokens - num_computed
+            if 0 < limits.long_prefill_token_threshold < num_new:
+                num_new = limits.long_prefill_token_threshold
+            if num_new > budget:
+                if not limits.chunked_prefill:
+                    break
+                num_new = budget
+            if not kv.allocate_slots(req, num_new, hits):
+                break
+            waiting.pop()
+            if req.cached_tokens < 0:
+                req.cached_tokens = num_computed
+                self.prompt_tokens_admitted += req.prompt_tokens
+                self.cached_tokens_admitted += num_computed
+            else:  # resumed after preemption
+                req.recomputed_tokens += max(0, req.lost_tokens - num_computed)
+            if req.first_scheduled_ns == NO_TIME:
+                req.first_scheduled_ns = now
+            req.num_computed_tokens = num_computed
+            req.status = Status.RUNNING
+            self.running.append(req)
+            scheduled[req] = num_new
+            budget -= num_new
+
+    def _preempt(self, req: Request) -> None:
+        self.kv.free(req)
+        req.lost_tokens = req.num_computed_tokens
+        req.num_computed_tokens = 0
+        req.status = Status.PREEMPTED
+        req.preemptions += 1
+        self.preemptions += 1
+        self.waiting.prepend(req)
+
+    @staticmethod
+    def _stats(scheduled: dict[Request, int]) -> BatchShape:
+        num_decode = sum_kv = sum_q_kv = sum_q_sq = new_tokens = 0
+        for req, q in scheduled.items():
+            kv_len = req.num_computed_tokens + q
+            new_tokens += q
+            sum_kv += kv_len
+            sum_q_kv += q * kv_len
+            sum_q_sq += q * q
+            if q == 1:
+                num_decode += 1
+        return BatchShape(num_reqs=len(scheduled), num_decode=num_decode, new_tokens=new_tokens,
+                          sum_kv=sum_kv, sum_q_kv=sum_q_kv, sum_q_sq=sum_q_sq)
+
+    # ----------------------------------------------------------------------------------------- update
+    def update(self, out: SchedulerOutput, now: int) -> list[Request]:
+        """Apply a finished step at time ``now``; returns the requests that finished in it."""
+        self.steps += 1
+        finished: list[Request] = []
+        itl = self.itl_counts
+        for req, q in out.scheduled:
+            req.num_computed_tokens += q
+            if req.num_computed_tokens < req.num_tokens:
+                continue  # a prefill chunk short of the prompt's end samples nothing
+            req.num_output_tokens += 1
+            self.output_tokens += 1
+            if req.first_token_ns == NO_TIME:
+                req.first_token_ns = now
+            else:
+                gap = now - req.last_token_ns
+                itl[gap] = itl.get(gap, 0) + 1
+                if gap > req.max_itl_ns:
+                    req.max_itl_ns = gap
+            req.last_token_ns = now
+            if self.record_token_times:
+                if req.token_times_ns is None:
+                    req.token_times_ns = []
+                req.token_times_ns.append(now)
+            if req.num_output_tokens >= req.max_output_tokens:
+                finished.append(req)
+        for req in finished:
+            self.running.remove(req)
+            self.kv.free(req)
+            req.status = Status.FINISHED
+            req.finish_ns = now
+        return finished

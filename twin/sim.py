@@ -1,0 +1,38 @@
+"""Small SimPy helpers shared by the processes: integer-nanosecond time and a late-priority timeout.
+
+Simulated time is an integer number of nanoseconds, so adding step costs is exact and associative: k steps
+applied one by one or in one jump land on the same instant.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generator
+
+import simpy
+from simpy.events import EventPriority
+
+NS = 1_000_000_000
+
+ProcessGen = Generator[simpy.Event, Any, None]
+"""The type of a SimPy process function's generator."""
+
+LATE = EventPriority(2)
+"""SimPy priority after URGENT (0) and NORMAL (1): processed last among the events of one instant."""
+
+
+def to_ns(seconds: float) -> int:
+    return int(round(seconds * NS))
+
+
+def now_ns(env: simpy.Environment) -> int:
+    return env.now  # type: ignore[return-value]  # the twin only ever schedules integer delays
+
+
+class StepEnd(simpy.Event):
+    """A timeout that fires after every other event scheduled for the same time."""
+
+    def __init__(self, env: simpy.Environment, delay_ns: int) -> None:
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        env.schedule(self, LATE, delay_ns)

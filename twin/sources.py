@@ -1,0 +1,224 @@
+"""Workload and arrival kinds: how a config's ``workload`` section becomes sessions with start times."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import attrs
+import numpy as np
+
+from twin.config import ArrivalSpec, WorkloadSpec, non_negative, positive
+from twin.errors import ConfigError
+from twin.registry import register
+from workloads.sessions import Session
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+@attrs.frozen(kw_only=True)
+class WorkloadPlan:
+    sessions: Sequence[Session]
+    start_s: np.ndarray
+    max_concurrent: int | None = None
+    wait_scale: float = 1.0
+
+
+def resolve_data_path(path: str) -> Path:
+    """A path as given, or ``pkg:<path>`` inside the installed project (shipped data)."""
+    if path.startswith("pkg:"):
+        return PACKAGE_ROOT / path[4:]
+    return Path(path)
+
+
+# ------------------------------------------------------------------------------------------ arrivals
+@register("arrival", "trace")
+@attrs.frozen(kw_only=True)
+class TraceArrival(ArrivalSpec):
+    """Each session starts at its own ``arrival_s`` (times multiplied by ``time_scale``)."""
+
+    time_scale: float = attrs.field(default=1.0, validator=positive)
+
+    def start_times(self, rng: np.random.Generator, sessions: Sequence[Session]) -> tuple[np.ndarray, int | None]:
+        missing = [s.id for s in sessions if s.arrival_s is None]
+        if missing:
+            raise ConfigError("workload.arrival", f"kind 'trace' needs arrival_s on every session; "
+                                                  f"{len(missing)} have none (first: {missing[0]!r})")
+        return np.array([s.arrival_s for s in sessions], dtype=np.float64) * self.time_scale, None
+
+
+@register("arrival", "poisson")
+@attrs.frozen(kw_only=True)
+class PoissonArrival(ArrivalSpec):
+    rate_per_s: float = attrs.field(validator=positive)
+    start_s: float = attrs.field(default=0.0, validator=non_negative)
+
+    def start_times(self, rng: np.random.Generator, sessions: Sequence[Session]) -> tuple[np.ndarray, int | None]:
+        from workloads.generators import poisson_arrivals
+
+        return poisson_arrivals(rng, self.rate_per_s, len(sessions), self.start_s), None
+
+
+@register("arrival", "gamma")
+@attrs.frozen(kw_only=True)
+class GammaArrival(ArrivalSpec):
+    """Gamma inter-arrival gaps with coefficient of variation ``cv`` (1 = Poisson, > 1 burstier)."""
+
+    rate_per_s: float = attrs.field(validator=positive)
+    cv: float = attrs.field(default=1.0, validator=positive)
+    start_s: float = attrs.field(default=0.0, validator=non_negative)
+
+    def start_times(self, rng: np.random.Generator, sessions: Sequence[Session]) -> tuple[np.ndarray, int | None]:
+        from workloads.generators import gamma_arrivals
+
+        return gamma_arrivals(rng, self.rate_per_s, self.cv, len(sessions), self.start_s), None
+
+
+@register("arrival", "all_at_once")
+@attrs.frozen(kw_only=True)
+class AllAtOnce(ArrivalSpec):
+    at_s: float = attrs.field(default=0.0, validator=non_negative)
+
+    def start_times(self, rng: np.random.Generator, sessions: Sequence[Session]) -> tuple[np.ndarray, int | None]:
+        return np.full(len(sessions), self.at_s), None
+
+
+@register("arrival", "concurrency")
+@attrs.frozen(kw_only=True)
+class FixedConcurrency(ArrivalSpec):
+    """Closed loop: ``concurrency`` sessions in flight; the next starts when one finishes."""
+
+    concurrency: int = attrs.field(validator=positive)
+
+    def start_times(self, rng: np.random.Generator, sessions: Sequence[Session]) -> tuple[np.ndarray, int | None]:
+        return np.zeros(len(sessions)), self.concurrency
+
+
+# ----------------------------------------------------------------------------------------- workloads
+@attrs.frozen(kw_only=True)
+class Lengths:
+    """Token lengths: ``fixed``, or uniform integers in ``[low, high]``. A bare integer means fixed."""
+
+    fixed: int | None = attrs.field(default=None, validator=positive)
+    low: int | None = attrs.field(default=None, validator=positive)
+    high: int | None = attrs.field(default=None, validator=positive)
+
+    def __attrs_post_init__(self) -> None:
+        if (self.fixed is None) == (self.low is None or self.high is None) or (
+                self.fixed is not None and (self.low is not None or self.high is not None)):
+            raise ValueError("give either fixed, or both low and high")
+        if self.low is not None and self.high is not None and self.low > self.high:
+            raise ValueError(f"low must be <= high, got low={self.low}, high={self.high}")
+
+    @classmethod
+    def from_scalar(cls, value: Any) -> Lengths:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected an integer or a mapping with fixed / low and high, got {value!r}")
+        return cls(fixed=value)
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        from workloads.generators import sample_lengths
+
+        return sample_lengths(rng, n, fixed=self.fixed, low=self.low, high=self.high)
+
+
+def _plan(sessions: Sequence[Session], arrival: ArrivalSpec, rng: np.random.Generator,
+          wait_scale: float = 1.0, max_concurrent: int | None = None) -> WorkloadPlan:
+    start, cap = arrival.start_times(rng, sessions)  # type: ignore[attr-defined]
+    if max_concurrent is not None:
+        cap = max_concurrent if cap is None else min(cap, max_concurrent)
+    return WorkloadPlan(sessions=sessions, start_s=start, max_concurrent=cap, wait_scale=wait_scale)
+
+
+def _default_poisson() -> ArrivalSpec:
+    return PoissonArrival(rate_per_s=10.0)
+
+
+@register("workload", "synthetic")
+@attrs.frozen(kw_only=True)
+class SyntheticWorkload(WorkloadSpec):
+    """Open-loop single-call requests with sampled lengths and an arrival process."""
+
+    num_requests: int = attrs.field(default=1000, validator=positive)
+    arrival: ArrivalSpec = attrs.Factory(_default_poisson)
+    input_tokens: Lengths = attrs.Factory(lambda: Lengths(low=128, high=2048))
+    output_tokens: Lengths = attrs.Factory(lambda: Lengths(low=16, high=512))
+    prefix_group: str | None = None
+    prefix_tokens: int = attrs.field(default=0, validator=non_negative)
+
+    def build(self, rng: np.random.Generator) -> WorkloadPlan:
+        from workloads.generators import open_loop_sessions
+
+        isl = self.input_tokens.sample(rng, self.num_requests)
+        osl = self.output_tokens.sample(rng, self.num_requests)
+        try:
+            sessions = open_loop_sessions(None, isl, osl, prefix_group=self.prefix_group,
+                                          prefix_tokens=self.prefix_tokens)
+        except ValueError as exc:
+            raise ConfigError("workload", str(exc)) from None
+        return _plan(sessions, self.arrival, rng)
+
+
+def _trace() -> ArrivalSpec:
+    return TraceArrival()
+
+
+@register("workload", "trace_csv")
+@attrs.frozen(kw_only=True)
+class TraceCsvWorkload(WorkloadSpec):
+    """Replay of a CSV of arrival time + input and output lengths (Vidur, Azure or plain columns)."""
+
+    path: str
+    limit: int | None = attrs.field(default=None, validator=positive)
+    arrival: ArrivalSpec = attrs.Factory(_trace)
+
+    def build(self, rng: np.random.Generator) -> WorkloadPlan:
+        from workloads.generators import read_request_csv
+
+        sessions = read_request_csv(resolve_data_path(self.path))
+        if self.limit is not None:
+            sessions = sessions[: self.limit]
+        return _plan(sessions, self.arrival, rng)
+
+
+@register("workload", "sessions")
+@attrs.frozen(kw_only=True)
+class SessionsWorkload(WorkloadSpec):
+    """A session-script file (``twin workload convert`` output); ``pkg:`` paths name shipped data."""
+
+    path: str
+    arrival: ArrivalSpec | None = None
+    """How sessions start; by default their own ``arrival_s`` (all must have one)."""
+    max_concurrent_sessions: int | None = attrs.field(default=None, validator=positive)
+    wait_scale: float = attrs.field(default=1.0, validator=non_negative)
+    """Multiplies every tool / think wait (0 removes them)."""
+    limit: int | None = attrs.field(default=None, validator=positive)
+
+    def build(self, rng: np.random.Generator) -> WorkloadPlan:
+        from workloads.io import read_sessions
+
+        sessions = read_sessions(resolve_data_path(self.path))
+        if self.limit is not None:
+            sessions = sessions[: self.limit]
+        return _plan(sessions, self.arrival or TraceArrival(), rng, self.wait_scale, self.max_concurrent_sessions)
+
+
+@register("workload", "lmbenchmark_multiround")
+@attrs.frozen(kw_only=True)
+class LMBenchmarkWorkload(WorkloadSpec):
+    """LMBenchmark's synthetic multi-round QA with its own pacing (see ``workloads.generators``)."""
+
+    num_users: int = attrs.field(default=10, validator=positive)
+    num_rounds: int = attrs.field(default=5, validator=positive)
+    qps: float = attrs.field(default=1.0, validator=positive)
+    shared_system_prompt: int = attrs.field(default=1000, validator=non_negative)
+    user_history_prompt: int = attrs.field(default=2000, validator=non_negative)
+    answer_len: int = attrs.field(default=100, validator=positive)
+    duration_s: float | None = attrs.field(default=None, validator=positive)
+
+    def build(self, rng: np.random.Generator) -> WorkloadPlan:
+        from workloads.generators import lmbenchmark_multiround
+
+        sessions = lmbenchmark_multiround(self.num_users, self.num_rounds, self.qps, self.shared_system_prompt,
+                                          self.user_history_prompt, self.answer_len, duration_s=self.duration_s)
+        return _plan(sessions, TraceArrival(), rng)

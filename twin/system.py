@@ -1,0 +1,98 @@
+"""System kinds: how many workers of which shape. ``colocated``: N replicas, prefill and decode together."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import attrs
+
+from hardware import CostModel, Deployment, load_engine, load_gpu, load_model
+from twin.config import SystemSpec, TwinConfig, positive
+from twin.errors import ConfigError
+from twin.kv_cache import KVCacheManager
+from twin.registry import register
+from twin.request import Request
+from twin.scheduler import Scheduler, SchedulerLimits
+
+if TYPE_CHECKING:
+    import simpy
+
+    from twin.worker import Worker
+
+
+def make_deployment(config: TwinConfig, tp: int) -> Deployment:
+    """The hardware model's view of one worker; hardware errors become config errors with a path."""
+    try:
+        return Deployment(gpu=load_gpu(config.hardware.gpu), model=load_model(config.model.name),
+                          engine=load_engine(config.engine.name), tp=tp,
+                          weight_dtype=config.model.weight_dtype, kv_dtype=config.model.kv_dtype)
+    except ValueError as exc:
+        raise ConfigError("system", str(exc)) from None
+
+
+def kv_blocks(config: TwinConfig, dep: Deployment) -> int:
+    """Blocks per worker: the override, or derived from memory (never typed in by hand)."""
+    if config.kv_cache.num_blocks is not None:
+        return config.kv_cache.num_blocks
+    assert config.kv_cache.block_size is not None and config.kv_cache.gpu_memory_utilization is not None
+    try:
+        return dep.kv_capacity_blocks(config.kv_cache.block_size, config.kv_cache.gpu_memory_utilization,
+                                      max_num_batched_tokens=config.scheduler.max_num_batched_tokens,
+                                      max_num_seqs=config.scheduler.max_num_seqs)
+    except ValueError as exc:
+        raise ConfigError("kv_cache", str(exc)) from None
+
+
+def build_scheduler(config: TwinConfig, num_blocks: int) -> Scheduler:
+    s = config.scheduler
+    assert s.max_num_batched_tokens is not None and s.max_num_seqs is not None
+    assert config.kv_cache.block_size is not None
+    limits = SchedulerLimits(max_num_batched_tokens=s.max_num_batched_tokens, max_num_seqs=s.max_num_seqs,
+                             long_prefill_token_threshold=s.long_prefill_token_threshold,
+                             chunked_prefill=s.chunked_prefill)
+    kv = KVCacheManager(num_blocks, config.kv_cache.block_size, config.kv_cache.prefix_caching)
+    return Scheduler(limits, kv, s.policy, record_token_times=config.metrics.record_token_times)
+
+
+def cost_model(config: TwinConfig, dep: Deployment) -> CostModel:
+    try:
+        return CostModel(dep, disabled_terms=frozenset(config.hardware.disabled_terms))
+    except ValueError as exc:
+        raise ConfigError("hardware.disabled_terms", str(exc)) from None
+
+
+@register("system", "colocated")
+@attrs.frozen(kw_only=True)
+class Colocated(SystemSpec):
+    """``replicas`` identical engines, each on ``tp`` GPUs, behind the router."""
+
+    replicas: int = attrs.field(default=1, validator=positive)
+    tp: int = attrs.field(default=1, validator=positive)
+
+    def build(self, env: simpy.Environment, config: TwinConfig,
+              on_done: Callable[[Request], None]) -> list[Worker]:
+        from twin.worker import Worker
+
+        dep = make_deployment(config, self.tp)
+        blocks = kv_blocks(config, dep)
+        cm = cost_model(config, dep)
+        return [Worker(env, wid, build_scheduler(config, blocks), cm, on_done) for wid in range(self.replicas)]
+
+
+def resolve(config: TwinConfig) -> TwinConfig:
+    """The config with every engine default filled in for the chosen GPU (a new object; nothing mutated)."""
+    engine = load_engine(config.engine.name)
+    gpu = load_gpu(config.hardware.gpu)
+    s = config.scheduler
+    scheduler = attrs.evolve(
+        s,
+        max_num_batched_tokens=s.max_num_batched_tokens or engine.default_max_num_batched_tokens(gpu),
+        max_num_seqs=s.max_num_seqs or engine.default_max_num_seqs(gpu),
+    )
+    kv = config.kv_cache
+    kv_cache = attrs.evolve(
+        kv,
+        block_size=kv.block_size or engine.block_size,
+        gpu_memory_utilization=kv.gpu_memory_utilization or engine.gpu_memory_utilization,
+    )
+    return attrs.evolve(config, scheduler=scheduler, kv_cache=kv_cache)

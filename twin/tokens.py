@@ -1,0 +1,131 @@
+"""Token identity without token ids: sequences of stream segments and their chained block keys.
+
+A token sequence is a list of segments ``(source, offset, length)``: tokens ``offset .. offset+length`` of an
+append-only stream ``source`` (a prefix group, a session's context, a Mooncake hash block). Block ``i``'s key
+is a hash of block ``i-1``'s key and the pieces of streams that fill block ``i``; equal keys therefore mean
+equal prefixes, which is what vLLM's block hashing (and SGLang's radix tree) rely on.
+
+Sources are small ints handed out by a per-run :class:`SourceTable`, so keys are reproducible: Python hashes
+tuples of ints the same way in every process (string hashing is salted, so strings never enter a key).
+"""
+
+from __future__ import annotations
+
+ROOT_KEY = 0x5E_57_7E_11
+"""Parent key of block 0."""
+
+
+class SourceTable:
+    """Per-run interning of stream names to ints, in order of first use."""
+
+    def __init__(self) -> None:
+        self._ids: dict[object, int] = {}
+
+    def get(self, name: object) -> int:
+        """The id of stream ``name``, allocating the next one on first use."""
+        sid = self._ids.get(name)
+        if sid is None:
+            sid = len(self._ids) + 1
+            self._ids[name] = sid
+        return sid
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+class TokenSequence:
+    """A growable token sequence with memoised block keys (one list per block size)."""
+
+    __slots__ = ("_segments", "_length", "_keys")
+
+    def __init__(self, segments: list[tuple[int, int, int]] | None = None) -> None:
+        self._segments: list[list[int]] = []
+        self._length = 0
+        self._keys: dict[int, list[int]] = {}
+        for source, offset, length in segments or ():
+            self.extend(source, offset, length)
+
+    def __len__(self) -> int:
+        return self._length
+
+    @property
+    def segments(self) -> tuple[tuple[int, int, int], ...]:
+        return tuple((s, o, n) for s, o, n in self._segments)
+
+    def copy(self) -> TokenSequence:
+        """An independent sequence with the same content and the keys computed so far."""
+        other = TokenSequence()
+        other._segments = [list(seg) for seg in self._segments]
+        other._length = self._length
+        other._keys = {bs: list(keys) for bs, keys in self._keys.items()}
+        return other
+
+    def extend(self, source: int, offset: int, length: int) -> None:
+        """Append ``length`` tokens of stream ``source`` starting at ``offset``."""
+        if length < 0:
+            raise ValueError(f"segment length must be >= 0, got {length}")
+        if length == 0:
+            return
+        last = self._segments[-1] if self._segments else None
+        if last is not None and last[0] == source and last[1] + last[2] == offset:
+            last[2] += length
+        else:
+            self._segments.append([source, offset, length])
+        self._length += length
+
+    def truncate(self, length: int) -> None:
+        """Keep only the first ``length`` tokens."""
+        if not 0 <= length <= self._length:
+            raise ValueError(f"cannot truncate a sequence of {self._length} tokens to {length}")
+        cut = self._length - length
+        while cut > 0:
+            seg = self._segments[-1]
+            if seg[2] <= cut:
+                cut -= seg[2]
+                self._segments.pop()
+            else:
+                seg[2] -= cut
+                cut = 0
+        self._length = length
+        for block_size, keys in self._keys.items():
+            del keys[length // block_size :]
+
+    def block_keys(self, block_size: int) -> list[int]:
+        """Keys of every full block, computing only the ones not computed before (the list is shared)."""
+        keys = self._keys.setdefault(block_size, [])
+        wanted = self._length // block_size
+        if len(keys) < wanted:
+            self._fill_keys(keys, block_size, wanted)
+        return keys
+
+    def _fill_keys(self, keys: list[int], block_size: int, wanted: int) -> None:
+        start = len(keys) * block_size
+        prev = keys[-1] if keys else ROOT_KEY
+        # Find the segment holding token `start`.
+        seg_index, seg_start = 0, 0
+        segments = self._segments
+        while seg_start + segments[seg_index][2] <= start:
+            seg_start += segments[seg_index][2]
+            seg_index += 1
+        pos = start
+        for _ in range(wanted - len(keys)):
+            end = pos + block_size
+            source, offset, length = segments[seg_index]
+            if end <= seg_start + length:  # whole block inside one segment: the common case
+                prev = hash((prev, source, offset + pos - seg_start))
+                if end == seg_start + length:
+                    seg_start += length
+                    seg_index += 1
+            else:
+                pieces: list[int] = [prev]
+                while pos < end:
+                    source, offset, length = segments[seg_index]
+                    take = min(end, seg_start + length) - pos
+                    pieces += (source, offset + pos - seg_start, take)
+                    pos += take
+                    if pos == seg_start + length:
+                        seg_start += length
+                        seg_index += 1
+                prev = hash(tuple(pieces))
+            keys.append(prev)
+            pos = end

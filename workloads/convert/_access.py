@@ -1,0 +1,106 @@
+"""Typed access into parsed JSON that fails with the file and the field path (``messages[4].extra.timestamp``)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+from workloads.errors import WorkloadFormatError
+
+PathLike = str | os.PathLike[str]
+
+
+def load_json(path: PathLike) -> Any:
+    """Parse a whole JSON file; a truncated or edited file names the line and column that broke."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except UnicodeDecodeError as exc:
+        raise WorkloadFormatError(path, f"expected UTF-8 text ({exc})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise WorkloadFormatError(path, f"invalid JSON at column {exc.colno}: {exc.msg}", line=exc.lineno) from None
+
+
+class Doc:
+    """A JSON value with its file and path, so every failed expectation says where."""
+
+    def __init__(self, path: PathLike, value: Any, where: str = "", line: int | None = None) -> None:
+        self.path = path
+        self.value = value
+        self.where = where
+        self.line = line
+
+    def fail(self, message: str, where: str | None = None) -> WorkloadFormatError:
+        return WorkloadFormatError(self.path, message, line=self.line, field=(self.where if where is None else where)
+                                   or None)
+
+    def _child_path(self, key: str | int) -> str:
+        if isinstance(key, int):
+            return f"{self.where}[{key}]"
+        return f"{self.where}.{key}" if self.where else key
+
+    def has(self, key: str) -> bool:
+        return isinstance(self.value, dict) and key in self.value and self.value[key] is not None
+
+    def get(self, key: str | int) -> Doc:
+        where = self._child_path(key)
+        if isinstance(key, int):
+            if not isinstance(self.value, list) or not -len(self.value) <= key < len(self.value):
+                raise self.fail(f"expected an array with an element {key}", where)
+            return Doc(self.path, self.value[key], where, self.line)
+        if not isinstance(self.value, dict):
+            raise self.fail(f"expected an object, got {_kind(self.value)}")
+        if key not in self.value:
+            raise self.fail("missing", where)
+        return Doc(self.path, self.value[key], where, self.line)
+
+    def items(self) -> list[Doc]:
+        if not isinstance(self.value, list):
+            raise self.fail(f"expected an array, got {_kind(self.value)}")
+        return [Doc(self.path, v, self._child_path(i), self.line) for i, v in enumerate(self.value)]
+
+    def obj(self) -> dict[str, Any]:
+        if not isinstance(self.value, dict):
+            raise self.fail(f"expected an object, got {_kind(self.value)}")
+        return self.value
+
+    def str_(self) -> str:
+        if not isinstance(self.value, str):
+            raise self.fail(f"expected a string, got {_kind(self.value)}")
+        return self.value
+
+    def text(self) -> str:
+        """Message content: a string, null (empty) or a list of ``{"type": "text", "text": ...}`` parts."""
+        if self.value is None:
+            return ""
+        if isinstance(self.value, str):
+            return self.value
+        if isinstance(self.value, list):
+            return "".join(part.get("text").str_() for part in self.items())
+        raise self.fail(f"expected text (a string, null or a list of text parts), got {_kind(self.value)}")
+
+    def count(self) -> int:
+        if isinstance(self.value, bool) or not isinstance(self.value, int) or self.value < 0:
+            raise self.fail(f"expected a token count (integer >= 0), got {_kind(self.value)}")
+        return self.value
+
+    def number(self) -> float:
+        if isinstance(self.value, bool) or not isinstance(self.value, (int, float)) or not math.isfinite(self.value):
+            raise self.fail(f"expected a finite number, got {_kind(self.value)}")
+        return float(self.value)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"number {value!r}"
+    if isinstance(value, str):
+        return f"string {value[:40]!r}"
+    return "an object" if isinstance(value, dict) else "an array"

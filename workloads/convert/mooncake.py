@@ -1,0 +1,72 @@
+"""Mooncake traces (JSONL ``{"timestamp": ms, "input_length", "output_length", "hash_ids"}``) -> one-call sessions.
+
+``hash_ids`` name the prompt's 512-token blocks (equal ids = equal prefix blocks), so they become
+``Call.block_hashes`` with ``hash_block_tokens = 512``; mapping them to the engine's block size is the
+simulator's job. Arrival is ``timestamp / 1000`` s as written (the released traces start at 0). A line
+must have exactly these four keys and ``ceil(input_length / 512)`` ids.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from workloads.errors import WorkloadFormatError
+from workloads.sessions import Call, Session
+
+PathLike = str | os.PathLike[str]
+MOONCAKE_BLOCK_TOKENS = 512
+_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
+
+
+def convert_mooncake(inputs: Sequence[PathLike], *, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> list[Session]:
+    """Every request of the given trace files; ids ``{file stem}-{row}`` (row from 0)."""
+    sessions: list[Session] = []
+    for path in inputs:
+        stem = Path(path).name.split(".")[0]
+        with open(path, encoding="utf-8") as handle:
+            row = 0
+            for number, text in enumerate(handle, start=1):
+                if not text.strip():
+                    raise WorkloadFormatError(path, "empty line; expected one request object per line", line=number)
+                sessions.append(_request(path, number, text, f"{stem}-{row}", block_tokens))
+                row += 1
+    return sessions
+
+
+def _request(path: PathLike, line: int, text: str, sid: str, block_tokens: int) -> Session:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise WorkloadFormatError(path, f"invalid JSON at column {exc.colno}: {exc.msg}", line=line) from None
+    if not isinstance(obj, dict):
+        raise WorkloadFormatError(path, "expected a request object", line=line)
+    for key in _KEYS:
+        if key not in obj:
+            raise WorkloadFormatError(path, f"missing; expected keys {list(_KEYS)}", line=line, field=key)
+    extra = sorted(set(obj) - set(_KEYS))
+    if extra:
+        raise WorkloadFormatError(path, f"unknown key; expected keys {list(_KEYS)}", line=line, field=extra[0])
+    stamp = obj["timestamp"]
+    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not 0 <= stamp < float("inf"):
+        raise WorkloadFormatError(path, f"expected milliseconds >= 0, got {stamp!r}", line=line, field="timestamp")
+    lengths = []
+    for key in ("input_length", "output_length"):
+        value = obj[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise WorkloadFormatError(path, f"expected an integer >= 0, got {value!r}", line=line, field=key)
+        lengths.append(value)
+    ids = obj["hash_ids"]
+    if not isinstance(ids, list):
+        raise WorkloadFormatError(path, f"expected an array of block ids, got {ids!r}", line=line, field="hash_ids")
+    for i, h in enumerate(ids):
+        if isinstance(h, bool) or not isinstance(h, int) or h < 0:
+            raise WorkloadFormatError(path, f"expected an integer id >= 0, got {h!r}", line=line, field=f"hash_ids[{i}]")
+    need = -(-lengths[0] // block_tokens)
+    if len(ids) != need:
+        raise WorkloadFormatError(path, f"expected ceil({lengths[0]} / {block_tokens}) = {need} ids, got {len(ids)}",
+                                  line=line, field="hash_ids")
+    return Session(id=sid, arrival_s=stamp / 1000.0, calls=(Call(
+        append_tokens=lengths[0], output_tokens=lengths[1], block_hashes=tuple(ids), hash_block_tokens=block_tokens),))

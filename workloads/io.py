@@ -1,0 +1,276 @@
+"""Read and write session scripts (JSONL, gzip when the name ends ``.gz``); see ``workloads/FORMAT.md``.
+
+The reader is strict: every malformed line raises :class:`WorkloadFormatError` naming the file, the line
+number, the field path (``calls[3].output``) and what was expected. Unknown keys are errors, because a
+misspelt optional key would otherwise be dropped silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import math
+import os
+from collections.abc import Iterable, Iterator
+from typing import IO, Any, cast
+
+from workloads.errors import WorkloadFormatError
+from workloads.sessions import FORMAT_NAME, FORMAT_VERSION, Call, Session, session_to_dict
+
+PathLike = str | os.PathLike[str]
+
+_SESSION_KEYS = frozenset({"id", "arrival_s", "prefix_group", "prefix_tokens", "priority", "calls"})
+_CALL_KEYS = frozenset(
+    {"append", "output", "wait_s", "min_interval_s", "keep", "block_hashes", "hash_block_tokens", "subagents",
+     "fork_context"}
+)
+
+
+def _open_read(path: PathLike) -> IO[str]:
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def write_sessions(path: PathLike, sessions: Iterable[Session], source: str, **meta: Any) -> None:
+    """Write a header line ``{"format", "version", "source", **meta}`` then one session per line."""
+    header: dict[str, Any] = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "source": source}
+    for key, value in meta.items():
+        if key in header:
+            raise ValueError(f"meta key {key!r} is reserved")
+        header[key] = value
+    with contextlib.ExitStack() as stack:
+        raw: IO[bytes] = stack.enter_context(open(path, "wb"))
+        if str(path).endswith(".gz"):
+            # mtime=0 keeps the bytes identical between runs.
+            raw = cast(IO[bytes], stack.enter_context(gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)))
+        raw.write(_dump(header))
+        for session in sessions:
+            raw.write(_dump(session_to_dict(session)))
+
+
+def _dump(obj: dict[str, Any]) -> bytes:
+    return (json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")
+
+
+def read_sessions(path: PathLike) -> list[Session]:
+    """All sessions of a session-script file (the header is checked, then dropped)."""
+    return read_workload(path)[1]
+
+
+def read_workload(path: PathLike) -> tuple[dict[str, Any], list[Session]]:
+    """The header object and the sessions of a session-script file."""
+    header: dict[str, Any] | None = None
+    sessions: list[Session] = []
+    seen: dict[str, int] = {}
+    group_prefix: dict[str, tuple[int, int]] = {}
+    try:
+        with _open_read(path) as lines:
+            for number, text in enumerate(_lines(lines), start=1):
+                if header is None:
+                    header = _parse_header(path, number, text)
+                    continue
+                if not text.strip():
+                    raise WorkloadFormatError(path, "empty line; expected one session object per line", line=number)
+                session = _parse_session_line(path, number, text)
+                if session.id in seen:
+                    raise WorkloadFormatError(
+                        path, f"duplicate session id {session.id!r} (first on line {seen[session.id]})",
+                        line=number, field="id")
+                seen[session.id] = number
+                _check_group(path, number, session, group_prefix)
+                sessions.append(session)
+    except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise WorkloadFormatError(path, f"cannot read: {exc}") from exc
+    if header is None:
+        raise WorkloadFormatError(path, f"empty file; expected a header line {{\"format\": \"{FORMAT_NAME}\", ...}}",
+                                  line=1)
+    return header, sessions
+
+
+def _lines(stream: IO[str]) -> Iterator[str]:
+    for text in stream:
+        yield text.rstrip("\n").rstrip("\r")
+
+
+def _parse_json(path: PathLike, number: int, text: str) -> Any:
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise WorkloadFormatError(path, f"invalid JSON ({exc})", line=number) from exc
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a valid number here")
+
+
+def _parse_header(path: PathLike, number: int, text: str) -> dict[str, Any]:
+    obj = _parse_json(path, number, text)
+    if not isinstance(obj, dict):
+        raise WorkloadFormatError(path, f"expected the header object, got {type(obj).__name__}", line=number)
+    if obj.get("format") != FORMAT_NAME:
+        raise WorkloadFormatError(path, f"expected {FORMAT_NAME!r}, got {obj.get('format')!r}", line=number,
+                                  field="format")
+    version = obj.get("version")
+    if version != FORMAT_VERSION or isinstance(version, bool):
+        raise WorkloadFormatError(path, f"expected version {FORMAT_VERSION} (the version this reader knows), "
+                                  f"got {version!r}", line=number, field="version")
+    if not isinstance(obj.get("source"), str):
+        raise WorkloadFormatError(path, f"expected a string, got {obj.get('source')!r}", line=number,
+                                  field="source")
+    return obj
+
+
+def _parse_session_line(path: PathLike, number: int, text: str) -> Session:
+    obj = _parse_json(path, number, text)
+    parser = _Parser(path, number)
+    session = parser.session(obj, "")
+    parser.check_streams(session, "", None)
+    return session
+
+
+class _Parser:
+    """Builds sessions from one line's JSON, raising errors with the field path."""
+
+    def __init__(self, path: PathLike, line: int) -> None:
+        self.path = path
+        self.line = line
+
+    def fail(self, field: str, message: str) -> WorkloadFormatError:
+        return WorkloadFormatError(self.path, message, line=self.line, field=field or None)
+
+    def obj(self, value: Any, where: str, allowed: frozenset[str], what: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(where, f"expected a {what} object, got {_kind(value)}")
+        unknown = sorted(set(value) - allowed)
+        if unknown:
+            raise self.fail(_join(where, unknown[0]), f"unknown key; expected one of {sorted(allowed)}")
+        return value
+
+    def int_(self, value: Any, where: str, *, minimum: int = 0) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(where, f"expected an integer >= {minimum}, got {_kind(value)}")
+        if value < minimum:
+            raise self.fail(where, f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    def float_(self, value: Any, where: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise self.fail(where, f"expected a finite number >= 0, got {_kind(value)}")
+        if value < 0:
+            raise self.fail(where, f"expected a finite number >= 0, got {value}")
+        return float(value)
+
+    def session(self, value: Any, where: str) -> Session:
+        obj = self.obj(value, where, _SESSION_KEYS, "session")
+        for key in ("id", "calls"):
+            if key not in obj:
+                raise self.fail(_join(where, key), "missing; a session needs 'id' and 'calls'")
+        sid = obj["id"]
+        if not isinstance(sid, str) or not sid:
+            raise self.fail(_join(where, "id"), f"expected a non-empty string, got {_kind(sid)}")
+        arrival = obj.get("arrival_s")
+        arrival_s = None if arrival is None else self.float_(arrival, _join(where, "arrival_s"))
+        group = obj.get("prefix_group")
+        if group is not None and (not isinstance(group, str) or not group):
+            raise self.fail(_join(where, "prefix_group"), f"expected a non-empty string or null, got {_kind(group)}")
+        prefix_tokens = self.int_(obj.get("prefix_tokens", 0), _join(where, "prefix_tokens"))
+        if prefix_tokens and group is None:
+            raise self.fail(_join(where, "prefix_tokens"), "expected only together with 'prefix_group'")
+        priority = obj.get("priority", 0)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise self.fail(_join(where, "priority"), f"expected an integer, got {_kind(priority)}")
+        calls_value = obj["calls"]
+        if not isinstance(calls_value, list) or not calls_value:
+            raise self.fail(_join(where, "calls"), f"expected a non-empty list of calls, got {_kind(calls_value)}")
+        calls = tuple(self.call(c, f"{_join(where, 'calls')}[{i}]") for i, c in enumerate(calls_value))
+        return Session(id=sid, calls=calls, arrival_s=arrival_s, prefix_group=group, prefix_tokens=prefix_tokens,
+                       priority=priority)
+
+    def call(self, value: Any, where: str) -> Call:
+        obj = self.obj(value, where, _CALL_KEYS, "call")
+        for key in ("append", "output"):
+            if key not in obj:
+                raise self.fail(_join(where, key), "missing; a call needs 'append' and 'output'")
+        keep = obj.get("keep")
+        hashes_value = obj.get("block_hashes")
+        hashes: tuple[int, ...] | None = None
+        if hashes_value is not None:
+            if not isinstance(hashes_value, list):
+                raise self.fail(_join(where, "block_hashes"), f"expected a list of integers, got {_kind(hashes_value)}")
+            hashes = tuple(self.int_(h, f"{_join(where, 'block_hashes')}[{i}]") for i, h in enumerate(hashes_value))
+        elif "hash_block_tokens" in obj:
+            raise self.fail(_join(where, "hash_block_tokens"), "expected only together with 'block_hashes'")
+        subs_value = obj.get("subagents", [])
+        if not isinstance(subs_value, list):
+            raise self.fail(_join(where, "subagents"), f"expected a list of sessions, got {_kind(subs_value)}")
+        subs = tuple(self.session(s, f"{_join(where, 'subagents')}[{i}]") for i, s in enumerate(subs_value))
+        fork = obj.get("fork_context", False)
+        if not isinstance(fork, bool):
+            raise self.fail(_join(where, "fork_context"), f"expected true or false, got {_kind(fork)}")
+        return Call(
+            append_tokens=self.int_(obj["append"], _join(where, "append")),
+            output_tokens=self.int_(obj["output"], _join(where, "output")),
+            wait_after_s=self.float_(obj.get("wait_s", 0.0), _join(where, "wait_s")),
+            min_interval_s=self.float_(obj.get("min_interval_s", 0.0), _join(where, "min_interval_s")),
+            keep_tokens=None if keep is None else self.int_(keep, _join(where, "keep")),
+            block_hashes=hashes,
+            hash_block_tokens=self.int_(obj.get("hash_block_tokens", 512), _join(where, "hash_block_tokens"),
+                                        minimum=1),
+            subagents=subs,
+            fork_context=fork,
+        )
+
+    def check_streams(self, session: Session, where: str, context: int | None) -> None:
+        """``keep`` may not exceed the stream it cuts; block hashes must cover the prompt."""
+        stream = 0
+        prefix = session.prefix_tokens if context is None else context
+        for k, call in enumerate(session.calls):
+            call_where = f"{_join(where, 'calls')}[{k}]"
+            if call.keep_tokens is not None and call.keep_tokens > stream:
+                raise self.fail(_join(call_where, "keep"),
+                                f"expected at most the stream length before this call ({stream}), "
+                                f"got {call.keep_tokens}")
+            if call.keep_tokens is not None:
+                stream = call.keep_tokens
+            stream += call.append_tokens
+            prompt = prefix + stream
+            if call.block_hashes is not None:
+                need = -(-prompt // call.hash_block_tokens)
+                if len(call.block_hashes) != need:
+                    raise self.fail(_join(call_where, "block_hashes"),
+                                    f"expected ceil({prompt} prompt tokens / {call.hash_block_tokens}) = {need} "
+                                    f"ids, got {len(call.block_hashes)}")
+            for i, sub in enumerate(call.subagents):
+                self.check_streams(sub, f"{_join(call_where, 'subagents')}[{i}]",
+                                   prompt + call.output_tokens if call.fork_context else None)
+            stream += call.output_tokens
+
+
+def _check_group(path: PathLike, number: int, session: Session, seen: dict[str, tuple[int, int]]) -> None:
+    if session.prefix_group is None:
+        return
+    first = seen.setdefault(session.prefix_group, (session.prefix_tokens, number))
+    if first[0] != session.prefix_tokens:
+        raise WorkloadFormatError(
+            path, f"expected {first[0]} for group {session.prefix_group!r} (as on line {first[1]}), "
+            f"got {session.prefix_tokens}", line=number, field="prefix_tokens")
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"number {value!r}"
+    if isinstance(value, str):
+        return f"string {value[:40]!r}"
+    return type(value).__name__.replace("dict", "object").replace("list", "array")
