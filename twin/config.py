@@ -97,6 +97,33 @@ class KVCacheConfig:
 
 
 @attrs.frozen(kw_only=True)
+class TransferConfig:
+    """KV hand-off between prefill and decode workers (disaggregated systems only)."""
+
+    kind: str = attrs.field(default="pull", validator=one_of("pull", "push"))
+    """pull: KV stays staged until a decode worker reserves room and pulls it; push: sent right after
+    prefill, the decode worker allocates on arrival and the request fails when it cannot (ablation)."""
+    layerwise: bool = False
+    """Layer-wise transfer overlapped with prefill compute: a pull that starts as soon as the KV is staged
+    exposes only the last layer's share; a pull that had to wait exposes all of it."""
+    first_token: str = attrs.field(default="decode", validator=one_of("decode", "prefill"))
+    """Where the client's first token comes from (vLLM disaggregated serving: the decode worker)."""
+    setup_latency_s: float = attrs.field(default=20e-6, validator=non_negative)
+    per_descriptor_s: float = attrs.field(default=1.5e-6, validator=non_negative)
+    """Serial cost of one transfer descriptor (one per block per layer on each GPU). Default from the NIXL
+    measurements in REFERENCES: 1 KiB pieces reach 0.7 GB/s on a 400 Gb/s NIC, i.e. about 1.4 us per piece
+    beyond its bytes (16 KiB pieces at 4.7 GB/s imply 3.1 us)."""
+    efficiency: float = attrs.field(default=0.85, validator=fraction)
+    """Fraction of the link's line rate a large transfer reaches (RDMA through NIXL: about 85 %)."""
+    lease_s: float | None = attrs.field(default=30.0, validator=positive)
+    """Staged KV not pulled within this time is dropped; the decode worker recomputes (null: no lease)."""
+    decode_headroom_blocks: int = attrs.field(default=0, validator=non_negative)
+    """Blocks reserved beyond the prompt before a pull starts, for the request's growth."""
+    max_handoffs_per_s: float | None = attrs.field(default=None, validator=positive)
+    """P->D pacing limit: transfers leaving one prefill worker start at most this often."""
+
+
+@attrs.frozen(kw_only=True)
 class MetricsConfig:
     sample_interval_s: float = attrs.field(default=1.0, validator=positive)
     record_token_times: bool = False
@@ -159,6 +186,7 @@ class TwinConfig:
     system: SystemSpec = _default("system")
     scheduler: SchedulerConfig = attrs.Factory(SchedulerConfig)
     kv_cache: KVCacheConfig = attrs.Factory(KVCacheConfig)
+    transfer: TransferConfig = attrs.Factory(TransferConfig)
     router: RouterSpec = _default("router")
     workload: WorkloadSpec = _default("workload")
     metrics: MetricsConfig = attrs.Factory(MetricsConfig)

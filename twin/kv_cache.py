@@ -155,8 +155,13 @@ class KVCacheManager:
         computed = req.num_computed_tokens + num_computed_blocks * self.block_size
         return max(0, cdiv(computed + num_new_tokens, self.block_size) - have)
 
-    def allocate_slots(self, req: Request, num_new_tokens: int, computed_blocks: Sequence[int] = ()) -> bool:
-        """Give ``req`` room for ``num_new_tokens`` more tokens (after ``computed_blocks``), or nothing."""
+    def allocate_slots(self, req: Request, num_new_tokens: int, computed_blocks: Sequence[int] = (),
+                       cache: bool = True) -> bool:
+        """Give ``req`` room for ``num_new_tokens`` more tokens (after ``computed_blocks``), or nothing.
+
+        With ``cache=False`` the new blocks are not registered in the prefix cache yet (a KV pull reserves
+        blocks whose content has not arrived; :meth:`cache_computed` registers them on arrival).
+        """
         pool = self.pool
         need = self.blocks_needed(req, num_new_tokens, len(computed_blocks))
         # Hit blocks with no reference sit in the free queue; taking them shrinks what is allocatable.
@@ -173,7 +178,7 @@ class KVCacheManager:
             self._num_hashed[req.id] = len(blocks)
         if need:
             blocks.extend(pool.allocate(need))
-        if self.enable_prefix_caching:
+        if self.enable_prefix_caching and cache:
             computed = req.num_computed_tokens + len(computed_blocks) * self.block_size
             self.cache_computed(req, min(computed + num_new_tokens, req.num_tokens))
         return True

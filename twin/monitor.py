@@ -19,11 +19,14 @@ class Monitor:
     """
 
     def __init__(self, env: simpy.Environment, workers: Sequence[Worker], interval_ns: int,
-                 on_idle: Callable[[], None]) -> None:
+                 on_idle: Callable[[], None], extra: Callable[[], dict[str, float]] | None = None) -> None:
         self.env = env
         self.workers = workers
         self.interval_ns = interval_ns
         self.on_idle = on_idle
+        self.extra = extra
+        """System-specific gauges (staged KV, pull queues, links), sampled with the others."""
+        self._extra_names: list[str] = list(extra()) if extra is not None else []
         self.rows: list[tuple[float, ...]] = []
         self._last_tokens = 0
         self._last_prompt = 0
@@ -35,7 +38,7 @@ class Monitor:
                 "preemptions"]
         for w in self.workers:
             cols += [f"w{w.wid}_waiting", f"w{w.wid}_running", f"w{w.wid}_kv_usage", f"w{w.wid}_kv_cached_blocks"]
-        return cols
+        return cols + self._extra_names
 
     def sample(self) -> None:
         now_s = self.env.now / 1e9
@@ -60,7 +63,8 @@ class Monitor:
         hit = (cached - self._last_cached) / d_prompt if d_prompt else float("nan")
         rate = (tokens - self._last_tokens) / interval_s if self.rows else 0.0
         self._last_tokens, self._last_prompt, self._last_cached = tokens, prompt, cached
-        self.rows.append((now_s, waiting, running, used / total, rate, hit, preempt, *per_worker))
+        extra = list(self.extra().values()) if self.extra is not None else []
+        self.rows.append((now_s, waiting, running, used / total, rate, hit, preempt, *per_worker, *extra))
 
     def _run(self) -> ProcessGen:
         env = self.env

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import enum
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from twin.lifecycle import KVRecord
 
 NO_TIME = -1
 """Marks a timestamp that has not happened (times are integer nanoseconds of simulated time)."""
@@ -30,7 +33,7 @@ class Request:
         "status", "num_computed_tokens", "num_output_tokens", "on_finish",
         "worker", "arrival_ns", "queued_ns", "first_scheduled_ns", "first_token_ns", "last_token_ns",
         "finish_ns", "max_itl_ns", "cached_tokens", "recomputed_tokens", "preemptions", "fail_reason",
-        "token_times_ns", "lost_tokens",
+        "token_times_ns", "lost_tokens", "kv",
     )
 
     def __init__(
@@ -77,6 +80,8 @@ class Request:
         self.fail_reason = ""
         self.token_times_ns: list[int] | None = None
         self.lost_tokens = 0
+        self.kv: KVRecord | None = None
+        """The KV lifecycle record (disaggregated systems only)."""
         """Computed tokens whose KV the last preemption dropped (recomputed at resumption unless cached)."""
 
     @property

@@ -25,7 +25,25 @@ REQUEST_FIELDS: list[tuple[str, str]] = [
     ("first_token_s", "f8"), ("finish_s", "f8"), ("prompt_tokens", "i8"), ("output_tokens", "i8"),
     ("cached_tokens", "i8"), ("recomputed_tokens", "i8"), ("preemptions", "i4"), ("ttft_s", "f8"),
     ("tpot_s", "f8"), ("e2e_s", "f8"), ("queue_s", "f8"), ("max_itl_s", "f8"),
+    # Disaggregated systems only (NaN / -1 / empty otherwise): the KV lifecycle of the request.
+    ("prefill_worker", "i4"), ("kv_state", "O"), ("kv_staged_s", "f8"), ("kv_pull_s", "f8"),
+    ("kv_resident_s", "f8"), ("kv_expired_s", "f8"), ("staged_wait_s", "f8"), ("transfer_s", "f8"),
+    ("transfer_bytes", "i8"), ("reused_blocks", "i8"),
 ]
+
+
+def _kv_columns(r: Request) -> tuple[object, ...]:
+    from twin.lifecycle import KVState
+
+    kv = r.kv
+    if kv is None:
+        nan = float("nan")
+        return (-1, "", nan, nan, nan, nan, nan, nan, 0, 0)
+    wait = kv.staged_wait_ns
+    moved = kv.transfer_blocks + kv.reused_blocks > 0 or KVState.RESIDENT in kv.times_ns
+    return (kv.prefill_worker, kv.state.name.lower(), kv.time_s(KVState.STAGED), kv.time_s(KVState.PULLING),
+            kv.time_s(KVState.RESIDENT), kv.time_s(KVState.EXPIRED), float("nan") if wait is None else wait / NS,
+            kv.transfer_ns / NS if moved else float("nan"), kv.transfer_bytes, kv.reused_blocks)
 
 
 def _t(ns: int) -> float:
@@ -45,7 +63,7 @@ def request_table(requests: Sequence[Request]) -> np.ndarray:
             r.id, r.session, r.turn, r.worker, r.status.name.lower(), r.fail_reason, r.priority, arrival,
             _t(r.queued_ns), _t(r.first_scheduled_ns), first, _t(r.finish_ns), r.prompt_tokens, out,
             max(r.cached_tokens, 0), r.recomputed_tokens, r.preemptions, first - arrival, tpot, finish - arrival,
-            _t(r.first_scheduled_ns) - arrival, r.max_itl_ns / NS,
+            _t(r.first_scheduled_ns) - arrival, r.max_itl_ns / NS, *_kv_columns(r),
         )
     return table
 

@@ -30,8 +30,8 @@ class Simulation:
         self.env = simpy.Environment()
         self.rng = np.random.default_rng(cfg.run.seed)
         self.sources = SourceTable()
-        self.workers = cfg.system.build(self.env, cfg, self._on_done)  # type: ignore[attr-defined]
-        self.router = cfg.router.build()  # type: ignore[attr-defined]
+        self.system = cfg.system.build(self.env, cfg, self._on_done)  # type: ignore[attr-defined]
+        self.workers = self.system.workers
         plan = cfg.workload.build(self.rng)  # type: ignore[attr-defined]
         assert cfg.kv_cache.block_size is not None
         stop_ns = to_ns(cfg.run.duration_s) if cfg.run.duration_s is not None else None
@@ -42,12 +42,13 @@ class Simulation:
         )
         from twin.monitor import Monitor
 
-        self.monitor = Monitor(self.env, self.workers, to_ns(cfg.metrics.sample_interval_s), self._on_idle)
+        self.monitor = Monitor(self.env, self.workers, to_ns(cfg.metrics.sample_interval_s), self._on_idle,
+                               self.system.gauges)
         self.wall_s = 0.0
 
     # ------------------------------------------------------------------------------------ wiring
     def _submit(self, req: Request) -> None:
-        self.router.choose(req, self.workers).submit(req)
+        self.system.submit(req)
 
     def _on_done(self, req: Request) -> None:
         if req.on_finish is not None:
@@ -117,6 +118,7 @@ class Simulation:
                             slo_tpot_s=cfg.metrics.slo_tpot_s)
         summary["sessions"] = {"started": self.driver.sessions_started, "finished": self.driver.sessions_finished,
                                "failed": self.driver.sessions_failed, "skipped": self.driver.sessions_skipped}
+        summary.update(self.system.summary())
         summary["sim"] = {"simulated_s": self.env.now / 1e9, "wall_s": self.wall_s,
                           "steps": sum(w.ledger.steps for w in self.workers)}
         ledger: dict[str, Any] = {}

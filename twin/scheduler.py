@@ -128,7 +128,7 @@ class Scheduler:
     """Continuous-batching scheduler of one worker."""
 
     def __init__(self, limits: SchedulerLimits, kv: KVCacheManager, policy: str = "fcfs",
-                 record_token_times: bool = False) -> None:
+                 record_token_times: bool = False, retain_finished_kv: bool = False) -> None:
         if policy not in QUEUE_POLICIES:
             raise ValueError(f"unknown queue policy {policy!r}; expected one of {sorted(QUEUE_POLICIES)}")
         self.limits = limits
@@ -136,6 +136,8 @@ class Scheduler:
         self.waiting: WaitingQueue = QUEUE_POLICIES[policy]()
         self.running: list[Request] = []
         self.record_token_times = record_token_times
+        self.retain_finished_kv = retain_finished_kv
+        """A prefill worker keeps a finished request's blocks (staged KV) until the hand-off releases them."""
         self.itl_counts: dict[int, int] = {}
         """Histogram of inter-token gaps (ns -> count) over every request of this worker."""
         self.prompt_tokens_admitted = 0
@@ -304,7 +306,8 @@ class Scheduler:
                 finished.append(req)
         for req in finished:
             self.running.remove(req)
-            self.kv.free(req)
+            if not self.retain_finished_kv:
+                self.kv.free(req)
             req.status = Status.FINISHED
             req.finish_ns = now
         return finished

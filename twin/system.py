@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import attrs
 
@@ -17,21 +17,24 @@ from twin.scheduler import Scheduler, SchedulerLimits
 if TYPE_CHECKING:
     import simpy
 
+    from twin.router import Router
     from twin.worker import Worker
 
 
-def make_deployment(config: TwinConfig, tp: int) -> Deployment:
+def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None) -> Deployment:
     """The hardware model's view of one worker; hardware errors become config errors with a path."""
     try:
-        return Deployment(gpu=load_gpu(config.hardware.gpu), model=load_model(config.model.name),
+        return Deployment(gpu=load_gpu(gpu or config.hardware.gpu), model=load_model(config.model.name),
                           engine=load_engine(config.engine.name), tp=tp,
                           weight_dtype=config.model.weight_dtype, kv_dtype=config.model.kv_dtype)
     except ValueError as exc:
         raise ConfigError("system", str(exc)) from None
 
 
-def kv_blocks(config: TwinConfig, dep: Deployment) -> int:
-    """Blocks per worker: the override, or derived from memory (never typed in by hand)."""
+def kv_blocks(config: TwinConfig, dep: Deployment, override: int | None = None) -> int:
+    """Blocks per worker: an override, or derived from memory (never typed in by hand)."""
+    if override is not None:
+        return override
     if config.kv_cache.num_blocks is not None:
         return config.kv_cache.num_blocks
     assert config.kv_cache.block_size is not None and config.kv_cache.gpu_memory_utilization is not None
@@ -43,15 +46,18 @@ def kv_blocks(config: TwinConfig, dep: Deployment) -> int:
         raise ConfigError("kv_cache", str(exc)) from None
 
 
-def build_scheduler(config: TwinConfig, num_blocks: int) -> Scheduler:
+def build_scheduler(config: TwinConfig, num_blocks: int, *, max_num_seqs: int | None = None,
+                    max_num_batched_tokens: int | None = None, retain_finished_kv: bool = False) -> Scheduler:
     s = config.scheduler
     assert s.max_num_batched_tokens is not None and s.max_num_seqs is not None
     assert config.kv_cache.block_size is not None
-    limits = SchedulerLimits(max_num_batched_tokens=s.max_num_batched_tokens, max_num_seqs=s.max_num_seqs,
+    limits = SchedulerLimits(max_num_batched_tokens=max_num_batched_tokens or s.max_num_batched_tokens,
+                             max_num_seqs=max_num_seqs or s.max_num_seqs,
                              long_prefill_token_threshold=s.long_prefill_token_threshold,
                              chunked_prefill=s.chunked_prefill)
     kv = KVCacheManager(num_blocks, config.kv_cache.block_size, config.kv_cache.prefix_caching)
-    return Scheduler(limits, kv, s.policy, record_token_times=config.metrics.record_token_times)
+    return Scheduler(limits, kv, s.policy, record_token_times=config.metrics.record_token_times,
+                     retain_finished_kv=retain_finished_kv)
 
 
 def cost_model(config: TwinConfig, dep: Deployment) -> CostModel:
@@ -59,6 +65,23 @@ def cost_model(config: TwinConfig, dep: Deployment) -> CostModel:
         return CostModel(dep, disabled_terms=frozenset(config.hardware.disabled_terms))
     except ValueError as exc:
         raise ConfigError("hardware.disabled_terms", str(exc)) from None
+
+
+class ColocatedSystem:
+    """Identical engines behind one router; each serves prefill and decode in the same batches."""
+
+    def __init__(self, workers: list[Worker], router: Router) -> None:
+        self.workers = workers
+        self.router = router
+
+    def submit(self, req: Request) -> None:
+        self.router.choose(req, self.workers).submit(req)  # type: ignore[attr-defined]
+
+    def gauges(self) -> dict[str, float]:
+        return {}
+
+    def summary(self) -> dict[str, Any]:
+        return {}
 
 
 @register("system", "colocated")
@@ -70,13 +93,14 @@ class Colocated(SystemSpec):
     tp: int = attrs.field(default=1, validator=positive)
 
     def build(self, env: simpy.Environment, config: TwinConfig,
-              on_done: Callable[[Request], None]) -> list[Worker]:
+              on_done: Callable[[Request], None]) -> ColocatedSystem:
         from twin.worker import Worker
 
         dep = make_deployment(config, self.tp)
         blocks = kv_blocks(config, dep)
         cm = cost_model(config, dep)
-        return [Worker(env, wid, build_scheduler(config, blocks), cm, on_done) for wid in range(self.replicas)]
+        workers = [Worker(env, wid, build_scheduler(config, blocks), cm, on_done) for wid in range(self.replicas)]
+        return ColocatedSystem(workers, config.router.build())  # type: ignore[attr-defined]
 
 
 def resolve(config: TwinConfig) -> TwinConfig:

@@ -35,12 +35,14 @@ class Worker:
     """One serving instance (a colocated engine: prefill and decode share its batches)."""
 
     def __init__(self, env: simpy.Environment, wid: int, scheduler: Scheduler, cost_model: CostModel,
-                 on_done: Callable[[Request], None]) -> None:
+                 on_done: Callable[[Request], None], before_schedule: Callable[[], None] | None = None) -> None:
         self.env = env
         self.wid = wid
         self.sched = scheduler
         self.cost_model = cost_model
         self.on_done = on_done
+        self.before_schedule = before_schedule
+        """Called at every step boundary before scheduling (a decode worker starts its pulls there)."""
         self.ledger = Ledger()
         self.blocked = False
         """True while the worker has work but could schedule none of it (reported by the stall detector)."""
@@ -75,6 +77,8 @@ class Worker:
         cost_model = self.cost_model
         ledger = self.ledger
         while True:
+            if self.before_schedule is not None:
+                self.before_schedule()
             if not sched.has_work:
                 yield from self._sleep()
                 continue

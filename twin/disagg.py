@@ -1,0 +1,406 @@
+"""Prefill/decode disaggregation with staged KV, consumer-driven delta pulls and leases (DESIGN section 5).
+
+A client request first runs on a prefill worker as a one-output-token stage. When that stage finishes,
+its blocks are not freed: the KV is STAGED on the prefill worker and keeps occupying its memory. The
+decode router picks a decode worker, which pulls from its wait queue in its own order (FCFS) only when it
+can reserve the request's blocks (minus those it already caches: a delta pull) plus a headroom; the
+transfer then crosses the links (max-min fair sharing), and on arrival the prefill side releases its
+blocks (they stay cached there) and the request joins the decode worker's running batch. So decode memory
+pressure keeps KV staged, staged KV fills prefill memory, and the prefill worker stops admitting: the
+backpressure reaches the prefill queue and the clients. A lease bounds the staging: expired KV is dropped
+and the decode worker recomputes the prompt itself. ``transfer.kind: push`` is the pipeline-cut ablation.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable
+
+import attrs
+import numpy as np
+import simpy
+
+from hardware import CostModel
+from twin.config import RouterSpec, SystemSpec, TransferConfig, TwinConfig, positive
+from twin.errors import ConfigError
+from twin.kv_cache import cdiv
+from twin.lifecycle import KVRecord, KVState
+from twin.links import FlowNetwork, LinkSet
+from twin.registry import register
+from twin.request import NO_TIME, Request, Status
+from twin.results import stats
+from twin.scheduler import Scheduler
+from twin.router import LeastLoadedSpec, Router
+from twin.sim import ProcessGen, now_ns, to_ns
+from twin.system import build_scheduler, cost_model, kv_blocks, make_deployment
+from twin.worker import Worker
+
+
+@attrs.frozen(kw_only=True)
+class PoolConfig:
+    """One pool of identical workers (prefill or decode)."""
+
+    workers: int = attrs.field(default=1, validator=positive)
+    tp: int = attrs.field(default=1, validator=positive)
+    gpu: str | None = None
+    """GPU of this pool; default ``hardware.gpu``."""
+    num_blocks: int | None = attrs.field(default=None, validator=positive)
+    """KV blocks per worker of this pool (default: derived from memory, or ``kv_cache.num_blocks``)."""
+    max_num_seqs: int | None = attrs.field(default=None, validator=positive)
+    max_num_batched_tokens: int | None = attrs.field(default=None, validator=positive)
+
+
+class _Pending:
+    """A request whose KV is staged on a prefill worker, waiting in a decode worker's pull queue."""
+
+    __slots__ = ("req", "stage", "prefill")
+
+    def __init__(self, req: Request, stage: Request, prefill: Worker) -> None:
+        self.req = req
+        self.stage = stage
+        self.prefill = prefill
+
+
+class DecodeWorker(Worker):
+    """A decode worker: its pull queue is served at every step boundary, before scheduling."""
+
+    def __init__(self, system: DisaggSystem, env: simpy.Environment, wid: int, scheduler: Scheduler,
+                 cost: CostModel, on_done: Callable[[Request], None]) -> None:
+        self.system = system
+        self.pull_queue: deque[_Pending] = deque()
+        self.pulls_in_flight = 0
+        super().__init__(env, wid, scheduler, cost, on_done, before_schedule=self.start_pulls)
+
+    def load(self) -> int:
+        return super().load() + len(self.pull_queue) + self.pulls_in_flight
+
+    def start_pulls(self) -> None:
+        self.system.start_pulls(self)
+
+
+class DisaggSystem:
+    """Prefill and decode pools, their routers, the links between them and every request's KV record."""
+
+    def __init__(self, env: simpy.Environment, config: TwinConfig, spec: Disaggregated,
+                 on_done: Callable[[Request], None]) -> None:
+        self.env = env
+        self.config = config
+        self.tcfg: TransferConfig = config.transfer
+        self.on_done = on_done
+        assert config.kv_cache.block_size is not None
+        self.block_size = config.kv_cache.block_size
+        self.p_dep = make_deployment(config, spec.prefill.tp, spec.prefill.gpu)
+        self.d_dep = make_deployment(config, spec.decode.tp, spec.decode.gpu)
+        p_blocks = kv_blocks(config, self.p_dep, spec.prefill.num_blocks)
+        d_blocks = kv_blocks(config, self.d_dep, spec.decode.num_blocks)
+        p_cost, d_cost = cost_model(config, self.p_dep), cost_model(config, self.d_dep)
+        self.prefill = [
+            Worker(env, i, build_scheduler(config, p_blocks, max_num_seqs=spec.prefill.max_num_seqs,
+                                           max_num_batched_tokens=spec.prefill.max_num_batched_tokens,
+                                           retain_finished_kv=True), p_cost, self._prefill_done)
+            for i in range(spec.prefill.workers)]
+        base = spec.prefill.workers
+        self.decode = [
+            DecodeWorker(self, env, base + i,
+                         build_scheduler(config, d_blocks, max_num_seqs=spec.decode.max_num_seqs,
+                                         max_num_batched_tokens=spec.decode.max_num_batched_tokens),
+                         d_cost, self._decode_done)
+            for i in range(spec.decode.workers)]
+        self.workers: list[Worker] = [*self.prefill, *self.decode]
+        self.prefill_router: Router = config.router.build()  # type: ignore[attr-defined]
+        self.decode_router: Router = spec.decode_router.build()  # type: ignore[attr-defined]
+        self._place(spec)
+        self.links = LinkSet(env, FlowNetwork(self._capacities()))
+        self._next_handoff_ns: dict[int, int] = {}
+        self._pacing_wake: set[int] = set()
+        self.records: list[KVRecord] = []
+        self.pulls = self.pushes = self.lease_expiries = self.dropped = 0
+        self.bytes_moved = 0
+
+    # ------------------------------------------------------------------------------------ topology
+    def _place(self, spec: Disaggregated) -> None:
+        """Pack workers onto nodes in order (prefill first), each node holding ``gpus_per_node`` GPUs."""
+        per_node = spec.gpus_per_node or self.p_dep.gpu.scaleup_domain_gpus
+        self.node: dict[int, int] = {}
+        gpu = 0
+        for w, tp in [(w, spec.prefill.tp) for w in self.prefill] + [(w, spec.decode.tp) for w in self.decode]:
+            if tp > per_node:
+                raise ConfigError("system.gpus_per_node", f"a worker with tp={tp} does not fit a node of "
+                                                          f"{per_node} GPUs")
+            if gpu % per_node + tp > per_node:
+                gpu += per_node - gpu % per_node  # a worker never straddles two nodes
+            self.node[w.wid] = gpu // per_node
+            gpu += tp
+
+    def _capacities(self) -> dict[str, float]:
+        eff = self.tcfg.efficiency
+        caps: dict[str, float] = {}
+        for w, dep in [(w, self.p_dep) for w in self.prefill] + [(w, self.d_dep) for w in self.decode]:
+            for kind, per_gpu in (("nvlink", dep.gpu.scaleup_bw_Bps), ("nic", dep.gpu.nic_bw_Bps)):
+                caps[f"w{w.wid}.out.{kind}"] = caps[f"w{w.wid}.in.{kind}"] = per_gpu * dep.tp * eff
+        return caps
+
+    def _path(self, src: Worker, dst: Worker) -> tuple[str, str]:
+        kind = "nvlink" if self.node[src.wid] == self.node[dst.wid] else "nic"
+        return (f"w{src.wid}.out.{kind}", f"w{dst.wid}.in.{kind}")
+
+    # ------------------------------------------------------------------------------------- intake
+    def submit(self, req: Request) -> None:
+        now = now_ns(self.env)
+        rec = req.kv = KVRecord(req.id, now)
+        self.records.append(rec)
+        stage = Request(id=req.id, prompt_tokens=req.prompt_tokens, max_output_tokens=1, block_keys=req.block_keys,
+                        arrival_ns=now, session=req.session, turn=req.turn, priority=req.priority)
+        stage.on_finish = lambda s, req=req: self._staged(req, s)  # type: ignore[misc]
+        worker = self.prefill_router.choose(stage, self.prefill)  # type: ignore[arg-type]
+        rec.prefill_worker = worker.wid  # type: ignore[attr-defined]
+        worker.submit(stage)  # type: ignore[attr-defined]
+
+    def _prefill_done(self, stage: Request) -> None:
+        assert stage.on_finish is not None
+        stage.on_finish(stage)
+
+    def _staged(self, req: Request, stage: Request) -> None:
+        """The prefill stage ended: stage its KV (or fail the request), pick the decode worker."""
+        now = now_ns(self.env)
+        rec = req.kv
+        assert rec is not None
+        req.queued_ns, req.first_scheduled_ns = stage.queued_ns, stage.first_scheduled_ns
+        req.cached_tokens = max(stage.cached_tokens, 0)
+        req.preemptions += stage.preemptions
+        req.recomputed_tokens += stage.recomputed_tokens
+        prefill = self.prefill[rec.prefill_worker]
+        if stage.status is Status.FAILED:
+            self._fail(req, f"prefill: {stage.fail_reason}", now)
+            return
+        rec.to(KVState.STAGED, now)
+        if self.tcfg.first_token == "prefill":
+            req.first_token_ns = req.last_token_ns = now
+            req.num_output_tokens = 1
+        decode: DecodeWorker = self.decode_router.choose(req, self.decode)  # type: ignore[arg-type,assignment]
+        rec.decode_worker = decode.wid
+        req.worker = decode.wid
+        if not decode.sched.fits_ever(req):
+            prefill.sched.kv.free(stage)
+            prefill.wake()
+            self._fail(req, f"needs {cdiv(req.total_tokens, self.block_size)} KV blocks but decode worker "
+                            f"{decode.wid} holds only {decode.sched.kv.num_blocks}", now)
+            return
+        pending = _Pending(req, stage, prefill)
+        if self.tcfg.kind == "push":
+            self.env.process(self._push(pending, decode))
+            return
+        decode.pull_queue.append(pending)
+        if self.tcfg.lease_s is not None:
+            self.env.process(self._lease(pending, decode))
+        decode.wake()
+
+    def _fail(self, req: Request, reason: str, now: int) -> None:
+        assert req.kv is not None
+        req.kv.to(KVState.FAILED, now)
+        req.status = Status.FAILED
+        req.fail_reason = reason
+        req.finish_ns = now
+        self.on_done(req)
+
+    # -------------------------------------------------------------------------------------- pulls
+    def start_pulls(self, decode: DecodeWorker) -> None:
+        """Start pulls from the head of ``decode``'s queue while it can reserve their blocks (FCFS)."""
+        now = now_ns(self.env)
+        sched = decode.sched
+        while decode.pull_queue:
+            pending = decode.pull_queue[0]
+            req = pending.req
+            if len(sched.running) + len(sched.waiting) + decode.pulls_in_flight >= sched.limits.max_num_seqs:
+                return
+            if not self._handoff_allowed(pending.prefill, decode, now):
+                return
+            known = self._known_tokens(req)
+            hits = self._hits(decode, req, known)
+            reserve = known + self.tcfg.decode_headroom_blocks * self.block_size - len(hits) * self.block_size
+            if not sched.kv.allocate_slots(req, reserve, hits, cache=False):
+                return
+            decode.pull_queue.popleft()
+            assert req.kv is not None
+            req.kv.to(KVState.PULLING, now)
+            self.pulls += 1
+            decode.pulls_in_flight += 1
+            self.env.process(self._pull(pending, decode, len(hits)))
+
+    def _known_tokens(self, req: Request) -> int:
+        """Tokens whose KV the decode side receives: all but the last prompt token (recomputed there to
+        sample the first output), or the whole prompt when the prefill worker returned the first token."""
+        return req.prompt_tokens if self.tcfg.first_token == "prefill" else req.prompt_tokens - 1
+
+    def _hits(self, decode: Worker, req: Request, known: int) -> list[int]:
+        hits = decode.sched.kv.get_computed_blocks(req)
+        return hits[: known // self.block_size]
+
+    def _handoff_allowed(self, prefill: Worker, decode: DecodeWorker, now: int) -> bool:
+        rate = self.tcfg.max_handoffs_per_s
+        if rate is None:
+            return True
+        nxt = self._next_handoff_ns.get(prefill.wid, 0)
+        if now >= nxt:
+            self._next_handoff_ns[prefill.wid] = now + to_ns(1.0 / rate)
+            return True
+        if decode.wid not in self._pacing_wake:
+            self._pacing_wake.add(decode.wid)
+            self.env.process(self._wake_at(decode, nxt))
+        return False
+
+    def _wake_at(self, worker: DecodeWorker, t_ns: int) -> ProcessGen:
+        yield self.env.timeout(t_ns - now_ns(self.env))
+        self._pacing_wake.discard(worker.wid)
+        worker.wake()
+
+    def _transfer(self, pending: _Pending, decode: Worker, blocks: int, exposed_fraction: float) -> ProcessGen:
+        """Move ``blocks`` KV blocks from the prefill worker to ``decode``: setup and per-descriptor costs,
+        then the bytes through the shared links."""
+        dep = self.p_dep
+        rec = pending.req.kv
+        assert rec is not None
+        start = now_ns(self.env)
+        nbytes = blocks * dep.bytes_per_block(self.block_size) * dep.tp
+        descriptors = blocks * dep.layers_per_gpu
+        fixed = self.tcfg.setup_latency_s + descriptors * self.tcfg.per_descriptor_s * exposed_fraction
+        yield self.env.timeout(to_ns(fixed))
+        if nbytes:
+            yield self.links.transfer(("kv", rec.request_id), nbytes * exposed_fraction,
+                                      self._path(pending.prefill, decode))
+        rec.transfer_bytes = nbytes
+        rec.transfer_blocks = blocks
+        rec.transfer_ns = now_ns(self.env) - start
+        self.bytes_moved += nbytes
+
+    def _pull(self, pending: _Pending, decode: DecodeWorker, num_hits: int) -> ProcessGen:
+        req = pending.req
+        rec = req.kv
+        assert rec is not None
+        blocks = cdiv(self._known_tokens(req), self.block_size) - num_hits
+        rec.reused_blocks = num_hits
+        exposed = 1.0
+        if self.tcfg.layerwise and rec.times_ns[KVState.PULLING] == rec.times_ns[KVState.STAGED]:
+            exposed = 1.0 / self.p_dep.layers_per_gpu
+        yield from self._transfer(pending, decode, blocks, exposed)
+        decode.pulls_in_flight -= 1
+        self._release_staged(pending)
+        self._make_resident(req, decode)
+
+    def _make_resident(self, req: Request, decode: Worker) -> None:
+        now = now_ns(self.env)
+        assert req.kv is not None
+        req.kv.to(KVState.RESIDENT, now)
+        known = self._known_tokens(req)
+        decode.sched.kv.cache_computed(req, known)
+        req.num_computed_tokens = known
+        req.status = Status.RUNNING
+        req.queued_ns = req.queued_ns if req.queued_ns != NO_TIME else now
+        decode.sched.running.append(req)
+        decode.wake()
+
+    def _release_staged(self, pending: _Pending) -> None:
+        pending.prefill.sched.kv.free(pending.stage)
+        pending.prefill.wake()
+
+    # -------------------------------------------------------------------------------- push, lease
+    def _push(self, pending: _Pending, decode: DecodeWorker) -> ProcessGen:
+        req = pending.req
+        assert req.kv is not None
+        req.kv.to(KVState.PUSHING, now_ns(self.env))
+        self.pushes += 1
+        known = self._known_tokens(req)
+        yield from self._transfer(pending, decode, cdiv(known, self.block_size), 1.0)
+        self._release_staged(pending)
+        hits = self._hits(decode, req, known)
+        if not decode.sched.kv.allocate_slots(req, known - len(hits) * self.block_size, hits, cache=False):
+            now = now_ns(self.env)
+            req.kv.to(KVState.DROPPED, now)
+            self.dropped += 1
+            req.status = Status.FAILED
+            req.fail_reason = (f"pushed KV arrived at decode worker {decode.wid} with no room "
+                               f"({decode.sched.kv.pool.num_free} free blocks)")
+            req.finish_ns = now
+            self.on_done(req)
+            return
+        req.kv.reused_blocks = len(hits)
+        self._make_resident(req, decode)
+
+    def _lease(self, pending: _Pending, decode: DecodeWorker) -> ProcessGen:
+        assert self.tcfg.lease_s is not None
+        yield self.env.timeout(to_ns(self.tcfg.lease_s))
+        req = pending.req
+        assert req.kv is not None
+        if req.kv.state is not KVState.STAGED:
+            return
+        req.kv.to(KVState.EXPIRED, now_ns(self.env))
+        self.lease_expiries += 1
+        decode.pull_queue.remove(pending)
+        self._release_staged(pending)
+        # Recompute fallback: the decode worker serves the request from scratch (its prefix cache still hits).
+        if self.tcfg.first_token == "prefill":
+            req.num_output_tokens = 0
+            req.first_token_ns = req.last_token_ns = NO_TIME
+        req.cached_tokens = -1
+        decode.sched.add_request(req, now_ns(self.env))
+        decode.wake()
+
+    def _decode_done(self, req: Request) -> None:
+        assert req.kv is not None
+        if req.status is Status.FINISHED:
+            req.kv.to(KVState.FREED, now_ns(self.env))
+        elif req.kv.state not in (KVState.FAILED, KVState.DROPPED):
+            req.kv.to(KVState.FAILED, now_ns(self.env))
+        self.on_done(req)
+
+    # --------------------------------------------------------------------------------- reporting
+    def gauges(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        staged_reqs = staged_blocks = 0
+        for w in self.prefill:
+            reqs = len(w.sched.kv.req_blocks) - len(w.sched.running)
+            blocks = sum(len(b) for rid, b in w.sched.kv.req_blocks.items()) - sum(
+                len(w.sched.kv.blocks_of(r)) for r in w.sched.running)
+            out[f"staged_requests_w{w.wid}"] = reqs
+            out[f"staged_blocks_w{w.wid}"] = blocks
+            staged_reqs += reqs
+            staged_blocks += blocks
+        out["staged_requests"] = staged_reqs
+        out["staged_blocks"] = staged_blocks
+        out["decode_wait"] = sum(len(w.pull_queue) for w in self.decode)
+        out["pulls_in_flight"] = sum(w.pulls_in_flight for w in self.decode)
+        net = self.links.net
+        out["link_util_max"] = max((net.utilisation(n) for n in net.capacities_Bps), default=0.0)
+        out["lease_expiries"] = self.lease_expiries
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        staged = np.array([r.staged_wait_ns / 1e9 for r in self.records if r.staged_wait_ns is not None])
+        moved = np.array([r.transfer_ns / 1e9 for r in self.records if r.state in (KVState.RESIDENT, KVState.FREED)
+                          and r.transfer_blocks + r.reused_blocks > 0])
+        return {"kv_transfer": {
+            "kind": self.tcfg.kind, "pulls": self.pulls, "pushes": self.pushes, "bytes": self.bytes_moved,
+            "blocks": sum(r.transfer_blocks for r in self.records),
+            "reused_blocks": sum(r.reused_blocks for r in self.records),
+            "lease_expiries": self.lease_expiries, "dropped": self.dropped,
+            "staged_s": stats(staged), "transfer_s": stats(moved)}}
+
+
+def _least_loaded() -> RouterSpec:
+    return LeastLoadedSpec()
+
+
+@register("system", "disaggregated")
+@attrs.frozen(kw_only=True)
+class Disaggregated(SystemSpec):
+    """xP yD: prefill workers behind ``router``, decode workers behind ``decode_router``."""
+
+    prefill: PoolConfig = attrs.Factory(PoolConfig)
+    decode: PoolConfig = attrs.Factory(PoolConfig)
+    decode_router: RouterSpec = attrs.Factory(_least_loaded)
+    gpus_per_node: int | None = attrs.field(default=None, validator=positive)
+    """GPUs per node for placement (default: the GPU's scale-up domain); same node = NVLink, else the NIC."""
+
+    def build(self, env: simpy.Environment, config: TwinConfig, on_done: Callable[[Request], None]) -> DisaggSystem:
+        return DisaggSystem(env, config, self, on_done)
+
