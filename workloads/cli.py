@@ -22,20 +22,34 @@ from workloads.stats import format_stats, workload_stats
 def register(subparsers: Any) -> None:
     """Add ``convert`` and ``stats`` to an ``argparse`` subparsers object."""
     convert = subparsers.add_parser(
-        "convert", help="convert traces / trajectories to a session script",
-        description="Convert a public trace or trajectory format to a servetwin-sessions JSONL file.")
+        "convert",
+        help="convert traces / trajectories to a session script",
+        description="Convert a public trace or trajectory format to a servetwin-sessions JSONL file.",
+    )
     convert.add_argument("format", metavar="FORMAT", help=f"one of: {', '.join(sorted(CONVERTERS))}")
-    convert.add_argument("inputs", metavar="INPUT", nargs="+", help="input files (or directories, for mini-swe-agent)")
-    convert.add_argument("-o", "--output", required=True, metavar="OUT.jsonl", help="output file (.gz to compress)")
+    convert.add_argument(
+        "inputs", metavar="INPUT", nargs="+", help="input files (or directories, for mini-swe-agent)"
+    )
+    convert.add_argument(
+        "-o", "--output", required=True, metavar="OUT.jsonl", help="output file (.gz to compress)"
+    )
     convert.add_argument("--seed", type=int, help="seed for modelled waits (mini-swe-agent, tau-bench)")
     convert.add_argument("--qps", type=float, help="request rate (lmbenchmark-sharegpt)")
-    convert.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                         help="any other converter option; VALUE is parsed as JSON when it can be")
+    convert.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other converter option; VALUE is parsed as JSON when it can be",
+    )
     convert.set_defaults(func=run_convert)
 
-    stats = subparsers.add_parser("stats", help="summarise a session script",
-                                  description="Print sessions, calls, token and wait distributions and the "
-                                  "prefix-reuse potential of a session script.")
+    stats = subparsers.add_parser(
+        "stats",
+        help="summarise a session script",
+        description="Print sessions, calls, token and wait distributions and the "
+        "prefix-reuse potential of a session script.",
+    )
     stats.add_argument("file", metavar="FILE")
     stats.add_argument("--json", action="store_true", help="print one JSON object")
     stats.set_defaults(func=run_stats)
@@ -63,9 +77,13 @@ def run_convert(args: argparse.Namespace) -> int:
             return _error(f"format {args.format!r} takes no option {key!r}; its options: {names}")
     try:
         sessions = converter(list(args.inputs), **options)
-        write_sessions(args.output, sessions, args.format,
-                       inputs=[os.path.basename(os.path.normpath(p)) for p in args.inputs],
-                       options={k: v for k, v in options.items() if _jsonable(v)})
+        write_sessions(
+            args.output,
+            sessions,
+            args.format,
+            inputs=[os.path.basename(os.path.normpath(p)) for p in args.inputs],
+            options={k: v for k, v in options.items() if _jsonable(v)},
+        )
     except (WorkloadFormatError, OSError, ValueError, TypeError) as exc:
         return _error(str(exc))
     print(f"wrote {len(sessions)} sessions to {args.output}")

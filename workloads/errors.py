@@ -1,4 +1,4 @@
-"""The one error every reader and converter raises for bad input: it names the file, position and expectation."""
+"""The error every reader and converter raises for bad input: it names the file, position and expectation."""
 
 from __future__ import annotations
 
@@ -9,12 +9,7 @@ class WorkloadFormatError(ValueError):
     """Malformed workload input: ``path[:line]: field: what was expected``."""
 
     def __init__(
-        self,
-        path: str | os.PathLike[str],
-        message: str,
-        *,
-        line: int | None = None,
-        field: str | None = None,
+        self, path: str | os.PathLike[str], message: str, *, line: int | None = None, field: str | None = None
     ) -> None:
         self.path = str(path)
         self.line = line

@@ -23,8 +23,9 @@ def poisson_arrivals(rng: np.random.Generator, rate_per_s: float, n: int, start_
     return start_s + np.cumsum(gaps)
 
 
-def gamma_arrivals(rng: np.random.Generator, rate_per_s: float, cv: float, n: int,
-                   start_s: float = 0.0) -> np.ndarray:
+def gamma_arrivals(
+    rng: np.random.Generator, rate_per_s: float, cv: float, n: int, start_s: float = 0.0
+) -> np.ndarray:
     """``n`` arrivals with gamma gaps of mean ``1 / rate_per_s`` and coefficient of variation ``cv``.
 
     Shape ``k = 1 / cv**2`` and scale ``1 / (rate * k)``: ``cv = 1`` is Poisson, ``cv > 1`` is burstier
@@ -38,9 +39,15 @@ def gamma_arrivals(rng: np.random.Generator, rate_per_s: float, cv: float, n: in
     return start_s + np.cumsum(gaps)
 
 
-def sample_lengths(rng: np.random.Generator, n: int, *, fixed: int | None = None, low: int | None = None,
-                   high: int | None = None) -> np.ndarray:
-    """``n`` token lengths: all ``fixed``, or uniform integers in ``[low, high]`` inclusive (InferenceX style).
+def sample_lengths(
+    rng: np.random.Generator,
+    n: int,
+    *,
+    fixed: int | None = None,
+    low: int | None = None,
+    high: int | None = None,
+) -> np.ndarray:
+    """``n`` token lengths: all ``fixed``, or uniform integers in ``[low, high]`` inclusive (InferenceX).
 
     The fixed case draws nothing from ``rng``, so switching a length between fixed and ranged does not shift
     the other random streams only when they use their own generators.
@@ -60,9 +67,15 @@ def sample_lengths(rng: np.random.Generator, n: int, *, fixed: int | None = None
     return rng.integers(low, high, size=n, endpoint=True, dtype=np.int64)
 
 
-def open_loop_sessions(arrivals_s: npt.ArrayLike | None, input_tokens: npt.ArrayLike, output_tokens: npt.ArrayLike,
-                       *, id_prefix: str = "req", prefix_group: str | None = None,
-                       prefix_tokens: int = 0) -> list[Session]:
+def open_loop_sessions(
+    arrivals_s: npt.ArrayLike | None,
+    input_tokens: npt.ArrayLike,
+    output_tokens: npt.ArrayLike,
+    *,
+    id_prefix: str = "req",
+    prefix_group: str | None = None,
+    prefix_tokens: int = 0,
+) -> list[Session]:
     """One one-call session per request; ``arrivals_s=None`` leaves arrivals to the workload's rule.
 
     ``input_tokens`` are whole prompt lengths; with a ``prefix_group`` the first ``prefix_tokens`` of each
@@ -86,16 +99,30 @@ def open_loop_sessions(arrivals_s: npt.ArrayLike | None, input_tokens: npt.Array
     for i, (arrival, isl, osl) in enumerate(zip(arrivals, inputs.tolist(), outputs.tolist())):
         if isl < prefix_tokens:
             raise ValueError(f"request {i}: input {isl} is shorter than the shared prefix {prefix_tokens}")
-        sessions.append(Session(id=f"{id_prefix}-{i}", arrival_s=arrival, prefix_group=prefix_group,
-                                prefix_tokens=prefix_tokens,
-                                calls=(Call(append_tokens=isl - prefix_tokens, output_tokens=osl),)))
+        sessions.append(
+            Session(
+                id=f"{id_prefix}-{i}",
+                arrival_s=arrival,
+                prefix_group=prefix_group,
+                prefix_tokens=prefix_tokens,
+                calls=(Call(append_tokens=isl - prefix_tokens, output_tokens=osl),),
+            )
+        )
     return sessions
 
 
-def lmbenchmark_multiround(num_users: int, num_rounds: int, qps: float, shared_system_prompt: int,
-                           user_history_prompt: int, answer_len: int, *, question_len: int = 20,
-                           duration_s: float | None = None,
-                           prefix_group: str = "lmbenchmark-system") -> list[Session]:
+def lmbenchmark_multiround(
+    num_users: int,
+    num_rounds: int,
+    qps: float,
+    shared_system_prompt: int,
+    user_history_prompt: int,
+    answer_len: int,
+    *,
+    question_len: int = 20,
+    duration_s: float | None = None,
+    prefix_group: str = "lmbenchmark-system",
+) -> list[Session]:
     """LMBenchmark's synthetic multi-round QA client (``multi-round-qa.py``) as sessions, with its pacing.
 
     Followed from the client's ``UserSessionManager`` / ``UserSession`` (LMCache/LMBenchmark, Apache-2.0),
@@ -126,8 +153,12 @@ def lmbenchmark_multiround(num_users: int, num_rounds: int, qps: float, shared_s
         raise ValueError(f"need num_users >= 1 and num_rounds >= 2, got {num_users}, {num_rounds}")
     if not qps > 0 or not math.isfinite(qps):
         raise ValueError(f"qps must be a finite number > 0, got {qps!r}")
-    for name, value in (("shared_system_prompt", shared_system_prompt), ("user_history_prompt", user_history_prompt),
-                        ("answer_len", answer_len), ("question_len", question_len)):
+    for name, value in (
+        ("shared_system_prompt", shared_system_prompt),
+        ("user_history_prompt", user_history_prompt),
+        ("answer_len", answer_len),
+        ("question_len", question_len),
+    ):
         if value < 0:
             raise ValueError(f"{name} must be >= 0, got {value}")
     interval_s = num_users / qps
@@ -138,10 +169,17 @@ def lmbenchmark_multiround(num_users: int, num_rounds: int, qps: float, shared_s
 
     def user(user_id: int, arrival_s: float, rounds: int) -> Session:
         first = Call(append_tokens=user_history_prompt + question_len, output_tokens=answer_len)
-        rest = [Call(append_tokens=question_len, output_tokens=answer_len, min_interval_s=interval_s)
-                for _ in range(rounds - 1)]
-        return Session(id=f"user-{user_id}", arrival_s=arrival_s, prefix_group=prefix_group,
-                       prefix_tokens=shared_system_prompt, calls=(first, *rest))
+        rest = [
+            Call(append_tokens=question_len, output_tokens=answer_len, min_interval_s=interval_s)
+            for _ in range(rounds - 1)
+        ]
+        return Session(
+            id=f"user-{user_id}",
+            arrival_s=arrival_s,
+            prefix_group=prefix_group,
+            prefix_tokens=shared_system_prompt,
+            calls=(first, *rest),
+        )
 
     sessions = []
     for i in range(num_users):

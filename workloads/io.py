@@ -22,8 +22,17 @@ PathLike = str | os.PathLike[str]
 
 _SESSION_KEYS = frozenset({"id", "arrival_s", "prefix_group", "prefix_tokens", "priority", "calls"})
 _CALL_KEYS = frozenset(
-    {"append", "output", "wait_s", "min_interval_s", "keep", "block_hashes", "hash_block_tokens", "subagents",
-     "fork_context"}
+    {
+        "append",
+        "output",
+        "wait_s",
+        "min_interval_s",
+        "keep",
+        "block_hashes",
+        "hash_block_tokens",
+        "subagents",
+        "fork_context",
+    }
 )
 
 
@@ -44,7 +53,9 @@ def write_sessions(path: PathLike, sessions: Iterable[Session], source: str, **m
         raw: IO[bytes] = stack.enter_context(open(path, "wb"))
         if str(path).endswith(".gz"):
             # mtime=0 keeps the bytes identical between runs.
-            raw = cast(IO[bytes], stack.enter_context(gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)))
+            raw = cast(
+                IO[bytes], stack.enter_context(gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0))
+            )
         raw.write(_dump(header))
         for session in sessions:
             raw.write(_dump(session_to_dict(session)))
@@ -72,12 +83,17 @@ def read_workload(path: PathLike) -> tuple[dict[str, Any], list[Session]]:
                     header = _parse_header(path, number, text)
                     continue
                 if not text.strip():
-                    raise WorkloadFormatError(path, "empty line; expected one session object per line", line=number)
+                    raise WorkloadFormatError(
+                        path, "empty line; expected one session object per line", line=number
+                    )
                 session = _parse_session_line(path, number, text)
                 if session.id in seen:
                     raise WorkloadFormatError(
-                        path, f"duplicate session id {session.id!r} (first on line {seen[session.id]})",
-                        line=number, field="id")
+                        path,
+                        f"duplicate session id {session.id!r} (first on line {seen[session.id]})",
+                        line=number,
+                        field="id",
+                    )
                 seen[session.id] = number
                 _check_group(path, number, session, group_prefix)
                 sessions.append(session)
@@ -86,8 +102,9 @@ def read_workload(path: PathLike) -> tuple[dict[str, Any], list[Session]]:
             raise
         raise WorkloadFormatError(path, f"cannot read: {exc}") from exc
     if header is None:
-        raise WorkloadFormatError(path, f"empty file; expected a header line {{\"format\": \"{FORMAT_NAME}\", ...}}",
-                                  line=1)
+        raise WorkloadFormatError(
+            path, f'empty file; expected a header line {{"format": "{FORMAT_NAME}", ...}}', line=1
+        )
     return header, sessions
 
 
@@ -112,15 +129,21 @@ def _parse_header(path: PathLike, number: int, text: str) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise WorkloadFormatError(path, f"expected the header object, got {type(obj).__name__}", line=number)
     if obj.get("format") != FORMAT_NAME:
-        raise WorkloadFormatError(path, f"expected {FORMAT_NAME!r}, got {obj.get('format')!r}", line=number,
-                                  field="format")
+        raise WorkloadFormatError(
+            path, f"expected {FORMAT_NAME!r}, got {obj.get('format')!r}", line=number, field="format"
+        )
     version = obj.get("version")
     if version != FORMAT_VERSION or isinstance(version, bool):
-        raise WorkloadFormatError(path, f"expected version {FORMAT_VERSION} (the version this reader knows), "
-                                  f"got {version!r}", line=number, field="version")
+        raise WorkloadFormatError(
+            path,
+            f"expected version {FORMAT_VERSION} (the version this reader knows), " f"got {version!r}",
+            line=number,
+            field="version",
+        )
     if not isinstance(obj.get("source"), str):
-        raise WorkloadFormatError(path, f"expected a string, got {obj.get('source')!r}", line=number,
-                                  field="source")
+        raise WorkloadFormatError(
+            path, f"expected a string, got {obj.get('source')!r}", line=number, field="source"
+        )
     return obj
 
 
@@ -176,7 +199,9 @@ class _Parser:
         arrival_s = None if arrival is None else self.float_(arrival, _join(where, "arrival_s"))
         group = obj.get("prefix_group")
         if group is not None and (not isinstance(group, str) or not group):
-            raise self.fail(_join(where, "prefix_group"), f"expected a non-empty string or null, got {_kind(group)}")
+            raise self.fail(
+                _join(where, "prefix_group"), f"expected a non-empty string or null, got {_kind(group)}"
+            )
         prefix_tokens = self.int_(obj.get("prefix_tokens", 0), _join(where, "prefix_tokens"))
         if prefix_tokens and group is None:
             raise self.fail(_join(where, "prefix_tokens"), "expected only together with 'prefix_group'")
@@ -185,10 +210,18 @@ class _Parser:
             raise self.fail(_join(where, "priority"), f"expected an integer, got {_kind(priority)}")
         calls_value = obj["calls"]
         if not isinstance(calls_value, list) or not calls_value:
-            raise self.fail(_join(where, "calls"), f"expected a non-empty list of calls, got {_kind(calls_value)}")
+            raise self.fail(
+                _join(where, "calls"), f"expected a non-empty list of calls, got {_kind(calls_value)}"
+            )
         calls = tuple(self.call(c, f"{_join(where, 'calls')}[{i}]") for i, c in enumerate(calls_value))
-        return Session(id=sid, calls=calls, arrival_s=arrival_s, prefix_group=group, prefix_tokens=prefix_tokens,
-                       priority=priority)
+        return Session(
+            id=sid,
+            calls=calls,
+            arrival_s=arrival_s,
+            prefix_group=group,
+            prefix_tokens=prefix_tokens,
+            priority=priority,
+        )
 
     def call(self, value: Any, where: str) -> Call:
         obj = self.obj(value, where, _CALL_KEYS, "call")
@@ -200,13 +233,19 @@ class _Parser:
         hashes: tuple[int, ...] | None = None
         if hashes_value is not None:
             if not isinstance(hashes_value, list):
-                raise self.fail(_join(where, "block_hashes"), f"expected a list of integers, got {_kind(hashes_value)}")
-            hashes = tuple(self.int_(h, f"{_join(where, 'block_hashes')}[{i}]") for i, h in enumerate(hashes_value))
+                raise self.fail(
+                    _join(where, "block_hashes"), f"expected a list of integers, got {_kind(hashes_value)}"
+                )
+            hashes = tuple(
+                self.int_(h, f"{_join(where, 'block_hashes')}[{i}]") for i, h in enumerate(hashes_value)
+            )
         elif "hash_block_tokens" in obj:
             raise self.fail(_join(where, "hash_block_tokens"), "expected only together with 'block_hashes'")
         subs_value = obj.get("subagents", [])
         if not isinstance(subs_value, list):
-            raise self.fail(_join(where, "subagents"), f"expected a list of sessions, got {_kind(subs_value)}")
+            raise self.fail(
+                _join(where, "subagents"), f"expected a list of sessions, got {_kind(subs_value)}"
+            )
         subs = tuple(self.session(s, f"{_join(where, 'subagents')}[{i}]") for i, s in enumerate(subs_value))
         fork = obj.get("fork_context", False)
         if not isinstance(fork, bool):
@@ -218,8 +257,9 @@ class _Parser:
             min_interval_s=self.float_(obj.get("min_interval_s", 0.0), _join(where, "min_interval_s")),
             keep_tokens=None if keep is None else self.int_(keep, _join(where, "keep")),
             block_hashes=hashes,
-            hash_block_tokens=self.int_(obj.get("hash_block_tokens", 512), _join(where, "hash_block_tokens"),
-                                        minimum=1),
+            hash_block_tokens=self.int_(
+                obj.get("hash_block_tokens", 512), _join(where, "hash_block_tokens"), minimum=1
+            ),
             subagents=subs,
             fork_context=fork,
         )
@@ -231,9 +271,11 @@ class _Parser:
         for k, call in enumerate(session.calls):
             call_where = f"{_join(where, 'calls')}[{k}]"
             if call.keep_tokens is not None and call.keep_tokens > stream:
-                raise self.fail(_join(call_where, "keep"),
-                                f"expected at most the stream length before this call ({stream}), "
-                                f"got {call.keep_tokens}")
+                raise self.fail(
+                    _join(call_where, "keep"),
+                    f"expected at most the stream length before this call ({stream}), "
+                    f"got {call.keep_tokens}",
+                )
             if call.keep_tokens is not None:
                 stream = call.keep_tokens
             stream += call.append_tokens
@@ -241,12 +283,17 @@ class _Parser:
             if call.block_hashes is not None:
                 need = -(-prompt // call.hash_block_tokens)
                 if len(call.block_hashes) != need:
-                    raise self.fail(_join(call_where, "block_hashes"),
-                                    f"expected ceil({prompt} prompt tokens / {call.hash_block_tokens}) = {need} "
-                                    f"ids, got {len(call.block_hashes)}")
+                    raise self.fail(
+                        _join(call_where, "block_hashes"),
+                        f"expected ceil({prompt} prompt tokens / {call.hash_block_tokens}) = {need} "
+                        f"ids, got {len(call.block_hashes)}",
+                    )
             for i, sub in enumerate(call.subagents):
-                self.check_streams(sub, f"{_join(call_where, 'subagents')}[{i}]",
-                                   prompt + call.output_tokens if call.fork_context else None)
+                self.check_streams(
+                    sub,
+                    f"{_join(call_where, 'subagents')}[{i}]",
+                    prompt + call.output_tokens if call.fork_context else None,
+                )
             stream += call.output_tokens
 
 
@@ -256,8 +303,12 @@ def _check_group(path: PathLike, number: int, session: Session, seen: dict[str, 
     first = seen.setdefault(session.prefix_group, (session.prefix_tokens, number))
     if first[0] != session.prefix_tokens:
         raise WorkloadFormatError(
-            path, f"expected {first[0]} for group {session.prefix_group!r} (as on line {first[1]}), "
-            f"got {session.prefix_tokens}", line=number, field="prefix_tokens")
+            path,
+            f"expected {first[0]} for group {session.prefix_group!r} (as on line {first[1]}), "
+            f"got {session.prefix_tokens}",
+            line=number,
+            field="prefix_tokens",
+        )
 
 
 def _join(where: str, key: str) -> str:

@@ -106,8 +106,8 @@ def _call_to_dict(call: Call) -> dict[str, Any]:
         out["hash_block_tokens"] = call.hash_block_tokens
     if call.subagents:
         out["subagents"] = [session_to_dict(s) for s in call.subagents]
-        if call.fork_context:
-            out["fork_context"] = True
+    if call.fork_context:
+        out["fork_context"] = True
     return out
 
 

@@ -46,8 +46,17 @@ def workload_stats(sessions: Sequence[Session]) -> dict[str, Any]:
         "arrival_s": _arrivals(sessions),
         "prefix_reuse": {
             **reuse,
-            "fraction": (reuse["session_tokens"] + reuse["group_tokens"] + reuse["fork_tokens"]
-                         + reuse["block_tokens"]) / input_tokens if input_tokens else 0.0,
+            "fraction": (
+                (
+                    reuse["session_tokens"]
+                    + reuse["group_tokens"]
+                    + reuse["fork_tokens"]
+                    + reuse["block_tokens"]
+                )
+                / input_tokens
+                if input_tokens
+                else 0.0
+            ),
         },
     }
 
@@ -60,13 +69,22 @@ def _distribution(values: np.ndarray) -> dict[str, float]:
     if values.size == 0:
         return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0}
     p50, p90, p99 = np.percentile(values, [50, 90, 99])
-    return {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99),
-            "max": float(values.max())}
+    return {
+        "mean": float(values.mean()),
+        "p50": float(p50),
+        "p90": float(p90),
+        "p99": float(p99),
+        "max": float(values.max()),
+    }
 
 
 def _arrivals(sessions: Sequence[Session]) -> dict[str, Any]:
     times = [s.arrival_s for s in sessions if s.arrival_s is not None]
-    return {"timed": len(times), "first": min(times) if times else None, "last": max(times) if times else None}
+    return {
+        "timed": len(times),
+        "first": min(times) if times else None,
+        "last": max(times) if times else None,
+    }
 
 
 def _prefix_reuse(sessions: Sequence[Session]) -> dict[str, int]:
@@ -124,11 +142,21 @@ def format_stats(stats: dict[str, Any]) -> str:
         "",
         f"{'per call':16s}{'mean':>12s}{'p50':>12s}{'p90':>12s}{'p99':>12s}{'max':>12s}",
     ]
-    for key, label in (("input", "input tokens"), ("output", "output tokens"), ("append", "append tokens"),
-                       ("wait_s_per_call", "wait s"), ("calls_per_session", "calls/session")):
+    for key, label in (
+        ("input", "input tokens"),
+        ("output", "output tokens"),
+        ("append", "append tokens"),
+        ("wait_s_per_call", "wait s"),
+        ("calls_per_session", "calls/session"),
+    ):
         d = stats[key]
-        lines.append(f"{label:16s}" + "".join(f"{d[k]:12.1f}" if key != "wait_s_per_call" else f"{d[k]:12.3f}"
-                                              for k in ("mean", "p50", "p90", "p99", "max")))
+        lines.append(
+            f"{label:16s}"
+            + "".join(
+                f"{d[k]:12.1f}" if key != "wait_s_per_call" else f"{d[k]:12.3f}"
+                for k in ("mean", "p50", "p90", "p99", "max")
+            )
+        )
     lines += [
         "",
         f"prefix reuse potential {100 * reuse['fraction']:.1f} % of input tokens "
@@ -137,7 +165,9 @@ def format_stats(stats: dict[str, Any]) -> str:
     ]
     arrivals = stats["arrival_s"]
     if arrivals["timed"]:
-        lines.append(f"arrivals        {arrivals['timed']} timed, {arrivals['first']:.3f} .. {arrivals['last']:.3f} s")
+        lines.append(
+            f"arrivals        {arrivals['timed']} timed, {arrivals['first']:.3f} .. {arrivals['last']:.3f} s"
+        )
     else:
         lines.append("arrivals        none timed (placed by the run's arrival rule)")
     return "\n".join(lines)

@@ -71,7 +71,9 @@ class ChatTokenModel:
         return total
 
 
-def measure_estimate_error(paths: Iterable[str | os.PathLike[str]], *, chars_per_piece: int = 6) -> dict[str, Any]:
+def measure_estimate_error(
+    paths: Iterable[str | os.PathLike[str]], *, chars_per_piece: int = 6
+) -> dict[str, Any]:
     """Compare :func:`estimate_tokens` with the usage counts of timestamped mini-swe-agent 1.1 trajectories.
 
     Returns, per kind (``tool_results``, ``outputs``, ``trajectories``): the number of samples, the fitted
@@ -90,15 +92,25 @@ def measure_estimate_error(paths: Iterable[str | os.PathLike[str]], *, chars_per
         idx = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
         usage = [messages[i]["extra"]["response"]["usage"] for i in idx]
         for k, i in enumerate(idx):
-            out_pairs.append((estimate_tokens(_assistant_text(messages[i]), chars_per_piece=chars_per_piece),
-                              usage[k]["completion_tokens"]))
+            out_pairs.append(
+                (
+                    estimate_tokens(_assistant_text(messages[i]), chars_per_piece=chars_per_piece),
+                    usage[k]["completion_tokens"],
+                )
+            )
             if k + 1 < len(idx):
-                text = "".join(str(m.get("content") or "") for m in messages[i + 1:idx[k + 1]])
-                actual = usage[k + 1]["prompt_tokens"] - usage[k]["prompt_tokens"] - usage[k]["completion_tokens"]
+                text = "".join(str(m.get("content") or "") for m in messages[i + 1 : idx[k + 1]])
+                actual = (
+                    usage[k + 1]["prompt_tokens"] - usage[k]["prompt_tokens"] - usage[k]["completion_tokens"]
+                )
                 tool_pairs.append((estimate_tokens(text, chars_per_piece=chars_per_piece), actual))
-        text_est = sum(estimate_tokens(_assistant_text(m) if m.get("role") == "assistant" else str(m.get("content") or ""),
-                                       chars_per_piece=chars_per_piece)
-                       for m in messages[idx[0]:idx[-1]])
+        text_est = sum(
+            estimate_tokens(
+                _assistant_text(m) if m.get("role") == "assistant" else str(m.get("content") or ""),
+                chars_per_piece=chars_per_piece,
+            )
+            for m in messages[idx[0] : idx[-1]]
+        )
         growth.append((text_est, usage[-1]["prompt_tokens"] - usage[0]["prompt_tokens"], len(idx) - 1))
 
     def summary(pairs: Sequence[tuple[int, int]], per: Sequence[int] | None = None) -> dict[str, float]:
@@ -109,15 +121,21 @@ def measure_estimate_error(paths: Iterable[str | os.PathLike[str]], *, chars_per
         fitted = est + overhead * units
         big = act > 200
         rel = np.abs(fitted[big] - act[big]) / act[big]
-        return {"n": len(pairs), "overhead_tokens": overhead,
-                "bias_without_overhead": float(est.sum() / act.sum() - 1),
-                "bias": float(fitted.sum() / act.sum() - 1),
-                "median_abs_rel_error": float(np.median(rel)) if rel.size else 0.0,
-                "p90_abs_rel_error": float(np.percentile(rel, 90)) if rel.size else 0.0,
-                "max_abs_rel_error": float(rel.max()) if rel.size else 0.0}
+        return {
+            "n": len(pairs),
+            "overhead_tokens": overhead,
+            "bias_without_overhead": float(est.sum() / act.sum() - 1),
+            "bias": float(fitted.sum() / act.sum() - 1),
+            "median_abs_rel_error": float(np.median(rel)) if rel.size else 0.0,
+            "p90_abs_rel_error": float(np.percentile(rel, 90)) if rel.size else 0.0,
+            "max_abs_rel_error": float(rel.max()) if rel.size else 0.0,
+        }
 
-    return {"tool_results": summary(tool_pairs), "outputs": summary(out_pairs),
-            "trajectories": summary([(g[0], g[1]) for g in growth], [g[2] for g in growth])}
+    return {
+        "tool_results": summary(tool_pairs),
+        "outputs": summary(out_pairs),
+        "trajectories": summary([(g[0], g[1]) for g in growth], [g[2] for g in growth]),
+    }
 
 
 def _assistant_text(message: dict[str, Any]) -> str:

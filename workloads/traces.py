@@ -81,17 +81,26 @@ def read_request_csv(path: PathLike, *, id_prefix: str = "req") -> list[Session]
                 first_ns = stamp_ns if first_ns is None else first_ns
                 arrival_s = (stamp_ns - first_ns) / 1e9
             if arrival_s < 0:
-                what = "a time at or after the first row's" if columns.time_kind == "datetime" else "a time >= 0"
-                raise WorkloadFormatError(path, f"expected {what}, got {time_text!r}", line=line,
-                                          field=columns.time)
+                what = (
+                    "a time at or after the first row's" if columns.time_kind == "datetime" else "a time >= 0"
+                )
+                raise WorkloadFormatError(
+                    path, f"expected {what}, got {time_text!r}", line=line, field=columns.time
+                )
             isl = _cell(path, line, columns.input, row[index[columns.input]], _count)
             osl = _cell(path, line, columns.output, row[index[columns.output]], _count)
             sid = row[id_col] if id_col is not None else f"{id_prefix}-{len(sessions)}"
             if not sid or sid in seen:
-                raise WorkloadFormatError(path, f"expected a unique non-empty id, got {sid!r}", line=line,
-                                          field=header[id_col] if id_col is not None else "id")
+                raise WorkloadFormatError(
+                    path,
+                    f"expected a unique non-empty id, got {sid!r}",
+                    line=line,
+                    field=header[id_col] if id_col is not None else "id",
+                )
             seen.add(sid)
-            sessions.append(Session(id=sid, arrival_s=arrival_s, calls=(Call(append_tokens=isl, output_tokens=osl),)))
+            sessions.append(
+                Session(id=sid, arrival_s=arrival_s, calls=(Call(append_tokens=isl, output_tokens=osl),))
+            )
     return sessions
 
 
@@ -102,12 +111,16 @@ def _match_header(path: PathLike, header: list[str]) -> _Columns:
         if needed <= names:
             extra = sorted(names - needed - set(_ID_COLUMNS))
             if extra or len(names) != len(header):
-                raise WorkloadFormatError(path, f"unexpected or repeated column(s) {extra} for the {columns.name} "
-                                          f"column set", line=1)
+                raise WorkloadFormatError(
+                    path,
+                    f"unexpected or repeated column(s) {extra} for the {columns.name} " f"column set",
+                    line=1,
+                )
             return columns
     known = "; ".join(",".join((c.time, c.input, c.output)) for c in _COLUMN_SETS)
-    raise WorkloadFormatError(path, f"expected a header with one of the column sets [{known}], got {header}",
-                              line=1)
+    raise WorkloadFormatError(
+        path, f"expected a header with one of the column sets [{known}], got {header}", line=1
+    )
 
 
 def _cell(path: PathLike, line: int, column: str, text: str, parse: Callable[[str], _T]) -> _T:

@@ -42,27 +42,51 @@ def test_rates_must_be_positive(bad: float) -> None:
 
 def test_sample_lengths_fixed_and_inclusive_range() -> None:
     assert sample_lengths(np.random.default_rng(0), 3, fixed=128).tolist() == [128, 128, 128]
-    assert sample_lengths(np.random.default_rng(0), 6, low=100, high=103).tolist() == [103, 102, 102, 101, 101, 100]
+    assert sample_lengths(np.random.default_rng(0), 6, low=100, high=103).tolist() == [
+        103,
+        102,
+        102,
+        101,
+        101,
+        100,
+    ]
     drawn = sample_lengths(np.random.default_rng(2), 5000, low=1, high=3)
     assert set(drawn.tolist()) == {1, 2, 3}
     assert sample_lengths(np.random.default_rng(0), 4, low=7, high=7).tolist() == [7, 7, 7, 7]
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"fixed": 1, "low": 1, "high": 2}, {"low": 5, "high": 4}, {"low": 1},
-                                    {"fixed": -1}])
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"fixed": 1, "low": 1, "high": 2}, {"low": 5, "high": 4}, {"low": 1}, {"fixed": -1}]
+)
 def test_sample_lengths_rejects_bad_arguments(kwargs: dict[str, int]) -> None:
     with pytest.raises(ValueError):
         sample_lengths(np.random.default_rng(0), 3, **kwargs)
 
 
 def test_open_loop_sessions() -> None:
-    sessions = open_loop_sessions(np.array([0.5, 1.0]), [300, 400], np.array([10, 20]), id_prefix="r",
-                                  prefix_group="sys", prefix_tokens=100)
+    sessions = open_loop_sessions(
+        np.array([0.5, 1.0]),
+        [300, 400],
+        np.array([10, 20]),
+        id_prefix="r",
+        prefix_group="sys",
+        prefix_tokens=100,
+    )
     assert sessions == [
-        Session(id="r-0", arrival_s=0.5, prefix_group="sys", prefix_tokens=100,
-                calls=(Call(append_tokens=200, output_tokens=10),)),
-        Session(id="r-1", arrival_s=1.0, prefix_group="sys", prefix_tokens=100,
-                calls=(Call(append_tokens=300, output_tokens=20),)),
+        Session(
+            id="r-0",
+            arrival_s=0.5,
+            prefix_group="sys",
+            prefix_tokens=100,
+            calls=(Call(append_tokens=200, output_tokens=10),),
+        ),
+        Session(
+            id="r-1",
+            arrival_s=1.0,
+            prefix_group="sys",
+            prefix_tokens=100,
+            calls=(Call(append_tokens=300, output_tokens=20),),
+        ),
     ]
     assert [prompt_tokens(s) for s in sessions] == [[300], [400]]
     assert type(sessions[0].calls[0].append_tokens) is int and type(sessions[0].arrival_s) is float
@@ -76,40 +100,72 @@ def test_open_loop_sessions() -> None:
 
 def test_read_request_csv_vidur_plain_and_azure(tmp_path: Path) -> None:
     vidur = tmp_path / "vidur.csv"
-    vidur.write_text("request_id,arrived_at,num_prefill_tokens,num_decode_tokens\n0,0.158,395,112\n1,0.162,1030,403\n")
+    vidur.write_text(
+        "request_id,arrived_at,num_prefill_tokens,num_decode_tokens\n0,0.158,395,112\n1,0.162,1030,403\n"
+    )
     assert read_request_csv(vidur) == [
         Session(id="0", arrival_s=0.158, calls=(Call(append_tokens=395, output_tokens=112),)),
         Session(id="1", arrival_s=0.162, calls=(Call(append_tokens=1030, output_tokens=403),)),
     ]
     plain = tmp_path / "plain.csv"
     plain.write_text("input_tokens,output_tokens,arrival_s\n7,8,2.5\n")
-    assert read_request_csv(plain) == [Session(id="req-0", arrival_s=2.5, calls=(Call(append_tokens=7,
-                                                                                           output_tokens=8),))]
+    assert read_request_csv(plain) == [
+        Session(id="req-0", arrival_s=2.5, calls=(Call(append_tokens=7, output_tokens=8),))
+    ]
     azure = tmp_path / "azure.csv"
-    azure.write_bytes(b"TIMESTAMP,ContextTokens,GeneratedTokens\r\n"
-                      b"2023-11-16 18:15:46.6805900,374,44\r\n"
-                      b"2023-11-16 18:15:50.7486191,396,109\r\n"
-                      b"2023-11-17 00:00:00,1,2")
+    azure.write_bytes(
+        b"TIMESTAMP,ContextTokens,GeneratedTokens\r\n"
+        b"2023-11-16 18:15:46.6805900,374,44\r\n"
+        b"2023-11-16 18:15:50.7486191,396,109\r\n"
+        b"2023-11-17 00:00:00,1,2"
+    )
     sessions = read_request_csv(azure)
     assert [s.arrival_s for s in sessions] == [0.0, 4.0680291, (5 * 3600 + 44 * 60 + 13) + 0.31941]
-    assert [(s.calls[0].append_tokens, s.calls[0].output_tokens) for s in sessions] == [(374, 44), (396, 109), (1, 2)]
+    assert [(s.calls[0].append_tokens, s.calls[0].output_tokens) for s in sessions] == [
+        (374, 44),
+        (396, 109),
+        (1, 2),
+    ]
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ("a,b,c\n1,2,3\n", ":1: expected a header with one of the column sets"),
-        ("arrival_s,input_tokens,output_tokens,extra\n1,2,3,4\n", ":1: unexpected or repeated column(s) ['extra']"),
-        ("arrival_s,input_tokens,output_tokens\n1,2,3\n1,2.5,3\n", ":3: input_tokens: expected a non-negative integer, got '2.5'"),
+        (
+            "arrival_s,input_tokens,output_tokens,extra\n1,2,3,4\n",
+            ":1: unexpected or repeated column(s) ['extra']",
+        ),
+        (
+            "arrival_s,input_tokens,output_tokens\n1,2,3\n1,2.5,3\n",
+            ":3: input_tokens: expected a non-negative integer, got '2.5'",
+        ),
         ("arrival_s,input_tokens,output_tokens\n1,2\n", ":2: expected 3 cells, got 2"),
-        ("arrival_s,input_tokens,output_tokens\nx,2,3\n", ":2: arrival_s: expected a time in seconds, got 'x'"),
+        (
+            "arrival_s,input_tokens,output_tokens\nx,2,3\n",
+            ":2: arrival_s: expected a time in seconds, got 'x'",
+        ),
         ("arrival_s,input_tokens,output_tokens\n-1,2,3\n", ":2: arrival_s: expected a time >= 0, got '-1'"),
-        ("arrival_s,input_tokens,output_tokens\n1,2,-3\n", ":2: output_tokens: expected a non-negative integer"),
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1,2\n2023-11-16 18:15:45,1,2\n",
-         ":3: TIMESTAMP: expected a time at or after the first row's, got '2023-11-16 18:15:45'"),
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\n16/11/2023 18:15,1,2\n", ":2: TIMESTAMP: expected a datetime"),
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-02-30 18:15:46,1,2\n", ":2: TIMESTAMP: expected a valid calendar"),
-        ("id,arrival_s,input_tokens,output_tokens\na,1,2,3\na,1,2,3\n", ":3: id: expected a unique non-empty id, got 'a'"),
+        (
+            "arrival_s,input_tokens,output_tokens\n1,2,-3\n",
+            ":2: output_tokens: expected a non-negative integer",
+        ),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1,2\n2023-11-16 18:15:45,1,2\n",
+            ":3: TIMESTAMP: expected a time at or after the first row's, got '2023-11-16 18:15:45'",
+        ),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n16/11/2023 18:15,1,2\n",
+            ":2: TIMESTAMP: expected a datetime",
+        ),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-02-30 18:15:46,1,2\n",
+            ":2: TIMESTAMP: expected a valid calendar",
+        ),
+        (
+            "id,arrival_s,input_tokens,output_tokens\na,1,2,3\na,1,2,3\n",
+            ":3: id: expected a unique non-empty id, got 'a'",
+        ),
         ("", ":1: empty file"),
     ],
 )
@@ -126,10 +182,24 @@ def test_lmbenchmark_pacing_follows_the_client() -> None:
     sessions = lmbenchmark_multiround(10, 5, 0.5, 1000, 2000, 100)
     got = [(s.id, s.arrival_s, len(s.calls)) for s in sessions]
     assert got == [
-        ("user-2", 8.0, 1), ("user-3", 16.0, 1), ("user-4", 4.0, 2), ("user-5", 12.0, 2), ("user-6", 20.0, 2),
-        ("user-7", 8.0, 3), ("user-8", 16.0, 3), ("user-9", 4.0, 4), ("user-10", 12.0, 4),
-        ("user-11", 0.0, 5), ("user-12", 8.0, 5), ("user-13", 16.0, 5), ("user-14", 24.0, 5), ("user-15", 32.0, 5),
-        ("user-16", 40.0, 5), ("user-17", 48.0, 5), ("user-18", 56.0, 5), ("user-19", 64.0, 5),
+        ("user-2", 8.0, 1),
+        ("user-3", 16.0, 1),
+        ("user-4", 4.0, 2),
+        ("user-5", 12.0, 2),
+        ("user-6", 20.0, 2),
+        ("user-7", 8.0, 3),
+        ("user-8", 16.0, 3),
+        ("user-9", 4.0, 4),
+        ("user-10", 12.0, 4),
+        ("user-11", 0.0, 5),
+        ("user-12", 8.0, 5),
+        ("user-13", 16.0, 5),
+        ("user-14", 24.0, 5),
+        ("user-15", 32.0, 5),
+        ("user-16", 40.0, 5),
+        ("user-17", 48.0, 5),
+        ("user-18", 56.0, 5),
+        ("user-19", 64.0, 5),
         ("user-20", 72.0, 5),
     ]
     user = sessions[-1]
@@ -147,8 +217,14 @@ def test_lmbenchmark_duration_controls_joining_users() -> None:
     # questions and sends the next one at -offset + asked * 2: user 1 has none left; users 2, 3, 4 send at
     # 1, 2, 1 s. Joiners arrive at 0, 1, 2, 3, 4 (< duration 5 s).
     assert [(s.id, s.arrival_s, len(s.calls)) for s in sessions] == [
-        ("user-2", 1.0, 1), ("user-3", 2.0, 1), ("user-4", 1.0, 2),
-        ("user-5", 0.0, 3), ("user-6", 1.0, 3), ("user-7", 2.0, 3), ("user-8", 3.0, 3), ("user-9", 4.0, 3),
+        ("user-2", 1.0, 1),
+        ("user-3", 2.0, 1),
+        ("user-4", 1.0, 2),
+        ("user-5", 0.0, 3),
+        ("user-6", 1.0, 3),
+        ("user-7", 2.0, 3),
+        ("user-8", 3.0, 3),
+        ("user-9", 4.0, 3),
     ]
     with pytest.raises(ValueError, match="num_rounds >= 2"):
         lmbenchmark_multiround(4, 1, 2.0, 10, 20, 5)

@@ -1,4 +1,4 @@
-"""The session-script file format: round trips, and every kind of malformed line fails with file, line, field."""
+"""The session-script format: round trips; every kind of malformed line fails with file, line, field."""
 
 from __future__ import annotations
 
@@ -18,14 +18,24 @@ HEADER = '{"format":"servetwin-sessions","version":1,"source":"test"}'
 def make_sessions() -> list[Session]:
     sub = Session(id="s1/sub0", calls=(Call(append_tokens=5, output_tokens=2),))
     return [
-        Session(id="s0", arrival_s=0.25, prefix_group="sys", prefix_tokens=100, calls=(
-            Call(append_tokens=50, output_tokens=10, wait_after_s=1.5),
-            Call(append_tokens=20, output_tokens=5, keep_tokens=40, min_interval_s=2.0),
-        )),
-        Session(id="s1", priority=2, calls=(
-            Call(append_tokens=1030, output_tokens=3, block_hashes=(7, 8, 9), hash_block_tokens=512),
-            Call(append_tokens=10, output_tokens=4, subagents=(sub,), fork_context=True),
-        )),
+        Session(
+            id="s0",
+            arrival_s=0.25,
+            prefix_group="sys",
+            prefix_tokens=100,
+            calls=(
+                Call(append_tokens=50, output_tokens=10, wait_after_s=1.5),
+                Call(append_tokens=20, output_tokens=5, keep_tokens=40, min_interval_s=2.0),
+            ),
+        ),
+        Session(
+            id="s1",
+            priority=2,
+            calls=(
+                Call(append_tokens=1030, output_tokens=3, block_hashes=(7, 8, 9), hash_block_tokens=512),
+                Call(append_tokens=10, output_tokens=4, subagents=(sub,), fork_context=True),
+            ),
+        ),
     ]
 
 
@@ -47,16 +57,20 @@ def test_gzip_output_is_byte_stable(tmp_path: Path) -> None:
     write_sessions(tmp_path / "a.jsonl.gz", make_sessions(), "x")
     write_sessions(tmp_path / "b.jsonl.gz", make_sessions(), "x")
     assert (tmp_path / "a.jsonl.gz").read_bytes() == (tmp_path / "b.jsonl.gz").read_bytes()
-    assert gzip.decompress((tmp_path / "a.jsonl.gz").read_bytes()).startswith(b'{"format":"servetwin-sessions"')
+    assert gzip.decompress((tmp_path / "a.jsonl.gz").read_bytes()).startswith(
+        b'{"format":"servetwin-sessions"'
+    )
 
 
 def test_written_lines_are_compact_and_default_free(tmp_path: Path) -> None:
     path = tmp_path / "w.jsonl"
     write_sessions(path, make_sessions()[:1], "x")
     lines = path.read_text().splitlines()
-    assert lines[1] == ('{"id":"s0","arrival_s":0.25,"prefix_group":"sys","prefix_tokens":100,"calls":['
-                        '{"append":50,"output":10,"wait_s":1.5},{"append":20,"output":5,"min_interval_s":2.0,'
-                        '"keep":40}]}')
+    assert lines[1] == (
+        '{"id":"s0","arrival_s":0.25,"prefix_group":"sys","prefix_tokens":100,"calls":['
+        '{"append":50,"output":10,"wait_s":1.5},{"append":20,"output":5,"min_interval_s":2.0,'
+        '"keep":40}]}'
+    )
 
 
 def test_prompt_tokens_follow_keep_then_append() -> None:
@@ -65,39 +79,67 @@ def test_prompt_tokens_follow_keep_then_append() -> None:
     assert prompt_tokens(s0) == [150, 160]
     assert prompt_tokens(s1) == [1030, 1043]
     # The forked sub-agent's prefix is the parent's whole context after call 1: 1043 + 4.
-    assert [(s.id, k, p) for s, k, _, p in iter_calls(s1)] == [("s1", 0, 1030), ("s1", 1, 1043), ("s1/sub0", 0, 1052)]
+    assert [(s.id, k, p) for s, k, _, p in iter_calls(s1)] == [
+        ("s1", 0, 1030),
+        ("s1", 1, 1043),
+        ("s1/sub0", 0, 1052),
+    ]
 
 
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ('{"id":"a","calls":[{"append":1,"output":2},{"append":1,"outpt":2}]}',
-         "bad.jsonl:3: calls[1].outpt: unknown key"),
+        (
+            '{"id":"a","calls":[{"append":1,"output":2},{"append":1,"outpt":2}]}',
+            "bad.jsonl:3: calls[1].outpt: unknown key",
+        ),
         ('{"id":"a","calls":[{"append":1}]}', "bad.jsonl:3: calls[0].output: missing"),
-        ('{"id":"a","calls":[{"append":1,"output":2.5}]}',
-         "bad.jsonl:3: calls[0].output: expected an integer >= 0, got number 2.5"),
-        ('{"id":"a","calls":[{"append":1,"output":true}]}',
-         "bad.jsonl:3: calls[0].output: expected an integer >= 0, got boolean true"),
-        ('{"id":"a","calls":[{"append":-1,"output":2}]}',
-         "bad.jsonl:3: calls[0].append: expected an integer >= 0, got -1"),
-        ('{"id":"a","calls":[{"append":1,"output":2,"wait_s":"x"}]}',
-         "bad.jsonl:3: calls[0].wait_s: expected a finite number >= 0, got string 'x'"),
+        (
+            '{"id":"a","calls":[{"append":1,"output":2.5}]}',
+            "bad.jsonl:3: calls[0].output: expected an integer >= 0, got number 2.5",
+        ),
+        (
+            '{"id":"a","calls":[{"append":1,"output":true}]}',
+            "bad.jsonl:3: calls[0].output: expected an integer >= 0, got boolean true",
+        ),
+        (
+            '{"id":"a","calls":[{"append":-1,"output":2}]}',
+            "bad.jsonl:3: calls[0].append: expected an integer >= 0, got -1",
+        ),
+        (
+            '{"id":"a","calls":[{"append":1,"output":2,"wait_s":"x"}]}',
+            "bad.jsonl:3: calls[0].wait_s: expected a finite number >= 0, got string 'x'",
+        ),
         ('{"id":"a","calls":[{"append":1,"output":2,"wait_s":NaN}]}', "bad.jsonl:3: invalid JSON"),
         ('{"id":"a","calls":[]}', "bad.jsonl:3: calls: expected a non-empty list of calls"),
-        ('{"id":"a","calls":[{"append":1,"output":2,"keep":0}, {"append":1,"output":2,"keep":4}]}',
-         "bad.jsonl:3: calls[1].keep: expected at most the stream length before this call (3), got 4"),
-        ('{"id":"a","calls":[{"append":1030,"output":2,"block_hashes":[1,2]}]}',
-         "bad.jsonl:3: calls[0].block_hashes: expected ceil(1030 prompt tokens / 512) = 3 ids, got 2"),
-        ('{"id":"a","prefix_tokens":5,"calls":[{"append":1,"output":2}]}',
-         "bad.jsonl:3: prefix_tokens: expected only together with 'prefix_group'"),
-        ('{"id":"a","calls":[{"append":1,"output":2,"subagents":[{"id":"b","calls":[{"append":"1","output":1}]}]}]}',
-         "bad.jsonl:3: calls[0].subagents[0].calls[0].append: expected an integer >= 0, got string '1'"),
-        ('{"id":"s","calls":[{"append":1,"output":2}]}', "bad.jsonl:3: id: duplicate session id 's' (first on line 2)"),
-        ('{"id":"b","prefix_group":"g","prefix_tokens":4,"calls":[{"append":1,"output":2}]}',
-         "bad.jsonl:3: prefix_tokens: expected 3 for group 'g' (as on line 2), got 4"),
-        ('[1, 2]', "bad.jsonl:3: expected a session object, got array"),
+        (
+            '{"id":"a","calls":[{"append":1,"output":2,"keep":0}, {"append":1,"output":2,"keep":4}]}',
+            "bad.jsonl:3: calls[1].keep: expected at most the stream length before this call (3), got 4",
+        ),
+        (
+            '{"id":"a","calls":[{"append":1030,"output":2,"block_hashes":[1,2]}]}',
+            "bad.jsonl:3: calls[0].block_hashes: expected ceil(1030 prompt tokens / 512) = 3 ids, got 2",
+        ),
+        (
+            '{"id":"a","prefix_tokens":5,"calls":[{"append":1,"output":2}]}',
+            "bad.jsonl:3: prefix_tokens: expected only together with 'prefix_group'",
+        ),
+        (
+            '{"id":"a","calls":[{"append":1,"output":2,"subagents":'
+            '[{"id":"b","calls":[{"append":"1","output":1}]}]}]}',
+            "bad.jsonl:3: calls[0].subagents[0].calls[0].append: expected an integer >= 0, got string '1'",
+        ),
+        (
+            '{"id":"s","calls":[{"append":1,"output":2}]}',
+            "bad.jsonl:3: id: duplicate session id 's' (first on line 2)",
+        ),
+        (
+            '{"id":"b","prefix_group":"g","prefix_tokens":4,"calls":[{"append":1,"output":2}]}',
+            "bad.jsonl:3: prefix_tokens: expected 3 for group 'g' (as on line 2), got 4",
+        ),
+        ("[1, 2]", "bad.jsonl:3: expected a session object, got array"),
         ('{"id":"a","calls":[{"append":1,"output":2}]', "bad.jsonl:3: invalid JSON"),
-        ('', "bad.jsonl:3: empty line"),
+        ("", "bad.jsonl:3: empty line"),
     ],
 )
 def test_malformed_lines_name_file_line_and_field(tmp_path: Path, line: str, message: str) -> None:
@@ -113,16 +155,23 @@ def test_malformed_lines_name_file_line_and_field(tmp_path: Path, line: str, mes
 @pytest.mark.parametrize(
     ("header", "message"),
     [
-        ('{"format":"servetwin-sessions","version":2,"source":"x"}',
-         ":1: version: expected version 1 (the version this reader knows), got 2"),
-        ('{"format":"other","version":1,"source":"x"}', ":1: format: expected 'servetwin-sessions', got 'other'"),
+        (
+            '{"format":"servetwin-sessions","version":2,"source":"x"}',
+            ":1: version: expected version 1 (the version this reader knows), got 2",
+        ),
+        (
+            '{"format":"other","version":1,"source":"x"}',
+            ":1: format: expected 'servetwin-sessions', got 'other'",
+        ),
         ('{"format":"servetwin-sessions","version":1}', ":1: source: expected a string, got None"),
-        ('not json', ":1: invalid JSON"),
+        ("not json", ":1: invalid JSON"),
     ],
 )
 def test_bad_header(tmp_path: Path, header: str, message: str) -> None:
     path = write_lines(tmp_path / "h.jsonl", header)
-    with pytest.raises(WorkloadFormatError, match="^" + str(path) + message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(
+        WorkloadFormatError, match="^" + str(path) + message.replace("(", r"\(").replace(")", r"\)")
+    ):
         read_sessions(path)
 
 

@@ -37,11 +37,16 @@ def materialise(root: Path) -> dict[str, list[dict[str, Any]]]:
     for entry in all_trajectories():
         path = root / entry["file"]
         path.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"info": {}, "messages": entry["messages"], "trajectory_format": entry["trajectory_format"],
-               "instance_id": entry["instance_id"]}
+        doc = {
+            "info": {},
+            "messages": entry["messages"],
+            "trajectory_format": entry["trajectory_format"],
+            "instance_id": entry["instance_id"],
+        }
         path.write_text(json.dumps(doc))
-        usage[entry["instance_id"]] = [m["extra"]["response"]["usage"] for m in entry["messages"]
-                                       if m["role"] == "assistant"]
+        usage[entry["instance_id"]] = [
+            m["extra"]["response"]["usage"] for m in entry["messages"] if m["role"] == "assistant"
+        ]
     return usage
 
 
@@ -65,8 +70,12 @@ def test_context_rule_extends_deepseek_and_rewrites_gemini(tmp_path: Path) -> No
     # the previous prompt + output (18 of them, down to -835 tokens).
     for session in gemini:
         u = usage[session.id]
-        rewritten = [k for k in range(1, len(u)) if u[k - 1].get("completion_tokens_details", {}).get(
-            "reasoning_tokens", 0) or u[k]["prompt_tokens"] < u[k - 1]["prompt_tokens"] + u[k - 1]["completion_tokens"]]
+        rewritten = [
+            k
+            for k in range(1, len(u))
+            if u[k - 1].get("completion_tokens_details", {}).get("reasoning_tokens", 0)
+            or u[k]["prompt_tokens"] < u[k - 1]["prompt_tokens"] + u[k - 1]["completion_tokens"]
+        ]
         assert [k for k, c in enumerate(session.calls) if c.keep_tokens is not None] == rewritten
     assert sum(c.keep_tokens is not None for s in gemini for c in s.calls) == 21
 
@@ -82,7 +91,9 @@ def test_measured_waits_are_the_timestamp_gaps(tmp_path: Path) -> None:
 
 def test_shipped_swe_bench_set_is_the_conversion_of_the_shared_trajectories(tmp_path: Path) -> None:
     materialise(tmp_path)
-    assert read_sessions(DATA / "swe_bench_dev.jsonl") == convert_mini_swe_agent([tmp_path / "swe-deepseek-dev"])
+    assert read_sessions(DATA / "swe_bench_dev.jsonl") == convert_mini_swe_agent(
+        [tmp_path / "swe-deepseek-dev"]
+    )
 
 
 def test_verbatim_deepseek_trajectory_is_pinned() -> None:
@@ -102,7 +113,21 @@ def test_verbatim_deepseek_trajectory_is_pinned() -> None:
 def test_verbatim_gemini_trajectory_is_pinned() -> None:
     session = convert_trajectory(FIXTURES / "gemini_django-11163.traj.json")
     assert session.prefix_group == "mini-swe-agent/text/7ed0611ff364" and session.prefix_tokens == 138
-    assert prompt_tokens(session) == [1397, 1551, 4323, 5063, 5179, 5365, 5474, 5716, 6427, 7558, 7624, 7713, 7776]
+    assert prompt_tokens(session) == [
+        1397,
+        1551,
+        4323,
+        5063,
+        5179,
+        5365,
+        5474,
+        5716,
+        6427,
+        7558,
+        7624,
+        7713,
+        7776,
+    ]
     # Calls 1 and 2 follow calls with reasoning tokens (dropped from the context): the stream is cut.
     assert [c.keep_tokens for c in session.calls[:4]] == [None, 1259, 1384, None]
     # No timestamps: fitted draws, capped by the 1 s `created` stamps; the same seed gives the same waits.
@@ -136,20 +161,34 @@ def edit(tmp_path: Path, change: Any, name: str = "x.traj.json") -> Path:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda d: d["messages"][2]["extra"]["response"]["usage"].__setitem__("prompt_tokens", "12"),
-         "messages[2].extra.response.usage.prompt_tokens: expected a token count (integer >= 0), got string '12'"),
-        (lambda d: d["messages"][4]["extra"]["response"]["usage"].pop("completion_tokens"),
-         "messages[4].extra.response.usage.completion_tokens: missing"),
+        (
+            lambda d: d["messages"][2]["extra"]["response"]["usage"].__setitem__("prompt_tokens", "12"),
+            "messages[2].extra.response.usage.prompt_tokens: "
+            "expected a token count (integer >= 0), got string '12'",
+        ),
+        (
+            lambda d: d["messages"][4]["extra"]["response"]["usage"].pop("completion_tokens"),
+            "messages[4].extra.response.usage.completion_tokens: missing",
+        ),
         (lambda d: d["messages"][4]["extra"].pop("response"), "messages[4].extra.response: missing"),
-        (lambda d: d["messages"][3].__setitem__("role", "observer"),
-         "messages[3].role: expected a role in ['assistant', 'exit', 'system', 'tool', 'user'], got 'observer'"),
-        (lambda d: d.__setitem__("trajectory_format", "swe-agent"),
-         "trajectory_format: expected a mini-swe-agent format such as"),
+        (
+            lambda d: d["messages"][3].__setitem__("role", "observer"),
+            "messages[3].role: "
+            "expected a role in ['assistant', 'exit', 'system', 'tool', 'user'], got 'observer'",
+        ),
+        (
+            lambda d: d.__setitem__("trajectory_format", "swe-agent"),
+            "trajectory_format: expected a mini-swe-agent format such as",
+        ),
         (lambda d: d.pop("trajectory_format"), "trajectory_format: missing"),
-        (lambda d: d["messages"][3]["extra"].__setitem__("timestamp", 1.0),
-         "messages[3].extra.timestamp: expected a timestamp at or after the call's"),
-        (lambda d: d.__setitem__("messages", [m for m in d["messages"] if m["role"] != "assistant"]),
-         "messages: expected at least one assistant message"),
+        (
+            lambda d: d["messages"][3]["extra"].__setitem__("timestamp", 1.0),
+            "messages[3].extra.timestamp: expected a timestamp at or after the call's",
+        ),
+        (
+            lambda d: d.__setitem__("messages", [m for m in d["messages"] if m["role"] != "assistant"]),
+            "messages: expected at least one assistant message",
+        ),
         (lambda d: d.__setitem__("messages", {}), "messages: expected an array, got an object"),
     ],
 )

@@ -1,4 +1,4 @@
-"""Typed access into parsed JSON that fails with the file and the field path (``messages[4].extra.timestamp``)."""
+"""Typed access into parsed JSON, failing with the file and the field path (``messages[4].extra``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ def load_json(path: PathLike) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise WorkloadFormatError(path, f"invalid JSON at column {exc.colno}: {exc.msg}", line=exc.lineno) from None
+        raise WorkloadFormatError(
+            path, f"invalid JSON at column {exc.colno}: {exc.msg}", line=exc.lineno
+        ) from None
 
 
 class Doc:
@@ -35,8 +37,9 @@ class Doc:
         self.line = line
 
     def fail(self, message: str, where: str | None = None) -> WorkloadFormatError:
-        return WorkloadFormatError(self.path, message, line=self.line, field=(self.where if where is None else where)
-                                   or None)
+        return WorkloadFormatError(
+            self.path, message, line=self.line, field=(self.where if where is None else where) or None
+        )
 
     def _child_path(self, key: str | int) -> str:
         if isinstance(key, int):
@@ -89,7 +92,11 @@ class Doc:
         return self.value
 
     def number(self) -> float:
-        if isinstance(self.value, bool) or not isinstance(self.value, (int, float)) or not math.isfinite(self.value):
+        if (
+            isinstance(self.value, bool)
+            or not isinstance(self.value, (int, float))
+            or not math.isfinite(self.value)
+        ):
             raise self.fail(f"expected a finite number, got {_kind(self.value)}")
         return float(self.value)
 

@@ -1,4 +1,4 @@
-"""mini-swe-agent trajectories (``*.traj.json``, formats ``mini-swe-agent-1`` and ``mini-swe-agent-1.1``) -> sessions.
+"""mini-swe-agent trajectories (``*.traj.json``, ``mini-swe-agent-1`` and ``-1.1`` formats) -> sessions.
 
 Each assistant message is one LLM call. Its ``extra.response.usage`` gives the exact ``prompt_tokens`` P_k
 and ``completion_tokens`` O_k; the converted session reproduces both exactly (``prompt_tokens(session)[k]
@@ -53,10 +53,50 @@ PathLike = str | os.PathLike[str]
 TOOL_CALLING_PREFIX_TOKENS = 320
 """Shared prefix of tool-calling trajectories: DeepSeek's first-call cache hits (module docstring)."""
 
-TOOL_WAIT_QUANTILES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 0.993,
-                       0.996, 0.998, 0.999, 1.0)
-TOOL_WAIT_QUANTILES_S = (0.091, 0.143, 0.167, 0.198, 0.228, 0.255, 0.277, 0.298, 0.327, 0.39, 0.531, 0.955,
-                         1.802, 3.884, 8.519, 9.73, 11.459, 17.121, 31.478, 60.06)
+TOOL_WAIT_QUANTILES = (
+    0.0,
+    0.05,
+    0.1,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.6,
+    0.7,
+    0.8,
+    0.9,
+    0.95,
+    0.97,
+    0.98,
+    0.99,
+    0.993,
+    0.996,
+    0.998,
+    0.999,
+    1.0,
+)
+TOOL_WAIT_QUANTILES_S = (
+    0.091,
+    0.143,
+    0.167,
+    0.198,
+    0.228,
+    0.255,
+    0.277,
+    0.298,
+    0.327,
+    0.39,
+    0.531,
+    0.955,
+    1.802,
+    3.884,
+    8.519,
+    9.73,
+    11.459,
+    17.121,
+    31.478,
+    60.06,
+)
 """Empirical inverse CDF of the tool wait, seconds, linear between knots.
 
 Provenance: the 1,820 tool executions of the 23 mini-swe-agent 2.2.7 DeepSeek SWE-bench Lite dev
@@ -83,15 +123,22 @@ def trajectory_files(inputs: Sequence[PathLike]) -> list[Path]:
         if path.is_dir():
             found = sorted(path.rglob("*.traj.json"))
             if not found:
-                raise WorkloadFormatError(path, "expected a directory holding *.traj.json trajectories, found none")
+                raise WorkloadFormatError(
+                    path, "expected a directory holding *.traj.json trajectories, found none"
+                )
             files.extend(found)
         else:
             files.append(path)
     return files
 
 
-def convert_mini_swe_agent(inputs: Sequence[PathLike], *, seed: int = 0, prefix_tokens: int | None = None,
-                           tokens: ChatTokenModel | None = None) -> list[Session]:
+def convert_mini_swe_agent(
+    inputs: Sequence[PathLike],
+    *,
+    seed: int = 0,
+    prefix_tokens: int | None = None,
+    tokens: ChatTokenModel | None = None,
+) -> list[Session]:
     """One session per trajectory file (directories are searched for ``*.traj.json``); see the module doc."""
     model = tokens or ChatTokenModel()
     sessions: list[Session] = []
@@ -99,23 +146,29 @@ def convert_mini_swe_agent(inputs: Sequence[PathLike], *, seed: int = 0, prefix_
     for path in trajectory_files(inputs):
         session = convert_trajectory(path, seed=seed, prefix_tokens=prefix_tokens, tokens=model)
         if session.id in first_file:
-            raise WorkloadFormatError(path, f"session id {session.id!r} already came from {first_file[session.id]}; "
-                                      "expected one trajectory per instance", field="instance_id")
+            raise WorkloadFormatError(
+                path,
+                f"session id {session.id!r} already came from {first_file[session.id]}; "
+                "expected one trajectory per instance",
+                field="instance_id",
+            )
         first_file[session.id] = path
         sessions.append(session)
     return sessions
 
 
-def convert_trajectory(path: PathLike, *, seed: int = 0, prefix_tokens: int | None = None,
-                       tokens: ChatTokenModel | None = None) -> Session:
+def convert_trajectory(
+    path: PathLike, *, seed: int = 0, prefix_tokens: int | None = None, tokens: ChatTokenModel | None = None
+) -> Session:
     """One trajectory file -> one session."""
     model = tokens or ChatTokenModel()
     doc = Doc(path, load_json(path))
     doc.obj()
     fmt = doc.get("trajectory_format").str_()
     if not fmt.startswith("mini-swe-agent"):
-        raise doc.fail(f"expected a mini-swe-agent format such as {list(_FORMATS)}, got {fmt!r}",
-                       "trajectory_format")
+        raise doc.fail(
+            f"expected a mini-swe-agent format such as {list(_FORMATS)}, got {fmt!r}", "trajectory_format"
+        )
     messages = doc.get("messages").items()
     for m in messages:
         role = m.get("role").str_()
@@ -157,7 +210,14 @@ def convert_trajectory(path: PathLike, *, seed: int = 0, prefix_tokens: int | No
                 added = sum(_message_tokens(model, messages[j]) for j in range(calls_at[k - 1], i))
                 keep = max(0, min(p, n - added) - prefix)
                 append = n - prefix - keep
-        calls.append(Call(append_tokens=append, output_tokens=outputs[k], wait_after_s=round(waits[k], 6), keep_tokens=keep))
+        calls.append(
+            Call(
+                append_tokens=append,
+                output_tokens=outputs[k],
+                wait_after_s=round(waits[k], 6),
+                keep_tokens=keep,
+            )
+        )
     return Session(id=session_id, calls=tuple(calls), prefix_group=group, prefix_tokens=prefix)
 
 
@@ -206,8 +266,10 @@ def _waits(messages: list[Doc], calls_at: list[int], seed: int, session_id: str)
             done = _timestamp(messages[j]) if _timestamp(messages[j]) is not None else done
         if sent is not None and done is not None:
             if done < sent:
-                raise messages[nxt - 1].fail(f"expected a timestamp at or after the call's ({sent}), got {done}",
-                                             messages[nxt - 1].where + ".extra.timestamp")
+                raise messages[nxt - 1].fail(
+                    f"expected a timestamp at or after the call's ({sent}), got {done}",
+                    messages[nxt - 1].where + ".extra.timestamp",
+                )
             waits.append(done - sent)
             continue
         wait = float(draws[k])

@@ -1,4 +1,4 @@
-"""Mooncake traces (JSONL ``{"timestamp": ms, "input_length", "output_length", "hash_ids"}``) -> one-call sessions.
+"""Mooncake traces (JSONL of ``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``) -> sessions.
 
 ``hash_ids`` name the prompt's 512-token blocks (equal ids = equal prefix blocks), so they become
 ``Call.block_hashes`` with ``hash_block_tokens = 512``; mapping them to the engine's block size is the
@@ -21,7 +21,9 @@ MOONCAKE_BLOCK_TOKENS = 512
 _KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
 
 
-def convert_mooncake(inputs: Sequence[PathLike], *, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> list[Session]:
+def convert_mooncake(
+    inputs: Sequence[PathLike], *, block_tokens: int = MOONCAKE_BLOCK_TOKENS
+) -> list[Session]:
     """Every request of the given trace files; ids ``{file stem}-{row}`` (row from 0)."""
     sessions: list[Session] = []
     for path in inputs:
@@ -30,7 +32,9 @@ def convert_mooncake(inputs: Sequence[PathLike], *, block_tokens: int = MOONCAKE
             row = 0
             for number, text in enumerate(handle, start=1):
                 if not text.strip():
-                    raise WorkloadFormatError(path, "empty line; expected one request object per line", line=number)
+                    raise WorkloadFormatError(
+                        path, "empty line; expected one request object per line", line=number
+                    )
                 sessions.append(_request(path, number, text, f"{stem}-{row}", block_tokens))
                 row += 1
     return sessions
@@ -48,10 +52,14 @@ def _request(path: PathLike, line: int, text: str, sid: str, block_tokens: int) 
             raise WorkloadFormatError(path, f"missing; expected keys {list(_KEYS)}", line=line, field=key)
     extra = sorted(set(obj) - set(_KEYS))
     if extra:
-        raise WorkloadFormatError(path, f"unknown key; expected keys {list(_KEYS)}", line=line, field=extra[0])
+        raise WorkloadFormatError(
+            path, f"unknown key; expected keys {list(_KEYS)}", line=line, field=extra[0]
+        )
     stamp = obj["timestamp"]
     if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not 0 <= stamp < float("inf"):
-        raise WorkloadFormatError(path, f"expected milliseconds >= 0, got {stamp!r}", line=line, field="timestamp")
+        raise WorkloadFormatError(
+            path, f"expected milliseconds >= 0, got {stamp!r}", line=line, field="timestamp"
+        )
     lengths = []
     for key in ("input_length", "output_length"):
         value = obj[key]
@@ -60,13 +68,31 @@ def _request(path: PathLike, line: int, text: str, sid: str, block_tokens: int) 
         lengths.append(value)
     ids = obj["hash_ids"]
     if not isinstance(ids, list):
-        raise WorkloadFormatError(path, f"expected an array of block ids, got {ids!r}", line=line, field="hash_ids")
+        raise WorkloadFormatError(
+            path, f"expected an array of block ids, got {ids!r}", line=line, field="hash_ids"
+        )
     for i, h in enumerate(ids):
         if isinstance(h, bool) or not isinstance(h, int) or h < 0:
-            raise WorkloadFormatError(path, f"expected an integer id >= 0, got {h!r}", line=line, field=f"hash_ids[{i}]")
+            raise WorkloadFormatError(
+                path, f"expected an integer id >= 0, got {h!r}", line=line, field=f"hash_ids[{i}]"
+            )
     need = -(-lengths[0] // block_tokens)
     if len(ids) != need:
-        raise WorkloadFormatError(path, f"expected ceil({lengths[0]} / {block_tokens}) = {need} ids, got {len(ids)}",
-                                  line=line, field="hash_ids")
-    return Session(id=sid, arrival_s=stamp / 1000.0, calls=(Call(
-        append_tokens=lengths[0], output_tokens=lengths[1], block_hashes=tuple(ids), hash_block_tokens=block_tokens),))
+        raise WorkloadFormatError(
+            path,
+            f"expected ceil({lengths[0]} / {block_tokens}) = {need} ids, got {len(ids)}",
+            line=line,
+            field="hash_ids",
+        )
+    return Session(
+        id=sid,
+        arrival_s=stamp / 1000.0,
+        calls=(
+            Call(
+                append_tokens=lengths[0],
+                output_tokens=lengths[1],
+                block_hashes=tuple(ids),
+                hash_block_tokens=block_tokens,
+            ),
+        ),
+    )

@@ -1,4 +1,4 @@
-"""LMBenchmark ShareGPT replay lists (``run.json``: ``[{"input": text, "output_length": n}, ...]``) -> sessions.
+"""LMBenchmark ShareGPT replay lists (``run.json``: ``[{"input", "output_length"}, ...]``) -> sessions.
 
 LMBenchmark's ``sharegpt-qa.py`` sends entry ``i`` at ``i / qps`` seconds as one user message whose text is
 the whole conversation so far (earlier questions and the dataset's answers) + the next question, with
@@ -32,9 +32,10 @@ LMBENCHMARK_SHAREGPT_QPS = 1.34
 """The default QPS of LMBenchmark's ``sharegpt/run.sh``."""
 
 
-def convert_lmbenchmark_sharegpt(inputs: Sequence[PathLike], *, qps: float = LMBENCHMARK_SHAREGPT_QPS,
-                                 tokens: ChatTokenModel | None = None) -> list[Session]:
-    """Sessions in order of their first entry; ids ``conv-{n}`` (``{file stem}/conv-{n}`` for several files)."""
+def convert_lmbenchmark_sharegpt(
+    inputs: Sequence[PathLike], *, qps: float = LMBENCHMARK_SHAREGPT_QPS, tokens: ChatTokenModel | None = None
+) -> list[Session]:
+    """Sessions in order of their first entry; ids ``conv-{n}`` (``{stem}/conv-{n}`` for several files)."""
     if not qps > 0:
         raise ValueError(f"qps must be > 0, got {qps}")
     model = tokens or ChatTokenModel()
@@ -59,8 +60,14 @@ def _convert_file(path: PathLike, qps: float, model: ChatTokenModel, id_prefix: 
     chains: list[list[int]] = []
     tail_of: dict[int, int] = {}  # entry index -> chain index, for chain tails only
     for j, text in enumerate(texts):
-        parent = next((i for i in sorted(tail_of, reverse=True) if len(texts[i]) < len(text)
-                       and text.startswith(texts[i])), None)
+        parent = next(
+            (
+                i
+                for i in sorted(tail_of, reverse=True)
+                if len(texts[i]) < len(text) and text.startswith(texts[i])
+            ),
+            None,
+        )
         if parent is None:
             chains.append([j])
             tail_of[j] = len(chains) - 1
@@ -75,12 +82,20 @@ def _convert_file(path: PathLike, qps: float, model: ChatTokenModel, id_prefix: 
         for k, j in enumerate(chain):
             if k == 0:
                 head = model.text(texts[j])
-                calls.append(Call(append_tokens=head + model.message_overhead_tokens, output_tokens=outputs[j]))
+                calls.append(
+                    Call(append_tokens=head + model.message_overhead_tokens, output_tokens=outputs[j])
+                )
             else:
                 i = chain[k - 1]
-                new = model.text(texts[j][len(texts[i]):])
-                calls.append(Call(append_tokens=new + model.message_overhead_tokens, output_tokens=outputs[j],
-                                  keep_tokens=kept, min_interval_s=(j - i) / qps))
+                new = model.text(texts[j][len(texts[i]) :])
+                calls.append(
+                    Call(
+                        append_tokens=new + model.message_overhead_tokens,
+                        output_tokens=outputs[j],
+                        keep_tokens=kept,
+                        min_interval_s=(j - i) / qps,
+                    )
+                )
                 head = kept + new
             kept = head
         sessions.append(Session(id=f"{id_prefix}conv-{n}", arrival_s=chain[0] / qps, calls=tuple(calls)))

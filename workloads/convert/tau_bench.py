@@ -42,7 +42,7 @@ AIRLINE_TOOLS_SCHEMA_TOKENS = 2625
 """Estimated tokens of the airline tool schema (module docstring)."""
 
 
-def _non_negative(instance: object, attribute: attrs.Attribute, value: float) -> None:  # type: ignore[type-arg]
+def _non_negative(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
     if not value >= 0:
         raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
 
@@ -77,15 +77,29 @@ class TauTimingModel:
         return self.tool_base_s + self.tool_per_token_s * result_tokens
 
     def user_s(self, reply_tokens: int, message_tokens: int) -> float:
-        return self.user_base_s + self.user_per_read_token_s * reply_tokens + self.user_per_write_token_s * message_tokens
+        return (
+            self.user_base_s
+            + self.user_per_read_token_s * reply_tokens
+            + self.user_per_write_token_s * message_tokens
+        )
 
 
-def convert_tau_bench(inputs: Sequence[PathLike], *, seed: int = 0, timing: TauTimingModel | None = None,
-                      tokens: ChatTokenModel | None = None,
-                      tools_schema_tokens: int = AIRLINE_TOOLS_SCHEMA_TOKENS) -> list[Session]:
-    """All trajectories of the given tau-bench result files, in file order; ids ``task{task_id}-trial{trial}``."""
-    timing = timing or TauTimingModel()
-    model = tokens or ChatTokenModel()
+def convert_tau_bench(
+    inputs: Sequence[PathLike],
+    *,
+    seed: int = 0,
+    timing: TauTimingModel | str | dict[str, float] | None = None,
+    tokens: ChatTokenModel | dict[str, int] | None = None,
+    tools_schema_tokens: int = AIRLINE_TOOLS_SCHEMA_TOKENS,
+) -> list[Session]:
+    """All trajectories of the given tau-bench files, in file order; ids ``task{task_id}-trial{trial}``.
+
+    ``timing`` is a :class:`TauTimingModel`, ``"llm"`` (the default) or ``"human"``, or a mapping of its
+    fields; ``tokens`` a :class:`ChatTokenModel` or a mapping of its fields (so both can come from the CLI's
+    ``--set timing='{"tool_base_s": 1.0}'``).
+    """
+    timing = _timing(timing)
+    model = tokens if isinstance(tokens, ChatTokenModel) else ChatTokenModel(**(tokens or {}))
     if tools_schema_tokens < 0:
         raise ValueError(f"tools_schema_tokens must be >= 0, got {tools_schema_tokens}")
     sessions: list[Session] = []
@@ -95,25 +109,43 @@ def convert_tau_bench(inputs: Sequence[PathLike], *, seed: int = 0, timing: TauT
         for entry in root.items():
             session = _convert_entry(entry, seed, timing, model, tools_schema_tokens)
             if session.id in seen:
-                raise entry.fail(f"duplicate trajectory {session.id!r} (first in {seen[session.id]})", entry.where)
+                raise entry.fail(
+                    f"duplicate trajectory {session.id!r} (first in {seen[session.id]})", entry.where
+                )
             seen[session.id] = f"{path} {entry.where}"
             sessions.append(session)
     return sessions
 
 
-def _convert_entry(entry: Doc, seed: int, timing: TauTimingModel, model: ChatTokenModel,
-                   tools_schema_tokens: int) -> Session:
+def _timing(value: TauTimingModel | str | dict[str, float] | None) -> TauTimingModel:
+    if value is None or value == "llm":
+        return TauTimingModel()
+    if value == "human":
+        return TauTimingModel.human()
+    if isinstance(value, TauTimingModel):
+        return value
+    if isinstance(value, dict):
+        return TauTimingModel(**value)
+    raise ValueError(f"timing: expected 'llm', 'human' or a mapping of TauTimingModel fields, got {value!r}")
+
+
+def _convert_entry(
+    entry: Doc, seed: int, timing: TauTimingModel, model: ChatTokenModel, tools_schema_tokens: int
+) -> Session:
     session_id = f"task{_int(entry.get('task_id'))}-trial{_int(entry.get('trial'))}"
     traj = entry.get("traj").items()
     if not traj or traj[0].get("role").str_() != "system":
-        raise entry.fail("expected the trajectory to start with the system policy message", entry.where + ".traj[0]")
+        raise entry.fail(
+            "expected the trajectory to start with the system policy message", entry.where + ".traj[0]"
+        )
     system = traj[0].get("content").text()
     sizes = [_message_tokens(model, m) for m in traj]
     roles = [m.get("role").str_() for m in traj]
     for m, role in zip(traj, roles):
         if role not in ("system", "user", "assistant", "tool"):
-            raise m.fail(f"expected a role in ['assistant', 'system', 'tool', 'user'], got {role!r}",
-                         m.where + ".role")
+            raise m.fail(
+                f"expected a role in ['assistant', 'system', 'tool', 'user'], got {role!r}", m.where + ".role"
+            )
     calls_at = [i for i, role in enumerate(roles) if role == "assistant"]
     if not calls_at:
         raise entry.fail("expected at least one assistant message", entry.where + ".traj")
@@ -121,24 +153,31 @@ def _convert_entry(entry: Doc, seed: int, timing: TauTimingModel, model: ChatTok
     calls = []
     previous = 0
     for k, i in enumerate(calls_at):
-        append = sum(sizes[previous + 1:i]) if k else sum(sizes[1:i])
+        append = sum(sizes[previous + 1 : i]) if k else sum(sizes[1:i])
         wait = 0.0
         if k + 1 < len(calls_at):
             wait = _wait(timing, rng, roles, sizes, i, calls_at[k + 1])
         calls.append(Call(append_tokens=append, output_tokens=sizes[i], wait_after_s=round(wait, 6)))
         previous = i
     group = f"tau-bench/{hashlib.sha1(system.encode('utf-8')).hexdigest()[:12]}"
-    return Session(id=session_id, calls=tuple(calls), prefix_group=group,
-                   prefix_tokens=tools_schema_tokens + sizes[0])
+    return Session(
+        id=session_id, calls=tuple(calls), prefix_group=group, prefix_tokens=tools_schema_tokens + sizes[0]
+    )
 
 
-def _wait(timing: TauTimingModel, rng: np.random.Generator, roles: list[str], sizes: list[int], call: int,
-          next_call: int) -> float:
+def _wait(
+    timing: TauTimingModel,
+    rng: np.random.Generator,
+    roles: list[str],
+    sizes: list[int],
+    call: int,
+    next_call: int,
+) -> float:
     total = 0.0
     for j in range(call + 1, next_call):
         base = timing.tool_s(sizes[j]) if roles[j] == "tool" else timing.user_s(sizes[call], sizes[j])
         if timing.sigma > 0:
-            base *= float(np.exp(rng.normal(-timing.sigma ** 2 / 2, timing.sigma)))
+            base *= float(np.exp(rng.normal(-timing.sigma**2 / 2, timing.sigma)))
         total += base
     return total
 
