@@ -51,11 +51,16 @@ class SessionDriver:
         self.sessions_skipped = 0
         """Sessions not started because they would have arrived after ``run.duration_s``."""
         self.active = 0
+        self.in_wait = 0
+        """Sessions sleeping through a tool / think wait (or a pacing interval) right now."""
         order = sorted(range(len(sessions)), key=lambda i: (start_ns[i], i))
         self._plan = [(start_ns[i], sessions[i]) for i in order]
         self._slots = simpy.Resource(env, capacity=max_concurrent) if max_concurrent else None
         self.all_done = env.event()
         self.launcher = env.process(self._launch())
+
+    def gauges(self) -> dict[str, float]:
+        return {"sessions_active": self.active, "sessions_in_wait": self.in_wait}
 
     @property
     def pending_requests(self) -> list[Request]:
@@ -123,7 +128,9 @@ class SessionDriver:
             if call.min_interval_s and last_send_ns is not None:
                 earliest = last_send_ns + to_ns(call.min_interval_s)
                 if earliest > env.now:
+                    self.in_wait += 1
                     yield env.timeout(earliest - env.now)
+                    self.in_wait -= 1
             prompt = len(seq)
             seq.extend(src, stream_len, call.output_tokens)
             stream_len += call.output_tokens
@@ -146,7 +153,9 @@ class SessionDriver:
                         for sub in call.subagents]
                 yield simpy.AllOf(env, subs)
             if call.wait_after_s and k + 1 < len(session.calls):
+                self.in_wait += 1
                 yield env.timeout(to_ns(call.wait_after_s * self.wait_scale))
+                self.in_wait -= 1
         self.sessions_finished += 1
         self.active -= 1
 

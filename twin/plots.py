@@ -43,7 +43,10 @@ def plot_results(folder: str | Path, out: str | Path | None = None) -> list[Path
     written = []
 
     t = ts["time_s"]
-    panels = [("requests", [("waiting", "waiting"), ("running", "running")]),
+    panels = [("requests", [("waiting", "waiting"), ("running", "running")])]
+    if "sessions_in_wait" in ts and np.nanmax(ts["sessions_in_wait"], initial=0) > 0:
+        panels.append(("sessions", [("sessions_active", "active"), ("sessions_in_wait", "in tool / think wait")]))
+    panels += [
               ("KV usage", [("kv_usage", "used fraction")]),
               ("output tokens / s", [("output_tokens_per_s", "tokens/s")]),
               ("prefix-hit rate", [("prefix_hit_rate", "hit rate (window)")])]

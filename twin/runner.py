@@ -43,7 +43,7 @@ class Simulation:
         from twin.monitor import Monitor
 
         self.monitor = Monitor(self.env, self.workers, to_ns(cfg.metrics.sample_interval_s), self._on_idle,
-                               self.system.gauges)
+                               lambda: {**self.driver.gauges(), **self.system.gauges()})
         self.wall_s = 0.0
 
     # ------------------------------------------------------------------------------------ wiring
