@@ -183,6 +183,16 @@ class KVCacheManager:
             self.cache_computed(req, min(computed + num_new_tokens, req.num_tokens))
         return True
 
+    def append_one(self, req: Request) -> bool:
+        """The decode fast path of :meth:`allocate_slots` for one token: True if it fits the last block."""
+        blocks = self.req_blocks.get(req.id)
+        computed = req.num_computed_tokens
+        if blocks is None or computed >= len(blocks) * self.block_size:
+            return False
+        if self.enable_prefix_caching and (computed + 1) % self.block_size == 0:
+            self.cache_computed(req, computed + 1)
+        return True
+
     def cache_computed(self, req: Request, num_tokens: int) -> None:
         """Register the full blocks among the first ``num_tokens`` tokens of ``req`` in the prefix cache."""
         full = min(num_tokens // self.block_size, len(req.block_keys))

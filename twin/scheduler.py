@@ -196,7 +196,7 @@ class Scheduler:
             if num_new <= 0:
                 i += 1
                 continue
-            while not kv.allocate_slots(req, num_new):
+            while not (num_new == 1 and kv.append_one(req)) and not kv.allocate_slots(req, num_new):
                 victim = self.waiting.victim(running)
                 if running.index(victim) < i:  # only priority victims sit ahead of `req`
                     i -= 1
