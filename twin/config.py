@@ -141,6 +141,9 @@ class RunConfig:
     warmup_s: float = attrs.field(default=0.0, validator=non_negative)
     """Requests arriving before this time are kept in the table but left out of the summary."""
     check_invariants: bool = True
+    fast_forward: bool = True
+    """Jump through pure-decode stretches in one event (identical results; off = step by step)."""
+    fast_forward_max_steps: int = attrs.field(default=128, validator=positive)
 
 
 # ------------------------------------------------------------------------------------ pluggable bases

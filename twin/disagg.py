@@ -32,7 +32,7 @@ from twin.results import stats
 from twin.scheduler import Scheduler
 from twin.router import LeastLoadedSpec, Router
 from twin.sim import ProcessGen, now_ns, to_ns
-from twin.system import build_scheduler, cost_model, kv_blocks, make_deployment
+from twin.system import build_scheduler, cost_model, fast_forward_steps, kv_blocks, make_deployment
 from twin.worker import Worker
 
 
@@ -69,7 +69,11 @@ class DecodeWorker(Worker):
         self.system = system
         self.pull_queue: deque[_Pending] = deque()
         self.pulls_in_flight = 0
-        super().__init__(env, wid, scheduler, cost, on_done, before_schedule=self.start_pulls)
+        super().__init__(env, wid, scheduler, cost, on_done, before_schedule=self.start_pulls,
+                         fast_forward_steps=fast_forward_steps(system.config))
+
+    def quiet(self) -> bool:
+        return not self.pull_queue
 
     def load(self) -> int:
         return super().load() + len(self.pull_queue) + self.pulls_in_flight
@@ -97,7 +101,8 @@ class DisaggSystem:
         self.prefill = [
             Worker(env, i, build_scheduler(config, p_blocks, max_num_seqs=spec.prefill.max_num_seqs,
                                            max_num_batched_tokens=spec.prefill.max_num_batched_tokens,
-                                           retain_finished_kv=True), p_cost, self._prefill_done)
+                                           retain_finished_kv=True), p_cost, self._prefill_done,
+                   fast_forward_steps=fast_forward_steps(config))
             for i in range(spec.prefill.workers)]
         base = spec.prefill.workers
         self.decode = [
@@ -233,6 +238,7 @@ class DisaggSystem:
         return req.prompt_tokens if self.tcfg.first_token == "prefill" else req.prompt_tokens - 1
 
     def _hits(self, decode: Worker, req: Request, known: int) -> list[int]:
+        decode.sync()
         hits = decode.sched.kv.get_computed_blocks(req)
         return hits[: known // self.block_size]
 
@@ -288,6 +294,7 @@ class DisaggSystem:
         self._make_resident(req, decode)
 
     def _make_resident(self, req: Request, decode: Worker) -> None:
+        decode.sync()
         now = now_ns(self.env)
         assert req.kv is not None
         req.kv.to(KVState.RESIDENT, now)
@@ -300,6 +307,7 @@ class DisaggSystem:
         decode.wake()
 
     def _release_staged(self, pending: _Pending) -> None:
+        pending.prefill.sync()
         pending.prefill.sched.kv.free(pending.stage)
         pending.prefill.wake()
 

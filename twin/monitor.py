@@ -46,6 +46,7 @@ class Monitor:
         used = total = 0
         per_worker: list[float] = []
         for w in self.workers:
+            w.sync()
             s = w.sched
             nw, nr = len(s.waiting), len(s.running)
             waiting += nw

@@ -29,10 +29,14 @@ def now_ns(env: simpy.Environment) -> int:
 
 
 class StepEnd(simpy.Event):
-    """A timeout that fires after every other event scheduled for the same time."""
+    """A timeout that fires after every ordinary event scheduled for the same time.
 
-    def __init__(self, env: simpy.Environment, delay_ns: int) -> None:
+    Workers pass ``LATE + worker id``, so step ends of one instant are ordered by worker, never by the
+    moment their events were created (which differs between step-by-step and fast-forwarded runs).
+    """
+
+    def __init__(self, env: simpy.Environment, delay_ns: int, priority: int = LATE) -> None:
         super().__init__(env)
         self._ok = True
         self._value = None
-        env.schedule(self, LATE, delay_ns)
+        env.schedule(self, EventPriority(priority), delay_ns)

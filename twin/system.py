@@ -60,6 +60,10 @@ def build_scheduler(config: TwinConfig, num_blocks: int, *, max_num_seqs: int | 
                      retain_finished_kv=retain_finished_kv)
 
 
+def fast_forward_steps(config: TwinConfig) -> int:
+    return config.run.fast_forward_max_steps if config.run.fast_forward else 0
+
+
 def cost_model(config: TwinConfig, dep: Deployment) -> CostModel:
     try:
         return CostModel(dep, disabled_terms=frozenset(config.hardware.disabled_terms))
@@ -99,7 +103,8 @@ class Colocated(SystemSpec):
         dep = make_deployment(config, self.tp)
         blocks = kv_blocks(config, dep)
         cm = cost_model(config, dep)
-        workers = [Worker(env, wid, build_scheduler(config, blocks), cm, on_done) for wid in range(self.replicas)]
+        workers = [Worker(env, wid, build_scheduler(config, blocks), cm, on_done,
+                          fast_forward_steps=fast_forward_steps(config)) for wid in range(self.replicas)]
         return ColocatedSystem(workers, config.router.build())  # type: ignore[attr-defined]
 
 

@@ -1,7 +1,9 @@
 """The worker process: schedule -> one timeout for the step's cost -> update, sleeping when idle.
 
-The step's end is an event of lower priority than every other event at the same instant, so a request that
-arrives exactly when a step ends is seen by the next ``schedule`` call whatever the event order would be.
+A step ends with an event of lower priority than every ordinary event at the same instant (and ordered
+by worker id among step ends), so a request that arrives exactly when a step ends is seen by the next
+``schedule`` call whatever order the events were created in. Pure-decode stretches are fast-forwarded
+(:mod:`twin.fastforward`): one event for k steps, woken early by an arrival, with identical results.
 """
 
 from __future__ import annotations
@@ -10,10 +12,12 @@ from typing import Callable, Mapping
 
 import simpy
 
-from hardware import CostModel
-from twin.sim import ProcessGen, StepEnd, now_ns
+from hardware import BatchShape, CostModel
+from twin.fastforward import DecodeRun, plan_decode_run
 from twin.request import Request
 from twin.scheduler import Scheduler
+from twin.sim import LATE, ProcessGen, StepEnd, now_ns
+
 
 class Ledger:
     """Seconds spent per cost term on one worker, and the number of steps."""
@@ -23,19 +27,20 @@ class Ledger:
         self.steps = 0
         self.busy_ns = 0
 
-    def add(self, terms: Mapping[str, float], step_ns: int, count: int = 1) -> None:
+    def add(self, terms: Mapping[str, float], step_ns: int) -> None:
         acc = self.terms_s
         for name, value in terms.items():
-            acc[name] = acc.get(name, 0.0) + value * count
-        self.steps += count
-        self.busy_ns += step_ns * count
+            acc[name] = acc.get(name, 0.0) + value
+        self.steps += 1
+        self.busy_ns += step_ns
 
 
 class Worker:
     """One serving instance (a colocated engine: prefill and decode share its batches)."""
 
     def __init__(self, env: simpy.Environment, wid: int, scheduler: Scheduler, cost_model: CostModel,
-                 on_done: Callable[[Request], None], before_schedule: Callable[[], None] | None = None) -> None:
+                 on_done: Callable[[Request], None], before_schedule: Callable[[], None] | None = None,
+                 fast_forward_steps: int = 0) -> None:
         self.env = env
         self.wid = wid
         self.sched = scheduler
@@ -43,9 +48,13 @@ class Worker:
         self.on_done = on_done
         self.before_schedule = before_schedule
         """Called at every step boundary before scheduling (a decode worker starts its pulls there)."""
+        self.fast_forward_steps = fast_forward_steps
+        """Most decode steps planned in one jump (0 or 1: step by step)."""
+        self.priority = LATE + wid
         self.ledger = Ledger()
         self.blocked = False
         """True while the worker has work but could schedule none of it (reported by the stall detector)."""
+        self.run: DecodeRun | None = None
         self._wake: simpy.Event | None = None
         self.process = env.process(self._run())
 
@@ -61,6 +70,15 @@ class Worker:
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
+    def sync(self) -> None:
+        """Bring a fast-forwarded worker's state to what step-by-step simulation shows now (for readers)."""
+        if self.run is not None:
+            self.run.sync(now_ns(self.env))
+
+    def quiet(self) -> bool:
+        """Whether nothing but an outside event can change the batch (extended by decode workers)."""
+        return True
+
     def load(self) -> int:
         return len(self.sched.running) + len(self.sched.waiting)
 
@@ -68,32 +86,61 @@ class Worker:
         return self.load() / self.sched.limits.max_num_seqs
 
     def prefix_hit_tokens(self, req: Request) -> int:
+        self.sync()
         return len(self.sched.kv.get_computed_blocks(req)) * self.sched.kv.block_size
 
     # ---------------------------------------------------------------------------------------- process
+    def step_cost(self, shape: BatchShape) -> tuple[Mapping[str, float], int]:
+        return self.cost_model.step_cost(shape).terms, self.cost_model.step_time_ns(shape)
+
     def _run(self) -> ProcessGen:
         env = self.env
         sched = self.sched
-        cost_model = self.cost_model
-        ledger = self.ledger
         while True:
             if self.before_schedule is not None:
                 self.before_schedule()
             if not sched.has_work:
                 yield from self._sleep()
                 continue
-            out = sched.schedule(now_ns(env))
+            now = now_ns(env)
+            out = sched.schedule(now)
             if out.empty:
                 self.blocked = True
                 yield from self._sleep()
                 self.blocked = False
                 continue
-            cost = cost_model.step_cost(out.stats)
-            step_ns = cost_model.step_time_ns(out.stats)
-            ledger.add(cost.terms, step_ns)
-            yield StepEnd(env, step_ns)
-            for req in sched.update(out, now_ns(env)):
+            run = None
+            if self.fast_forward_steps > 1 and self.quiet():
+                run = plan_decode_run(sched, out, now, self.step_cost, self.fast_forward_steps)
+            if run is None:
+                terms, step_ns = self.step_cost(out.stats)
+                self.ledger.add(terms, step_ns)
+                yield StepEnd(env, step_ns, self.priority)
+                finished = sched.update(out, now_ns(env))
+            else:
+                finished = yield from self._fast_forward(run)
+            for req in finished:
                 self.on_done(req)
+
+    def _fast_forward(self, run: DecodeRun) -> ProcessGen:
+        """Sleep through the planned steps; an outside event cuts the run after the step in progress."""
+        env = self.env
+        self.run = run
+        self._wake = env.event()
+        end = StepEnd(env, run.ends[-1] - now_ns(env), self.priority)
+        yield end | self._wake
+        self._wake = None
+        m = run.k
+        if not end.processed:
+            t = now_ns(env)
+            m = next(i for i, e in enumerate(run.ends, start=1) if e >= t)
+            # Finish the step in progress in its own end-of-step slot (after every event of that instant).
+            yield StepEnd(env, run.ends[m - 1] - t, self.priority)
+        self.run = None
+        for i in range(m):
+            self.ledger.add(run.terms[i], run.ns[i])
+        # Cut short (m < k), the rest of the plan is dropped and the next schedule() starts afresh.
+        return run.update_upto(m)
 
     def _sleep(self) -> ProcessGen:
         self._wake = self.env.event()

@@ -158,3 +158,27 @@ def test_max_sim_s_fails_pending_requests_with_a_reason():
     t = res.requests
     pending = t[t["status"] == "failed"]
     assert len(pending) > 0 and all(r.startswith("time limit") for r in pending["fail_reason"])
+
+
+@pytest.mark.parametrize("sections", [
+    {},  # open-loop chat on one worker
+    {"system": {"kind": "colocated", "replicas": 2}, "router": {"kind": "kv_aware"},
+     "workload": {"kind": "synthetic", "num_requests": 60, "arrival": {"kind": "gamma", "rate_per_s": 30.0, "cv": 3.0},
+                  "input_tokens": {"low": 60, "high": 300}, "output_tokens": {"low": 2, "high": 120},
+                  "prefix_group": "sys", "prefix_tokens": 48}},
+    {"kv_cache": {"num_blocks": 90}, "workload": {"kind": "synthetic", "num_requests": 40,
+                                                 "arrival": {"kind": "concurrency", "concurrency": 12},
+                                                 "input_tokens": {"fixed": 100}, "output_tokens": {"low": 50, "high": 200}}},
+    {"system": {"kind": "disaggregated", "prefill": {"workers": 2}, "decode": {"workers": 2, "num_blocks": 120},
+                "decode_router": {"kind": "kv_aware"}},
+     "transfer": {"lease_s": 0.5},
+     "workload": {"kind": "lmbenchmark_multiround", "num_users": 6, "num_rounds": 3, "qps": 4.0,
+                  "shared_system_prompt": 200, "user_history_prompt": 300, "answer_len": 60}},
+])
+def test_fast_forward_gives_byte_identical_results(tmp_path, sections):
+    on = run(small_config(**sections), out=tmp_path / "on")
+    off = run(small_config(run={"fast_forward": False}, **sections), out=tmp_path / "off")
+    for name in ("requests.csv", "timeseries.csv"):
+        assert (tmp_path / "on" / name).read_bytes() == (tmp_path / "off" / name).read_bytes(), name
+    assert on.summary["itl_s"] == off.summary["itl_s"]
+    assert on.ledger == off.ledger

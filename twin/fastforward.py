@@ -1,0 +1,202 @@
+"""Exact decode fast-forward: k pure-decode steps planned at once and applied lazily (DESIGN section 7).
+
+When a step is pure decode, nothing waits, and every running request has outputs left, then nothing but an
+outside event (an arrival, a KV pull landing) can change the batch until the first request finishes, and
+no step can preempt as long as the free blocks cover every block the batch will need. The worker then
+plans those steps (their costs and end times), sleeps until the last one ends or an outside event wakes
+it, and applies exactly the steps that elapsed.
+
+Applying is split the way a step is: the *schedule* phase of step i (block allocation, registering full
+blocks in the prefix cache) happens when the step starts, the *update* phase (tokens, timestamps,
+completions) when it ends. Readers from outside (router, monitor) call :meth:`DecodeRun.sync` first, so
+they see exactly the state step-by-step simulation would show at that instant. Allocation and caching
+events are replayed in the step-by-step order (step, then running order), so block ids, evictions and
+prefix hits are identical; only the Python work per token disappears (events are per block, not per
+token).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from hardware import BatchShape
+from twin.kv_cache import cdiv
+from twin.request import NO_TIME, Request, Status
+from twin.scheduler import Scheduler, SchedulerOutput
+
+CostFn = Callable[[BatchShape], tuple[Mapping[str, float], int]]
+
+
+class DecodeRun:
+    """k planned pure-decode steps of one worker; step 1 was scheduled by the regular ``schedule``."""
+
+    def __init__(self, sched: Scheduler, reqs: list[Request], start_ns: int, ns: list[int],
+                 terms: list[Mapping[str, float]]) -> None:
+        self.sched = sched
+        self.reqs = reqs
+        self.c0 = [r.num_computed_tokens for r in reqs]
+        """Computed tokens of each request before step 1."""
+        self.cap1 = [len(sched.kv.req_blocks[r.id]) * sched.kv.block_size for r in reqs]
+        """Token capacity of each request's blocks after step 1's allocation."""
+        self.ns = ns
+        self.terms = terms
+        ends = []
+        t = start_ns
+        for d in ns:
+            t += d
+            ends.append(t)
+        self.start_ns = start_ns
+        self.ends = ends
+        self.scheduled = 1
+        """Steps whose schedule phase has been applied."""
+        self.updated = 0
+        """Steps whose update phase has been applied."""
+
+    @property
+    def k(self) -> int:
+        return len(self.ends)
+
+    def start_of(self, i: int) -> int:
+        """Start time of step i (1-based)."""
+        return self.start_ns if i == 1 else self.ends[i - 2]
+
+    def sync(self, now: int) -> list[Request]:
+        """Apply what step-by-step simulation has applied before events at ``now`` run."""
+        upto = self.scheduled
+        while upto < self.k and self.ends[upto - 1] < now:
+            upto += 1
+        self.schedule_upto(upto)
+        done = self.updated
+        while done < self.k and self.ends[done] < now:
+            done += 1
+        return self.update_upto(done)
+
+    def schedule_upto(self, m: int) -> None:
+        """Replay the schedule phases of steps ``scheduled+1 .. m``: allocations and cache registrations."""
+        a = self.scheduled + 1
+        if m < a:
+            return
+        kv = self.sched.kv
+        size = kv.block_size
+        events: list[tuple[int, int, int]] = []
+        for idx, (c0, cap1) in enumerate(zip(self.c0, self.cap1)):
+            # Step i computes token c0 + i - 1 (0-based); it needs a new block when that token starts one
+            # beyond the capacity reserved after step 1, and fills a block when c0 + i is a multiple of size.
+            first_alloc = max(a, cap1 - c0 + 1)
+            first_alloc += (-(c0 + first_alloc - 1)) % size
+            for i in range(first_alloc, m + 1, size):
+                events.append((i, idx, 0))
+            if kv.enable_prefix_caching:
+                first_cache = a + (-(c0 + a)) % size
+                for i in range(first_cache, m + 1, size):
+                    events.append((i, idx, 1))
+        events.sort()
+        pool = kv.pool
+        for i, idx, kind in events:
+            req = self.reqs[idx]
+            if kind == 0:
+                kv.req_blocks[req.id].extend(pool.allocate(1))
+            else:
+                kv.cache_computed(req, self.c0[idx] + i)
+        self.scheduled = m
+
+    def update_upto(self, m: int) -> list[Request]:
+        """Apply the update phases of steps ``updated+1 .. m``; returns requests finished at step m."""
+        a = self.updated + 1
+        if m < a:
+            return []
+        self.schedule_upto(max(m, self.scheduled))
+        sched = self.sched
+        ends = self.ends
+        steps = m - a + 1
+        itl = sched.itl_counts
+        n = len(self.reqs)
+        # Gaps after a request's first token in this range are step durations, the same for all requests.
+        inner_max = 0
+        for i in range(a + 1, m + 1):
+            d = ends[i - 1] - ends[i - 2]
+            itl[d] = itl.get(d, 0) + n
+            if d > inner_max:
+                inner_max = d
+        first_end = ends[a - 1]
+        for req in self.reqs:
+            req.num_computed_tokens += steps
+            req.num_output_tokens += steps
+            if req.first_token_ns == NO_TIME:
+                req.first_token_ns = first_end  # its gaps start with step a + 1
+                gap_max = inner_max
+            else:
+                gap = first_end - req.last_token_ns
+                itl[gap] = itl.get(gap, 0) + 1
+                gap_max = max(gap, inner_max)
+            if gap_max > req.max_itl_ns:
+                req.max_itl_ns = gap_max
+            req.last_token_ns = ends[m - 1]
+            if sched.record_token_times:
+                if req.token_times_ns is None:
+                    req.token_times_ns = []
+                req.token_times_ns.extend(ends[a - 1:m])
+        sched.output_tokens += n * steps
+        sched.steps += steps
+        self.updated = m
+        if m < self.k:
+            return []
+        finished = [r for r in self.reqs if r.num_output_tokens >= r.max_output_tokens]
+        now = ends[m - 1]
+        for req in finished:
+            sched.running.remove(req)
+            if not sched.retain_finished_kv:
+                sched.kv.free(req)
+            req.status = Status.FINISHED
+            req.finish_ns = now
+        return finished
+
+
+def plan_decode_run(sched: Scheduler, out: SchedulerOutput, start_ns: int, cost: CostFn,
+                    max_steps: int) -> DecodeRun | None:
+    """A run of pure-decode steps starting with ``out``, or None when nothing longer than one step is safe."""
+    if out.preempted or len(sched.waiting) or max_steps < 2:
+        return None
+    running = sched.running
+    if len(out.scheduled) != len(running):
+        return None
+    reqs = []
+    k = max_steps
+    for (req, q), run_req in zip(out.scheduled, running):
+        if q != 1 or req is not run_req or req.num_computed_tokens + 1 != req.num_tokens:
+            return None
+        reqs.append(req)
+        k = min(k, req.max_output_tokens - req.num_output_tokens)
+    if k < 2:
+        return None
+    kv = sched.kv
+    size = kv.block_size
+    have = [len(kv.req_blocks[r.id]) for r in reqs]
+    free = kv.pool.num_free
+
+    def blocks_needed(steps: int) -> int:
+        return sum(max(0, cdiv(r.num_computed_tokens + steps, size) - h) for r, h in zip(reqs, have))
+
+    if blocks_needed(k) > free:
+        lo, hi = 1, k  # largest k with enough free blocks: no step of the run can preempt
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if blocks_needed(mid) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        k = lo
+        if k < 2:
+            return None
+    n = len(reqs)
+    first = out.stats
+    ns: list[int] = []
+    terms: list[Mapping[str, float]] = []
+    for i in range(k):
+        shape = first if i == 0 else BatchShape(num_reqs=n, num_decode=n, new_tokens=n,
+                                                sum_kv=first.sum_kv + i * n, sum_q_kv=first.sum_kv + i * n,
+                                                sum_q_sq=n)
+        t, d = cost(shape)
+        terms.append(t)
+        ns.append(d)
+    return DecodeRun(sched, reqs, start_ns, ns, terms)
