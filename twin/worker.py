@@ -8,7 +8,7 @@ by worker id among step ends), so a request that arrives exactly when a step end
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Any, Callable, Generator, Mapping
 
 import simpy
 
@@ -122,7 +122,7 @@ class Worker:
             for req in finished:
                 self.on_done(req)
 
-    def _fast_forward(self, run: DecodeRun) -> ProcessGen:
+    def _fast_forward(self, run: DecodeRun) -> Generator[simpy.Event, Any, list[Request]]:
         """Sleep through the planned steps; an outside event cuts the run after the step in progress."""
         env = self.env
         self.run = run
