@@ -94,6 +94,16 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_validate(args: argparse.Namespace) -> int:
+    from twin.validate import format_summary, validate_silicon
+
+    summary = validate_silicon(args.csv, args.out, jobs=args.jobs, limit=args.limit, match=args.match,
+                               waves=args.waves)
+    print(format_summary(summary))
+    print(f"wrote {args.out}/rows.csv and {args.out}/summary.json")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="twin", description="ServeTwin: a digital twin of LLM serving.")
     sub = parser.add_subparsers(dest="command")
@@ -112,6 +122,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder")
     p.add_argument("--out", help="where to write the PNGs (default: the results folder)")
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("validate", help="compare predictions with measured benchmarks")
+    vsub = p.add_subparsers(dest="validate_command", required=True)
+    v = vsub.add_parser("silicon", help="simulate each row of a silicon-sample CSV (TTFT / TPOT)")
+    v.add_argument("csv")
+    v.add_argument("--out", required=True)
+    v.add_argument("--jobs", type=int, default=1, help="worker processes")
+    v.add_argument("--limit", type=int, help="only the first N rows")
+    v.add_argument("--match", help="only rows whose id matches this regular expression")
+    v.add_argument("--waves", type=int, default=3, help="requests per row = waves x concurrency")
+    v.set_defaults(func=cmd_validate)
 
     for register in _optional_commands():
         register(sub)

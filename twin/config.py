@@ -69,8 +69,10 @@ class HardwareConfig:
 @attrs.frozen(kw_only=True)
 class ModelConfig:
     name: str = attrs.field(default="meta-llama/Llama-3.1-8B", validator=_known("model", "list_models"))
-    weight_dtype: str = attrs.field(default="bf16", validator=one_of("bf16", "fp8", "fp4"))
-    kv_dtype: str = attrs.field(default="bf16", validator=one_of("bf16", "fp8"))
+    weight_dtype: str = attrs.field(default="auto", validator=one_of(
+        "auto", "bf16", "fp16", "fp8", "fp8_block", "fp4", "int4"))
+    """``auto``: the checkpoint's own format (FP8 for an FP8 checkpoint, else BF16)."""
+    kv_dtype: str = attrs.field(default="auto", validator=one_of("auto", "bf16", "fp16", "fp8"))
 
 
 @attrs.frozen(kw_only=True)

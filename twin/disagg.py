@@ -42,6 +42,8 @@ class PoolConfig:
 
     workers: int = attrs.field(default=1, validator=positive)
     tp: int = attrs.field(default=1, validator=positive)
+    ep: int = attrs.field(default=1, validator=positive)
+    attention_dp: int = attrs.field(default=1, validator=positive)
     gpu: str | None = None
     """GPU of this pool; default ``hardware.gpu``."""
     num_blocks: int | None = attrs.field(default=None, validator=positive)
@@ -93,8 +95,10 @@ class DisaggSystem:
         self.on_done = on_done
         assert config.kv_cache.block_size is not None
         self.block_size = config.kv_cache.block_size
-        self.p_dep = make_deployment(config, spec.prefill.tp, spec.prefill.gpu)
-        self.d_dep = make_deployment(config, spec.decode.tp, spec.decode.gpu)
+        self.p_dep = make_deployment(config, spec.prefill.tp, spec.prefill.gpu, ep=spec.prefill.ep,
+                                     attention_dp=spec.prefill.attention_dp)
+        self.d_dep = make_deployment(config, spec.decode.tp, spec.decode.gpu, ep=spec.decode.ep,
+                                     attention_dp=spec.decode.attention_dp)
         p_blocks = kv_blocks(config, self.p_dep, spec.prefill.num_blocks)
         d_blocks = kv_blocks(config, self.d_dep, spec.decode.num_blocks)
         p_cost, d_cost = cost_model(config, self.p_dep), cost_model(config, self.d_dep)

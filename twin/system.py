@@ -21,13 +21,18 @@ if TYPE_CHECKING:
     from twin.worker import Worker
 
 
-def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None) -> Deployment:
+def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: int = 1,
+                    attention_dp: int = 1) -> Deployment:
     """The hardware model's view of one worker; hardware errors become config errors with a path."""
+    dtypes = {k: v for k, v in (("weight_dtype", config.model.weight_dtype), ("kv_dtype", config.model.kv_dtype))
+              if v != "auto"}
+    parallel: dict[str, int] = {"ep": ep}
+    if attention_dp != 1:
+        parallel["attn_dp"] = attention_dp
     try:
         return Deployment(gpu=load_gpu(gpu or config.hardware.gpu), model=load_model(config.model.name),
-                          engine=load_engine(config.engine.name), tp=tp,
-                          weight_dtype=config.model.weight_dtype, kv_dtype=config.model.kv_dtype)
-    except ValueError as exc:
+                          engine=load_engine(config.engine.name), tp=tp, **parallel, **dtypes)  # type: ignore[arg-type]
+    except (ValueError, TypeError, NotImplementedError) as exc:
         raise ConfigError("system", str(exc)) from None
 
 
@@ -95,12 +100,16 @@ class Colocated(SystemSpec):
 
     replicas: int = attrs.field(default=1, validator=positive)
     tp: int = attrs.field(default=1, validator=positive)
+    ep: int = attrs.field(default=1, validator=positive)
+    """Expert parallelism of MoE layers."""
+    attention_dp: int = attrs.field(default=1, validator=positive)
+    """Data-parallel attention groups (SGLang / TRT-LLM DP attention): tp x attention_dp GPUs per engine."""
 
     def build(self, env: simpy.Environment, config: TwinConfig,
               on_done: Callable[[Request], None]) -> ColocatedSystem:
         from twin.worker import Worker
 
-        dep = make_deployment(config, self.tp)
+        dep = make_deployment(config, self.tp, ep=self.ep, attention_dp=self.attention_dp)
         blocks = kv_blocks(config, dep)
         cm = cost_model(config, dep)
         workers = [Worker(env, wid, build_scheduler(config, blocks), cm, on_done,
