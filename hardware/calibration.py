@@ -3,13 +3,14 @@
 Curve shapes (all efficiencies are fractions of a spec peak, never a fitted peak):
   compute efficiency  eff(m) = eff_max * m / (m + m_half)          (m: GEMM rows, or tokens per expert)
   memory efficiency   eff(B) = eff_max * B / (B + bytes_half)      (B: bytes the kernel moves)
-  time                t = max(FLOPs / (peak x eff(m)), bytes / (BW x eff(B))) + floor_s
+  time                t = max(FLOPs x tile_pad(m) / (peak x eff(m)), bytes / (BW x eff(B))) + floor_s + m x m_cost_s
 m_half = bytes_half = 0 gives a constant efficiency.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Mapping
 
 import attrs
@@ -17,6 +18,8 @@ import attrs
 from hardware._data import DATA_DIR, read_yaml, unknown_name
 
 CALIBRATION_DIR = DATA_DIR / "calibration"
+_FALLBACK = {"fp8_block": ("fp8_block", "fp8", "bf16"), "fp8": ("fp8", "fp8_block", "bf16"),
+             "fp4": ("fp4", "fp8", "bf16"), "int4": ("int4", "bf16"), "fp16": ("bf16",), "bf16": ("bf16",)}
 
 
 @attrs.frozen(kw_only=True)
@@ -28,10 +31,18 @@ class Roofline:
     mem_eff: float
     bytes_half: float = 0.0
     floor_s: float = 0.0
+    m_tile: int = 1          # compute runs on m rounded up to whole tiles (tile quantisation)
+    m_cost_s: float = 0.0    # serial cost per row (attention: per request work scheduling / page walks)
 
     def compute_Fps(self, peak_flops: float, m: float) -> float:
-        """Achievable FLOP/s at m rows."""
+        """Achievable FLOP/s at m rows (before tile padding)."""
         return peak_flops * self.compute_eff * (m / (m + self.m_half) if self.m_half else 1.0)
+
+    def tile_factor(self, m: float) -> float:
+        """Padded rows / rows: the extra compute a partly filled last tile costs."""
+        if self.m_tile <= 1 or m <= 0:
+            return 1.0
+        return math.ceil(m / self.m_tile) * self.m_tile / m
 
     def mem_Bps(self, bw_Bps: float, nbytes: float) -> float:
         """Achievable bytes/s when moving nbytes."""
@@ -40,9 +51,9 @@ class Roofline:
     def time_s(self, flops: float, nbytes: float, m: float, peak_flops: float, bw_Bps: float) -> float:
         if flops <= 0 and nbytes <= 0:
             return 0.0
-        tc = flops / self.compute_Fps(peak_flops, m) if flops > 0 else 0.0
+        tc = flops * self.tile_factor(m) / self.compute_Fps(peak_flops, m) if flops > 0 else 0.0
         tm = nbytes / self.mem_Bps(bw_Bps, nbytes) if nbytes > 0 else 0.0
-        return max(tc, tm) + self.floor_s
+        return max(tc, tm) + self.floor_s + self.m_cost_s * m
 
 
 @attrs.frozen(kw_only=True)
@@ -63,6 +74,8 @@ class Calibration:
     gemm: Mapping[str, Roofline]           # by compute dtype: bf16, fp8, fp4
     attn_prefill: Roofline
     attn_decode: Roofline
+    attn_mla_prefill: Roofline | None = None   # MLA kernels when fitted on their own tables, else the GQA ones
+    attn_mla_decode: Roofline | None = None
     moe: Mapping[str, Roofline]            # grouped expert GEMMs by compute dtype; m = tokens per expert
     ssm: Roofline
     elementwise: Roofline
@@ -70,11 +83,26 @@ class Calibration:
     allreduce: Collective
     alltoall: Collective
 
-    def gemm_for(self, dtype: str) -> Roofline:
-        return self.gemm.get(dtype) or self.gemm["bf16"]
+    @property
+    def mla_prefill(self) -> Roofline:
+        return self.attn_mla_prefill or self.attn_prefill
 
-    def moe_for(self, dtype: str) -> Roofline:
-        return self.moe.get(dtype) or self.moe.get("bf16") or self.gemm_for(dtype)
+    @property
+    def mla_decode(self) -> Roofline:
+        return self.attn_mla_decode or self.attn_decode
+
+    def gemm_for(self, weight_dtype: str) -> Roofline:
+        """GEMM curve for a weight format, falling back along _FALLBACK (e.g. fp8_block -> fp8 -> bf16)."""
+        for key in _FALLBACK.get(weight_dtype, (weight_dtype, "bf16")):
+            if key in self.gemm:
+                return self.gemm[key]
+        return self.gemm["bf16"]
+
+    def moe_for(self, weight_dtype: str) -> Roofline:
+        for key in _FALLBACK.get(weight_dtype, (weight_dtype, "bf16")):
+            if key in self.moe:
+                return self.moe[key]
+        return self.moe.get("bf16") or self.gemm_for(weight_dtype)
 
 
 def list_calibrations() -> list[str]:
@@ -84,7 +112,8 @@ def list_calibrations() -> list[str]:
 def _roof(raw: Mapping[str, Any]) -> Roofline:
     return Roofline(compute_eff=float(raw.get("compute_eff", 1.0)), m_half=float(raw.get("m_half", 0.0)),
                     mem_eff=float(raw["mem_eff"]), bytes_half=float(raw.get("bytes_half", 0.0)),
-                    floor_s=float(raw.get("floor_s", 0.0)))
+                    floor_s=float(raw.get("floor_s", 0.0)), m_tile=int(raw.get("m_tile", 1)),
+                    m_cost_s=float(raw.get("m_cost_s", 0.0)))
 
 
 def _coll(raw: Mapping[str, Any]) -> Collective:
@@ -100,6 +129,8 @@ def calibration_from_dict(name: str, raw: Mapping[str, Any]) -> Calibration:
         gemm={str(k): _roof(v) for k, v in raw["gemm"].items()},
         attn_prefill=_roof(raw["attention_prefill"]),
         attn_decode=_roof(raw["attention_decode"]),
+        attn_mla_prefill=_roof(raw["mla_prefill"]) if "mla_prefill" in raw else None,
+        attn_mla_decode=_roof(raw["mla_decode"]) if "mla_decode" in raw else None,
         moe={str(k): _roof(v) for k, v in raw["moe"].items()},
         ssm=_roof(raw["ssm"]),
         elementwise=_roof(raw["elementwise"]),

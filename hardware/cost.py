@@ -13,6 +13,7 @@ from typing import Mapping
 
 import attrs
 
+from hardware import kernels
 from hardware.calibration import Calibration, Roofline, calibration_for_engine
 from hardware.deployment import ACT_BYTES, Deployment, Linear
 from hardware.dtypes import COMPUTE_DTYPE
@@ -52,6 +53,9 @@ _TERM_OF_LINEAR = {"o_proj": "o_proj", "in_proj": "ssm_proj", "out_proj": "ssm_p
                    "latent_out": "moe_experts", "shared_up": "moe_shared", "shared_down": "moe_shared"}
 
 
+_CACHE_LIMIT = 1 << 20
+
+
 def _check_terms(names: frozenset[str]) -> frozenset[str]:
     bad = sorted(n for n in names if n not in TERMS)
     if bad:
@@ -89,16 +93,13 @@ class _Gemm:
     term: str
     n: int
     k: int
-    weight_bytes: float
+    w_bytes_per_elem: float
     roof: Roofline
     peak_flops: float
     bw_Bps: float
 
     def time_s(self, m: int) -> float:
-        if m <= 0:
-            return 0.0
-        return self.roof.time_s(2.0 * m * self.n * self.k, self.weight_bytes + m * (self.n + self.k) * ACT_BYTES,
-                                m, self.peak_flops, self.bw_Bps)
+        return kernels.gemm_s(self.roof, m, self.n, self.k, self.w_bytes_per_elem, self.peak_flops, self.bw_Bps)
 
 
 @attrs.frozen
@@ -152,9 +153,9 @@ class CostModel:
 
     def _gemm(self, lin: Linear, term: str) -> _Gemm:
         d = self.dep
-        dtype = COMPUTE_DTYPE[d.weight_dtype] if lin.quantized else "bf16"
-        return _Gemm(term, lin.n, lin.k, lin.n * lin.k * d.linear_bytes_per_elem(lin.quantized),
-                     self.cal.gemm_for(dtype), d.gpu.flops_for(dtype), d.gpu.hbm_bw_Bps)
+        wdt = d.weight_dtype if lin.quantized else "bf16"
+        return _Gemm(term, lin.n, lin.k, d.linear_bytes_per_elem(lin.quantized), self.cal.gemm_for(wdt),
+                     d.gpu.flops_for(COMPUTE_DTYPE[wdt]), d.gpu.hbm_bw_Bps)
 
     def _build(self) -> None:
         d, m = self.dep, self.dep.model
@@ -195,14 +196,12 @@ class CostModel:
         self.kernels_per_step = sum(g.count * g.kernels for g in self.groups) + 2
         self.attn_layers = sum(g.count for g in self.groups if g.mixer is not None and g.mixer.is_attention)
         self.collectives_per_step = sum(g.count * (g.allreduce_per_layer + g.moe_allreduce) for g in self.groups)
-        self.ar_link_Bps = self._link_Bps(d.tp) * self.cal.allreduce.bw_eff
+        self.ar_link_Bps = self._link_Bps(d.tp)
         self.a2a_link_Bps = self._link_Bps(d.tp * d.attn_dp) * self.cal.alltoall.bw_eff
 
     # --- collectives ---------------------------------------------------------------------------
     def _allreduce_s(self, nbytes: float, group: int, link_Bps: float) -> float:
-        if group <= 1:
-            return 0.0
-        return self.cal.allreduce.alpha_s + 2.0 * (group - 1) / group * nbytes / link_Bps
+        return kernels.allreduce_s(self.cal.allreduce, nbytes=nbytes, gpus=group, link_Bps=link_Bps)
 
     # --- token-dependent terms --------------------------------------------------------------------
     def _token_terms(self, M: int, R: int, D: int) -> dict[str, float]:
@@ -242,34 +241,19 @@ class CostModel:
     def _moe_s(self, f: FfnSpec, M: int) -> float:
         """Routed experts: distinct experts touched by T tokens under uniform routing, E(1-(1-k/E)^T)."""
         d = self.dep
-        T = M * d.attn_dp
-        E, k = f.num_experts, f.experts_per_token
-        local = d.experts_per_gpu(f)
-        touched = local * (1.0 - (1.0 - k / E) ** T)
-        pairs = T * k / d.ep
-        width = f.latent_size or d.model.hidden_size
-        inter = -(-f.intermediate_size // d.moe_tp)
-        dtype = COMPUTE_DTYPE[d.weight_dtype]
-        flops = 2.0 * pairs * f.mats * width * inter
-        nbytes = touched * d.expert_elems(f) * d.weight_bytes_per_elem + pairs * (2 * width + f.mats * inter) \
-            * ACT_BYTES
-        per_expert = pairs / touched if touched > 0 else 0.0
-        return self.cal.moe_for(dtype).time_s(flops, nbytes, per_expert, d.gpu.flops_for(dtype),
-                                              d.gpu.hbm_bw_Bps)
+        return kernels.moe_s(self.cal.moe_for(d.weight_dtype), tokens=M * d.attn_dp,
+                             width=f.latent_size or d.model.hidden_size,
+                             inter=-(-f.intermediate_size // d.moe_tp), topk=f.experts_per_token,
+                             num_experts=f.num_experts, ep=d.ep, mats=f.mats,
+                             w_bytes_per_elem=d.weight_bytes_per_elem,
+                             peak_flops=d.gpu.flops_for(COMPUTE_DTYPE[d.weight_dtype]), bw_Bps=d.gpu.hbm_bw_Bps)
 
     def _ssm_s(self, mx: MixerSpec, M: int, R: int, D: int) -> float:
-        """Mamba2 / GDN conv + scan: state read and written once per request, chunked scan for prefill."""
+        """Mamba2 / GDN conv + scan (hardware.kernels.ssm_s); Mamba2 state is heads x head_dim x state."""
         d = self.dep
-        heads = d.mixer_heads(mx)
-        if mx.kind == "mamba2":
-            state_elems, dk, dv = heads * mx.head_dim * mx.state_size, mx.state_size, mx.head_dim
-        else:
-            state_elems, dk, dv = heads * mx.state_size * mx.head_dim, mx.state_size, mx.head_dim
-        prefill_tokens = M - D
-        flops = 6.0 * M * state_elems + 2.0 * prefill_tokens * mx.chunk_size * heads * (dk + dv)
-        nbytes = 2.0 * R * state_elems * mx.state_bytes + M * 3 * heads * (dk + dv) * ACT_BYTES
-        roof = self.cal.ssm
-        return roof.time_s(flops, nbytes, M, d.gpu.flops_for("bf16"), d.gpu.hbm_bw_Bps) + roof.floor_s
+        return kernels.ssm_s(self.cal.ssm, tokens=M, reqs=R, decode_reqs=D, heads=d.mixer_heads(mx),
+                             dk=mx.state_size, dv=mx.head_dim, chunk=mx.chunk_size, state_bytes=mx.state_bytes,
+                             peak_flops=d.gpu.flops_for("bf16"), bw_Bps=d.gpu.hbm_bw_Bps)
 
     # --- attention -----------------------------------------------------------------------------
     def _attention_s(self, s: BatchShape) -> float:
@@ -289,20 +273,17 @@ class CostModel:
             heads = d.mixer_heads(mx)
             if mx.kind == "gqa":
                 kvh = d.mixer_kv_heads(mx)
-                tok_kv = kvh * (mx.head_dim + mx.vdim) * kvb
-                qo = heads * (mx.head_dim + mx.vdim) * ACT_BYTES
-                per_pair = 2.0 * heads * (mx.head_dim + mx.vdim)
                 dk, pk, pp = d_kv, p_kv, p_pairs
                 if mx.window:
                     dk = min(dk, D * mx.window)
                     pk = min(pk, p_reqs * mx.window + p_tokens)
                     pp = min(pp, p_tokens * mx.window)
-                t = 0.0
-                if D:
-                    t += cal.attn_decode.time_s(per_pair * dk, dk * tok_kv + D * (qo + tok_kv), D, peak, bw)
-                if p_tokens:
-                    t += cal.attn_prefill.time_s(per_pair * pp, pk * tok_kv + p_tokens * (qo + tok_kv),
-                                                 p_tokens, peak, bw)
+                t = kernels.gqa_decode_s(cal.attn_decode, reqs=D, sum_kv=dk, heads=heads, kv_heads=kvh,
+                                         head_dim=mx.head_dim, v_head_dim=mx.vdim, kv_bytes=kvb,
+                                         peak_flops=peak, bw_Bps=bw)
+                t += kernels.gqa_prefill_s(cal.attn_prefill, tokens=p_tokens, sum_kv=pk, pairs=pp, heads=heads,
+                                           kv_heads=kvh, head_dim=mx.head_dim, v_head_dim=mx.vdim,
+                                           kv_bytes=kvb, peak_flops=peak, bw_Bps=bw)
             else:
                 t = self._mla_s(mx, heads, D, d_kv, p_tokens, p_kv, p_pairs, peak, bw)
             total += g.count * t
@@ -310,11 +291,14 @@ class CostModel:
 
     def _mla_s(self, mx: MixerSpec, heads: int, D: int, d_kv: int, p_tokens: int, p_kv: int, p_pairs: int,
                peak: float, bw: float) -> float:
-        """MLA: absorbed latent attention for decode, MHA form with kv_b up-projection for prefill."""
+        """MLA: absorbed latent attention for decode (W_UK / W_UV as batched GEMMs around an MQA kernel over
+        the 576-wide latent); MHA form for prefill (kv_b up-projection of the context, then attention)."""
         d, cal = self.dep, self.cal
         lat, rope, nope, v = mx.kv_lora_rank, mx.qk_rope_head_dim, mx.qk_nope_head_dim, mx.vdim
-        tok_kv = (lat + rope) * d.kv_bytes_per_elem
-        kv_b_bytes = d.mla_kv_b_elems(mx) * d.linear_bytes_per_elem(d.model.quant_scope == "all")
+        quant = d.model.quant_scope == "all"
+        kv_b_bytes = d.mla_kv_b_elems(mx) * d.linear_bytes_per_elem(quant)
+        proj = cal.gemm_for(d.weight_dtype if quant else "bf16")
+        proj_peak = d.gpu.flops_for(COMPUTE_DTYPE[d.weight_dtype] if quant else "bf16")
         t = 0.0
         idx_flops, idx_bytes = 0.0, 0.0
         dk, pk, pp = d_kv, p_kv, p_pairs
@@ -324,13 +308,15 @@ class CostModel:
             dk, pp = min(dk, D * mx.index_topk), min(pp, p_tokens * mx.index_topk)
             pk = min(pk, p_tokens * mx.index_topk)
         if D:
-            flops = D * heads * 2.0 * (nope * lat + lat * v) + dk * heads * 2.0 * (lat + rope + lat)
-            nbytes = dk * tok_kv + kv_b_bytes + D * heads * (nope + rope + v) * ACT_BYTES
-            t += cal.attn_decode.time_s(flops, nbytes, D, peak, bw)
+            t += proj.time_s(D * heads * 2.0 * (nope * lat + lat * v),
+                             kv_b_bytes + D * heads * (nope + lat + lat + v) * ACT_BYTES, D, proj_peak, bw)
+            t += kernels.mla_decode_s(cal.mla_decode, reqs=D, sum_kv=dk, heads=heads, kv_lora_rank=lat,
+                                      rope_dim=rope, kv_bytes=d.kv_bytes_per_elem, peak_flops=peak, bw_Bps=bw)
         if p_tokens:
-            flops = 2.0 * pk * lat * heads * (nope + v) + pp * heads * 2.0 * (nope + rope + v)
-            nbytes = pk * tok_kv + kv_b_bytes + pk * heads * (nope + v) * ACT_BYTES * 2
-            t += cal.attn_prefill.time_s(flops, nbytes, p_tokens, peak, bw)
+            t += proj.time_s(2.0 * pk * lat * heads * (nope + v),
+                             kv_b_bytes + pk * (lat + heads * (nope + v)) * ACT_BYTES, pk, proj_peak, bw)
+            t += kernels.mla_prefill_s(cal.mla_prefill, tokens=p_tokens, sum_kv=pk, pairs=pp, heads=heads,
+                                       qk_dim=nope + rope, v_dim=v, peak_flops=peak, bw_Bps=bw)
         if idx_flops:
             t += cal.attn_decode.time_s(idx_flops, idx_bytes, D + p_tokens, d.gpu.flops_for("fp8"), bw)
         return t
@@ -398,6 +384,8 @@ class CostModel:
         if hit is not None:
             return hit
         ns = max(1, round(sum(self._terms(shape).values()) * 1e9))
+        if len(self._cache) >= _CACHE_LIMIT:      # bound memory on long runs with ever-new shapes
+            self._cache.clear()
         self._cache[shape] = ns
         return ns
 

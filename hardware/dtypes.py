@@ -11,17 +11,18 @@ DTYPE_BYTES: Mapping[str, float] = {
     "bf16": 2.0,
     "fp16": 2.0,
     "fp8": 1.0,
+    "fp8_block": 1.0,      # FP8 with one FP32 scale per 128 x 128 block (DeepSeek-style): scales negligible
     "int8": 1.0,
     "fp4": 0.5625,
     "int4": 0.5625,
 }
 
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4", "int4")
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp8_block", "fp4", "int4")
 KV_DTYPES = ("bf16", "fp16", "fp8")
 
 # Which tensor-core rate a weight format computes at (W4A16 int4 computes at bf16 rate).
 COMPUTE_DTYPE: Mapping[str, str] = {
-    "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4", "int4": "bf16",
+    "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "fp4": "fp4", "int4": "bf16",
 }
 
 

@@ -63,6 +63,23 @@ class ModelSpec:
             raise ValueError(f"model {self.name!r}: quant_scope must be 'all' or 'experts', got "
                              f"{self.quant_scope!r}")
 
+    def weight_dtype_for(self, precision: str) -> str:
+        """Map a benchmark's precision label to this checkpoint's weight format.
+
+        'fp8' on a block-scaled checkpoint means block FP8; 'nvfp4' / 'mxfp4' mean fp4; 'int4_wo' int4;
+        '' or 'bfloat16' bf16. Unknown labels raise ValueError.
+        """
+        p = precision.strip().lower()
+        table = {"": "bf16", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "fp8": "fp8",
+                 "fp8_block": "fp8_block", "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4", "w4a16_mxfp4": "fp4",
+                 "int4": "int4", "int4_wo": "int4"}
+        if p not in table:
+            raise ValueError(f"unknown precision {precision!r}; valid: {', '.join(sorted(table))}")
+        out = table[p]
+        if out == "fp8" and self.default_weight_dtype == "fp8_block":
+            return "fp8_block"
+        return out
+
     @property
     def layer_groups(self) -> tuple[tuple[Layer, int], ...]:
         """Distinct (mixer, ffn) layer kinds with their counts, in first-seen order (layer folding)."""
@@ -204,7 +221,7 @@ def _quant_dtypes(cfg: dict[str, Any], quant: dict[str, Any] | None) -> tuple[st
     qc = cfg.get("quantization_config") or (cfg.get("text_config") or {}).get("quantization_config") or {}
     method = str(qc.get("quant_method", "")).lower()
     if method == "fp8":
-        weight = "fp8"
+        weight = "fp8_block" if qc.get("weight_block_size") else "fp8"
     elif method in ("mxfp4", "nvfp4"):
         weight = "fp4"
     elif method == "modelopt":

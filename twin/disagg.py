@@ -226,7 +226,9 @@ class DisaggSystem:
                 return
             known = self._known_tokens(req)
             hits = self._hits(decode, req, known)
-            reserve = known + self.tcfg.decode_headroom_blocks * self.block_size - len(hits) * self.block_size
+            # Headroom for growth, never beyond the request's final size (so an empty worker can always pull).
+            grow = min(self.tcfg.decode_headroom_blocks * self.block_size, req.total_tokens - known)
+            reserve = known + grow - len(hits) * self.block_size
             if not sched.kv.allocate_slots(req, reserve, hits, cache=False):
                 return
             decode.pull_queue.popleft()

@@ -128,3 +128,12 @@ def test_import_is_light() -> None:
             "assert 'simpy' not in sys.modules and 'twin' not in sys.modules; "
             "assert m._index.cache_info().currsize == 0 and g.load_gpu.cache_info().currsize == 0")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_precision_labels_map_to_checkpoint_formats() -> None:
+    assert load_model("deepseek-ai/DeepSeek-R1").weight_dtype_for("fp8") == "fp8_block"   # block-scaled ckpt
+    assert load_model("nvidia/Llama-3.1-70B-Instruct-FP8").weight_dtype_for("fp8") == "fp8"
+    assert load_model("openai/gpt-oss-120b").weight_dtype_for("nvfp4") == "fp4"
+    assert load_model("Qwen/Qwen3-32B").weight_dtype_for("") == "bf16"
+    with pytest.raises(ValueError, match="unknown precision 'fp3'"):
+        load_model("Qwen/Qwen3-32B").weight_dtype_for("fp3")

@@ -172,3 +172,10 @@ def test_property_every_request_ends_and_every_block_is_released(tmp_path, scena
         assert row["kv_state"] in ("freed", "dropped", "failed")
     for w in sim.workers:
         assert w.sched.kv.pool.num_used == 0 and not w.sched.kv.req_blocks
+
+
+def test_headroom_is_capped_by_the_request_size_so_an_empty_decode_worker_can_always_pull(tmp_path):
+    # 98-token prompt + 1 output: 7 blocks; 2 headroom blocks would ask for 9 of the decode worker's 8.
+    res = run(disagg(tmp_path, [one_call("a", 0.0, 98, 1)], p_blocks=8, d_blocks=8,
+                     transfer={"decode_headroom_blocks": 2, "lease_s": None}))
+    assert res.summary["requests"]["completed"] == 1

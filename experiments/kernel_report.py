@@ -1,0 +1,178 @@
+"""Kernel report: the hardware model's predicted vs measured latency on the opdb kernel tables.
+
+    python -m experiments.kernel_report --data /work/shared/data/measured/opdb [--out DIR]
+
+Predictions use only the shipped, frozen constants (hardware/data/calibration/<engine>.yaml) and the GPU
+specs, through the same single-kernel functions the step-cost ledger uses (hardware.kernels). Prints, per
+engine and table, the median and p90 of |predicted / measured - 1| and the median signed error; with --out
+also writes kernel_report.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+from hardware import kernels, load_calibration, load_gpu
+from hardware.calibrate import ENGINES, GEMM_DTYPES, GPUS, KV_BYTES, MOE_DTYPES, SSM_TABLES, gdn_rows, read_table
+from hardware.calibration import Calibration
+from hardware.dtypes import COMPUTE_DTYPE, DTYPE_BYTES
+
+MAX_ROWS = 20000
+Row = dict[str, str]
+
+
+def _sample(rows: list[Row]) -> list[Row]:
+    if len(rows) <= MAX_ROWS:
+        return rows
+    idx = np.random.default_rng(1).choice(len(rows), size=MAX_ROWS, replace=False)
+    return [rows[i] for i in sorted(idx)]
+
+
+def predict_gemm(cal: Calibration, gpu: str, r: Row) -> float:
+    dtype = GEMM_DTYPES[r["gemm_dtype"]]
+    g = load_gpu(gpu)
+    return kernels.gemm_s(cal.gemm_for(dtype), float(r["m"]), int(r["n"]), int(r["k"]), DTYPE_BYTES[dtype],
+                          g.flops_for(COMPUTE_DTYPE[dtype]), g.hbm_bw_Bps)
+
+
+def predict_context(cal: Calibration, gpu: str, r: Row) -> float:
+    g = load_gpu(gpu)
+    b, s, prefix = int(r["batch_size"]), int(r["isl"]), int(r["step"])
+    hd = int(r["head_dim"])
+    return kernels.gqa_prefill_s(cal.attn_prefill, tokens=b * s, sum_kv=b * (s + prefix),
+                                 pairs=b * (s * (s + 1) / 2 + s * prefix), heads=int(r["num_heads"]),
+                                 kv_heads=int(r["num_key_value_heads"]), head_dim=hd, v_head_dim=hd,
+                                 kv_bytes=KV_BYTES.get(r["kv_cache_dtype"], 2.0),
+                                 peak_flops=g.flops_for("bf16"), bw_Bps=g.hbm_bw_Bps)
+
+
+def predict_generation(cal: Calibration, gpu: str, r: Row) -> float:
+    g = load_gpu(gpu)
+    b, step, hd = int(r["batch_size"]), int(r["step"]), int(r["head_dim"])
+    return kernels.gqa_decode_s(cal.attn_decode, reqs=b, sum_kv=b * (step + 1), heads=int(r["num_heads"]),
+                                kv_heads=int(r["num_key_value_heads"]), head_dim=hd, v_head_dim=hd,
+                                kv_bytes=KV_BYTES.get(r["kv_cache_dtype"], 2.0),
+                                peak_flops=g.flops_for("bf16"), bw_Bps=g.hbm_bw_Bps)
+
+
+def predict_mla_context(cal: Calibration, gpu: str, r: Row) -> float:
+    g = load_gpu(gpu)
+    b, s, prefix = int(r["batch_size"]), int(r["isl"]), int(r["step"])
+    return kernels.mla_prefill_s(cal.mla_prefill, tokens=b * s, sum_kv=b * (s + prefix),
+                                 pairs=b * (s * (s + 1) / 2 + s * prefix), heads=int(r["num_heads"]),
+                                 qk_dim=192, v_dim=128, peak_flops=g.flops_for("bf16"), bw_Bps=g.hbm_bw_Bps)
+
+
+def predict_mla_generation(cal: Calibration, gpu: str, r: Row) -> float:
+    g = load_gpu(gpu)
+    b, step = int(r["batch_size"]), int(r["step"])
+    return kernels.mla_decode_s(cal.mla_decode, reqs=b, sum_kv=b * (step + 1), heads=int(r["num_heads"]),
+                                kv_lora_rank=512, rope_dim=64, kv_bytes=KV_BYTES.get(r["kv_cache_dtype"], 2.0),
+                                peak_flops=g.flops_for("bf16"), bw_Bps=g.hbm_bw_Bps)
+
+
+def predict_gdn(cal: Calibration, gpu: str, r: Row) -> float:
+    g = load_gpu(gpu)
+    gen = r["phase"] == "generation"
+    return kernels.ssm_s(cal.ssm, tokens=int(r["num_tokens"]), reqs=int(r["batch_size"]),
+                         decode_reqs=int(r["batch_size"]) if gen else 0, heads=int(r["num_v_heads"]),
+                         dk=int(r["head_k_dim"]), dv=int(r["head_v_dim"]), chunk=64, state_bytes=4,
+                         peak_flops=g.flops_for("bf16"), bw_Bps=g.hbm_bw_Bps)
+
+
+def _gqa_ok(r: Row) -> bool:
+    """Full attention at GQA ratios real models use (<= 16 query heads per KV head), as fitted."""
+    return r.get("window_size", "0") == "0" and int(r["num_heads"]) <= 16 * int(r["num_key_value_heads"])
+
+
+def predict_moe(cal: Calibration, gpu: str, r: Row) -> float:
+    g = load_gpu(gpu)
+    dtype = MOE_DTYPES[r["moe_dtype"]]
+    return kernels.moe_s(cal.moe_for(dtype), tokens=float(r["num_tokens"]), width=int(r["hidden_size"]),
+                         inter=-(-int(r["inter_size"]) // int(r["moe_tp_size"])), topk=int(r["topk"]),
+                         num_experts=int(r["num_experts"]), ep=int(r["moe_ep_size"]),
+                         mats=2 if "nongated" in r.get("kernel_source", "") else 3,
+                         w_bytes_per_elem=DTYPE_BYTES[dtype], peak_flops=g.flops_for(COMPUTE_DTYPE[dtype]),
+                         bw_Bps=g.hbm_bw_Bps)
+
+
+def predict_allreduce(cal: Calibration, gpu: str, r: Row) -> float:
+    g = load_gpu(gpu)
+    tag = r.get("backend", r.get("implementation", ""))
+    return kernels.allreduce_s(cal.allreduce, nbytes=2.0 * float(r["message_size"]), gpus=int(r["num_gpus"]),
+                               link_Bps=g.scaleup_bw_Bps, eager="eager" in tag)
+
+
+TABLES: list[tuple[str, str, Callable[[Row], bool], Callable[[Calibration, str, Row], float]]] = [
+    ("gemm", "gemm_perf", lambda r: r["gemm_dtype"] in GEMM_DTYPES, predict_gemm),
+    ("context_attention", "context_attention_perf", _gqa_ok, predict_context),
+    ("generation_attention", "generation_attention_perf", _gqa_ok, predict_generation),
+    ("context_mla", "context_mla_perf", lambda r: True, predict_mla_context),
+    ("generation_mla", "generation_mla_perf", lambda r: True, predict_mla_generation),
+    ("moe", "moe_perf", lambda r: r["distribution"] == "balanced" and r["moe_dtype"] in MOE_DTYPES, predict_moe),
+    ("allreduce", "custom_allreduce_perf", lambda r: True, predict_allreduce),
+    ("gdn (conv+scan)", "gdn_perf", lambda r: True, predict_gdn),
+]
+
+
+def report(data: Path, engines: Iterable[str]) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for engine in engines:
+        cal = load_calibration(engine)
+        for name, table, keep, predict in TABLES:
+            errs: dict[str, list[float]] = {}
+            for gpu in GPUS:
+                if table == "gdn_perf":
+                    if engine not in SSM_TABLES:
+                        continue
+                    rows = _sample([r for r in gdn_rows(data, SSM_TABLES[engine]) if r["_gpu"] == gpu])
+                else:
+                    rows = _sample([r for r in read_table(data, gpu, table, ENGINES[engine]) if keep(r)])
+                for r in rows:
+                    meas = float(r["latency"]) * 1e-3
+                    if meas > 0:
+                        e = predict(cal, gpu, r) / meas - 1.0
+                        errs.setdefault(name, []).append(e)
+                        fmt = r.get("gemm_dtype") or r.get("moe_dtype")
+                        if fmt:
+                            errs.setdefault(f"{name}[{fmt}]", []).append(e)
+            for label, vals in errs.items():
+                a = np.array(vals)
+                out.append({"engine": engine, "table": label, "rows": len(a),
+                            "median_abs_err_pct": round(100 * float(np.median(np.abs(a))), 1),
+                            "p90_abs_err_pct": round(100 * float(np.percentile(np.abs(a), 90)), 1),
+                            "median_signed_err_pct": round(100 * float(np.median(a)), 1)})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="predicted vs measured kernel latency on the opdb tables")
+    ap.add_argument("--data", type=Path, default=Path("/work/shared/data/measured/opdb"))
+    ap.add_argument("--engines", nargs="*", default=list(ENGINES), choices=list(ENGINES))
+    ap.add_argument("--out", type=Path, default=None, help="folder for kernel_report.csv")
+    args = ap.parse_args(argv)
+    if not args.data.is_dir():
+        print(f"error: --data {args.data} is not a folder", file=sys.stderr)
+        return 2
+    rows = report(args.data, args.engines)
+    print(f"{'engine':8s} {'table':28s} {'rows':>7s} {'median|err|%':>13s} {'p90|err|%':>10s} {'bias%':>7s}")
+    for r in rows:
+        print(f"{r['engine']!s:8s} {r['table']!s:28s} {r['rows']!s:>7s} {r['median_abs_err_pct']!s:>13s} "
+              f"{r['p90_abs_err_pct']!s:>10s} {r['median_signed_err_pct']!s:>7s}")
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        with (args.out / "kernel_report.csv").open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

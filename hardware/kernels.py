@@ -1,0 +1,102 @@
+"""Single-kernel time predictors shared by the step-cost ledger, the calibration fit and the kernel report.
+
+Each takes a Roofline / Collective (the frozen constants) and spec numbers, never a measured latency.
+"""
+
+from __future__ import annotations
+
+from hardware.calibration import Collective, Roofline
+
+ACT_BYTES = 2
+
+
+def gemm_s(roof: Roofline, m: float, n: int, k: int, w_bytes_per_elem: float, peak_flops: float,
+           bw_Bps: float) -> float:
+    """(m x k) @ (k x n): 2mnk FLOPs; weights n*k plus BF16 activations in and out."""
+    if m <= 0:
+        return 0.0
+    return roof.time_s(2.0 * m * n * k, n * k * w_bytes_per_elem + m * (n + k) * ACT_BYTES, m, peak_flops,
+                       bw_Bps)
+
+
+def gqa_decode_s(roof: Roofline, *, reqs: int, sum_kv: float, heads: int, kv_heads: int, head_dim: int,
+                 v_head_dim: int, kv_bytes: float, peak_flops: float, bw_Bps: float) -> float:
+    """One query per request over sum_kv cached keys: read K and V once, write the new token's K and V."""
+    if reqs <= 0:
+        return 0.0
+    tok_kv = kv_heads * (head_dim + v_head_dim) * kv_bytes
+    qo = heads * (head_dim + v_head_dim) * ACT_BYTES
+    flops = 2.0 * heads * (head_dim + v_head_dim) * sum_kv
+    return roof.time_s(flops, sum_kv * tok_kv + reqs * (qo + tok_kv), reqs, peak_flops, bw_Bps)
+
+
+def gqa_prefill_s(roof: Roofline, *, tokens: int, sum_kv: float, pairs: float, heads: int, kv_heads: int,
+                  head_dim: int, v_head_dim: int, kv_bytes: float, peak_flops: float, bw_Bps: float) -> float:
+    """Causal prefill of `tokens` queries scoring `pairs` (query, key) pairs over sum_kv context keys."""
+    if tokens <= 0:
+        return 0.0
+    tok_kv = kv_heads * (head_dim + v_head_dim) * kv_bytes
+    qo = heads * (head_dim + v_head_dim) * ACT_BYTES
+    flops = 2.0 * heads * (head_dim + v_head_dim) * pairs
+    return roof.time_s(flops, sum_kv * tok_kv + tokens * (qo + tok_kv), tokens, peak_flops, bw_Bps)
+
+
+def experts_touched(tokens: float, topk: int, num_experts: int, local_experts: float) -> float:
+    """Expected distinct local experts hit by `tokens` tokens under uniform top-k routing."""
+    return local_experts * (1.0 - (1.0 - topk / num_experts) ** tokens)
+
+
+def moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, topk: int, num_experts: int, ep: int,
+          mats: int, w_bytes_per_elem: float, peak_flops: float, bw_Bps: float) -> float:
+    """Routed-expert grouped GEMMs on one GPU: tokens x topk / ep (token, expert) pairs, distinct experts'
+    weights streamed once; `inter` is one expert's width on this GPU (after moe_tp)."""
+    if tokens <= 0:
+        return 0.0
+    local = -(-num_experts // ep)
+    touched = experts_touched(tokens, topk, num_experts, local)
+    pairs = tokens * topk / ep
+    flops = 2.0 * pairs * mats * width * inter
+    nbytes = touched * mats * width * inter * w_bytes_per_elem + pairs * (2 * width + mats * inter) * ACT_BYTES
+    return roof.time_s(flops, nbytes, pairs / touched if touched > 0 else 0.0, peak_flops, bw_Bps)
+
+
+def allreduce_s(coll: Collective, *, nbytes: float, gpus: int, link_Bps: float, eager: bool = False) -> float:
+    """Ring all-reduce, alpha-beta: alpha + 2 (g-1)/g x bytes / (link x efficiency)."""
+    if gpus <= 1:
+        return 0.0
+    t = coll.alpha_s + 2.0 * (gpus - 1) / gpus * nbytes / (link_Bps * coll.bw_eff)
+    return t + (coll.eager_extra_s if eager else 0.0)
+
+
+def mla_decode_s(roof: Roofline, *, reqs: int, sum_kv: float, heads: int, kv_lora_rank: int, rope_dim: int,
+                 kv_bytes: float, peak_flops: float, bw_Bps: float) -> float:
+    """Absorbed MLA decode kernel: MQA of `heads` queries over the (kv_lora_rank + rope) latent cache."""
+    if reqs <= 0:
+        return 0.0
+    width = kv_lora_rank + rope_dim + kv_lora_rank           # scores over latent+rope, values over latent
+    return roof.time_s(sum_kv * heads * 2.0 * width,
+                       sum_kv * (kv_lora_rank + rope_dim) * kv_bytes + reqs * heads * width * ACT_BYTES,
+                       reqs, peak_flops, bw_Bps)
+
+
+def mla_prefill_s(roof: Roofline, *, tokens: int, sum_kv: float, pairs: float, heads: int, qk_dim: int,
+                  v_dim: int, peak_flops: float, bw_Bps: float) -> float:
+    """MLA prefill in MHA form after the kv_b up-projection: per-head K (qk_dim) and V (v_dim) in BF16."""
+    if tokens <= 0:
+        return 0.0
+    width = qk_dim + v_dim
+    return roof.time_s(pairs * heads * 2.0 * width, (sum_kv + tokens) * heads * width * ACT_BYTES, tokens,
+                       peak_flops, bw_Bps)
+
+
+def ssm_s(roof: Roofline, *, tokens: int, reqs: int, decode_reqs: int, heads: int, dk: int, dv: int,
+          chunk: int, state_bytes: int, peak_flops: float, bw_Bps: float) -> float:
+    """Mamba2 / gated-DeltaNet conv + scan on one GPU: each request's (heads x dk x dv) state read and written
+    once, 6 FLOPs per state element per token, a chunked scan for prefill tokens; two kernels (two floors)."""
+    if tokens <= 0:
+        return 0.0
+    state = heads * dk * dv
+    prefill = tokens - decode_reqs
+    flops = 6.0 * tokens * state + 2.0 * prefill * chunk * heads * (dk + dv)
+    nbytes = 2.0 * reqs * state * state_bytes + tokens * 3 * heads * (dk + dv) * ACT_BYTES
+    return roof.time_s(flops, nbytes, tokens, peak_flops, bw_Bps) + roof.floor_s
