@@ -142,7 +142,7 @@ class CostModel:
         self.max_capture = self.capture_sizes[-1]
         self.kv_bucket_tokens = kv_bucket_tokens
         self._enabled = tuple(t for t in TERMS if t not in self.disabled_terms)
-        self._cache: dict[BatchShape, int] = {}
+        self._cache: dict[BatchShape, tuple[Mapping[str, float], int]] = {}
         self._token_cache: dict[tuple[int, int, int], dict[str, float]] = {}
         self._build()
 
@@ -378,16 +378,21 @@ class CostModel:
         """The named-term breakdown of one step."""
         return StepCost(terms=MappingProxyType(self._terms(shape)))
 
-    def step_time_ns(self, shape: BatchShape) -> int:
-        """Total step time in integer nanoseconds (>= 1), memoised on the exact shape."""
+    def step(self, shape: BatchShape) -> tuple[Mapping[str, float], int]:
+        """The term breakdown and the total in integer nanoseconds (>= 1), memoised on the exact shape."""
         hit = self._cache.get(shape)
         if hit is not None:
             return hit
-        ns = max(1, round(sum(self._terms(shape).values()) * 1e9))
+        terms = self._terms(shape)
+        out = (MappingProxyType(terms), max(1, round(sum(terms.values()) * 1e9)))
         if len(self._cache) >= _CACHE_LIMIT:      # bound memory on long runs with ever-new shapes
             self._cache.clear()
-        self._cache[shape] = ns
-        return ns
+        self._cache[shape] = out
+        return out
+
+    def step_time_ns(self, shape: BatchShape) -> int:
+        """Total step time in integer nanoseconds (>= 1), memoised on the exact shape."""
+        return self.step(shape)[1]
 
     @staticmethod
     def term_owner(name: str) -> str:

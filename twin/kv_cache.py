@@ -31,7 +31,11 @@ class BlockPool:
         self.ref_cnt = [0] * num_blocks
         self.block_key: list[int | None] = [None] * num_blocks
         self.cached: dict[int, int] = {}
-        self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self._fresh = 0
+        """Blocks from here on were never allocated: they head the free queue, in id order (kept implicit,
+        so a pool of a million blocks costs nothing until it is used)."""
+        self.free_queue: OrderedDict[int, None] = OrderedDict()
+        """Blocks freed after use, in LRU order, behind the never-used ones."""
         self.on_evict = on_evict
         """Called with (block id, key) when a cached block is reused for new content (host-tier hook)."""
         self.evictions = 0
@@ -39,11 +43,15 @@ class BlockPool:
     @property
     def num_free(self) -> int:
         """Blocks with no reference: truly empty or cached-but-evictable."""
-        return len(self.free_queue)
+        return self.num_blocks - self._fresh + len(self.free_queue)
 
     @property
     def num_used(self) -> int:
-        return self.num_blocks - len(self.free_queue)
+        return self._fresh - len(self.free_queue)
+
+    def free_order(self) -> list[int]:
+        """The whole free queue, head first (for tests and debugging)."""
+        return list(range(self._fresh, self.num_blocks)) + list(self.free_queue)
 
     @property
     def num_cached(self) -> int:
@@ -54,11 +62,18 @@ class BlockPool:
 
     def allocate(self, n: int) -> list[int]:
         """Take ``n`` blocks from the head of the free queue, evicting their cached keys."""
-        if n > len(self.free_queue):
-            raise InvariantError(f"allocate({n}) with only {len(self.free_queue)} free blocks")
+        if n > self.num_free:
+            raise InvariantError(f"allocate({n}) with only {self.num_free} free blocks")
         out = []
+        fresh = min(n, self.num_blocks - self._fresh)
+        if fresh:
+            first = self._fresh
+            self._fresh += fresh
+            for block in range(first, first + fresh):
+                self.ref_cnt[block] = 1
+            out.extend(range(first, first + fresh))
         popitem = self.free_queue.popitem
-        for _ in range(n):
+        for _ in range(n - fresh):
             block, _unused = popitem(last=False)
             key = self.block_key[block]
             if key is not None:
@@ -98,7 +113,10 @@ class BlockPool:
 
     def check(self) -> None:
         """Every block is either referenced or free, never both; cached keys point at blocks holding them."""
-        for block in range(self.num_blocks):
+        fresh = self.num_blocks - self._fresh
+        if self.ref_cnt[self._fresh:].count(0) != fresh or self.block_key[self._fresh:].count(None) != fresh:
+            raise InvariantError("a never-allocated block is referenced or cached")
+        for block in range(self._fresh):
             in_free = block in self.free_queue
             if (self.ref_cnt[block] == 0) != in_free:
                 raise InvariantError(f"block {block}: ref_cnt={self.ref_cnt[block]} but in_free_queue={in_free}")
@@ -200,8 +218,13 @@ class KVCacheManager:
         if full > done:
             blocks = self.req_blocks[req.id]
             keys = req.block_keys
-            for i in range(done, full):
-                self.pool.cache(blocks[i], keys[i])
+            cached = self.pool.cached
+            block_key = self.pool.block_key
+            for i in range(done, full):  # BlockPool.cache, inlined: this runs once per prompt block
+                key, block = keys[i], blocks[i]
+                if key not in cached and block_key[block] is None:
+                    cached[key] = block
+                    block_key[block] = key
             self._num_hashed[req.id] = full
 
     def free(self, req: Request) -> None:

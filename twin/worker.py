@@ -91,7 +91,7 @@ class Worker:
 
     # ---------------------------------------------------------------------------------------- process
     def step_cost(self, shape: BatchShape) -> tuple[Mapping[str, float], int]:
-        return self.cost_model.step_cost(shape).terms, self.cost_model.step_time_ns(shape)
+        return self.cost_model.step(shape)
 
     def _run(self) -> ProcessGen:
         env = self.env

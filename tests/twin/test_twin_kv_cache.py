@@ -8,7 +8,7 @@ from twin.kv_cache import BlockPool, KVCacheManager
 
 
 def free_list(pool: BlockPool) -> list[int]:
-    return list(pool.free_queue)
+    return pool.free_order()
 
 
 def test_pool_allocates_from_head_and_frees_to_tail():
@@ -68,13 +68,13 @@ def test_allocation_is_all_or_nothing_and_counts_free_hits():
     a = make_request(1, prompt=8, output=1, stream="x")
     assert kv.allocate_slots(a, 8)
     kv.free(a)  # blocks 1, 0 are cached and free
-    assert list(kv.pool.free_queue) == [2, 1, 0]
+    assert kv.pool.free_order() == [2, 1, 0]
     # Same prefix, 13-token prompt: 2 hit blocks (both free) + 2 new blocks; only 1 truly free -> refused.
     b = make_request(2, prompt=13, output=1, stream="x")
     hits = kv.get_computed_blocks(b)
     assert hits == [0, 1]
     assert not kv.allocate_slots(b, 5, hits)
-    assert list(kv.pool.free_queue) == [2, 1, 0] and kv.blocks_of(b) == ()
+    assert kv.pool.free_order() == [2, 1, 0] and kv.blocks_of(b) == ()
     # 12-token prompt: 2 hits + 1 new block -> fits exactly.
     c = make_request(3, prompt=12, output=1, stream="x")
     hits = kv.get_computed_blocks(c)

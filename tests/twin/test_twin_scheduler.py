@@ -64,7 +64,7 @@ def test_preemption_from_the_tail_and_no_admission_in_that_step():
     assert b.lost_tokens == 8
     assert sched.kv.blocks_of(a) == [0, 2, 3]
     # Block 1 (b's prompt block, cached) is free, c would fit in it, but a step that preempted admits nobody.
-    assert list(sched.kv.pool.free_queue) == [1] and c.status is Status.WAITING
+    assert sched.kv.pool.free_order() == [1] and c.status is Status.WAITING
     assert [r.id for r in sched.waiting] == [2, 3]
     # Next step: b is at the head; its prompt block is a cache hit but it needs 2 more blocks: it waits,
     # and FCFS keeps c behind it.
