@@ -64,7 +64,7 @@ class BlockPool:
         """Take ``n`` blocks from the head of the free queue, evicting their cached keys."""
         if n > self.num_free:
             raise InvariantError(f"allocate({n}) with only {self.num_free} free blocks")
-        out = []
+        out: list[int] = []
         fresh = min(n, self.num_blocks - self._fresh)
         if fresh:
             first = self._fresh
