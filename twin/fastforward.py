@@ -30,30 +30,42 @@ CostFn = Callable[[BatchShape], tuple[Mapping[str, float], int]]
 class DecodeRun:
     """k planned pure-decode steps of one worker; step 1 was scheduled by the regular ``schedule``."""
 
-    def __init__(self, sched: Scheduler, reqs: list[Request], start_ns: int, ns: list[int],
-                 terms: list[Mapping[str, float]]) -> None:
+    def __init__(self, sched: Scheduler, reqs: list[Request], start_ns: int, k: int, first: BatchShape,
+                 cost: CostFn) -> None:
         self.sched = sched
         self.reqs = reqs
         self.c0 = [r.num_computed_tokens for r in reqs]
         """Computed tokens of each request before step 1."""
         self.cap1 = [len(sched.kv.req_blocks[r.id]) * sched.kv.block_size for r in reqs]
         """Token capacity of each request's blocks after step 1's allocation."""
-        self.ns = ns
-        self.terms = terms
-        ends = []
-        t = start_ns
-        for d in ns:
-            t += d
-            ends.append(t)
+        self.k = k
+        """Steps planned; their costs are computed on demand (:meth:`extend`), as the run survives."""
+        self.first = first
+        self.cost = cost
+        self.ns: list[int] = []
+        self.terms: list[Mapping[str, float]] = []
         self.start_ns = start_ns
-        self.ends = ends
+        self.ends: list[int] = []
         self.scheduled = 1
         """Steps whose schedule phase has been applied."""
         self.updated = 0
         """Steps whose update phase has been applied."""
 
-    @property
-    def k(self) -> int:
+    def extend(self, m: int) -> int:
+        """Cost steps up to ``m`` (at most k); returns how many are costed."""
+        m = min(m, self.k)
+        n = len(self.reqs)
+        first = self.first
+        t = self.ends[-1] if self.ends else self.start_ns
+        for i in range(len(self.ends), m):
+            shape = first if i == 0 else BatchShape(num_reqs=n, num_decode=n, new_tokens=n,
+                                                    sum_kv=first.sum_kv + i * n, sum_q_kv=first.sum_kv + i * n,
+                                                    sum_q_sq=n)
+            terms, d = self.cost(shape)
+            self.terms.append(terms)
+            self.ns.append(d)
+            t += d
+            self.ends.append(t)
         return len(self.ends)
 
     def start_of(self, i: int) -> int:
@@ -63,11 +75,11 @@ class DecodeRun:
     def sync(self, now: int) -> list[Request]:
         """Apply what step-by-step simulation has applied before events at ``now`` run."""
         upto = self.scheduled
-        while upto < self.k and self.ends[upto - 1] < now:
+        while upto < len(self.ends) and self.ends[upto - 1] < now:
             upto += 1
         self.schedule_upto(upto)
         done = self.updated
-        while done < self.k and self.ends[done] < now:
+        while done < len(self.ends) and self.ends[done] < now:
             done += 1
         return self.update_upto(done)
 
@@ -138,6 +150,7 @@ class DecodeRun:
                 req.token_times_ns.extend(ends[a - 1:m])
         sched.output_tokens += n * steps
         sched.steps += steps
+        sched._last_step_end_ns = ends[m - 1]
         self.updated = m
         if m < self.k:
             return []
@@ -188,15 +201,4 @@ def plan_decode_run(sched: Scheduler, out: SchedulerOutput, start_ns: int, cost:
         k = lo
         if k < 2:
             return None
-    n = len(reqs)
-    first = out.stats
-    ns: list[int] = []
-    terms: list[Mapping[str, float]] = []
-    for i in range(k):
-        shape = first if i == 0 else BatchShape(num_reqs=n, num_decode=n, new_tokens=n,
-                                                sum_kv=first.sum_kv + i * n, sum_q_kv=first.sum_kv + i * n,
-                                                sum_q_sq=n)
-        t, d = cost(shape)
-        terms.append(t)
-        ns.append(d)
-    return DecodeRun(sched, reqs, start_ns, ns, terms)
+    return DecodeRun(sched, reqs, start_ns, k, out.stats, cost)

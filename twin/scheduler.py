@@ -145,6 +145,8 @@ class Scheduler:
         self.preemptions = 0
         self.steps = 0
         self.output_tokens = 0
+        self._last_step_end_ns = NO_TIME
+        """End of the last step this scheduler applied (for the shared inter-token gap)."""
 
     # ----------------------------------------------------------------------------------------- intake
     def fits_ever(self, req: Request) -> bool:
@@ -186,10 +188,22 @@ class Scheduler:
         preempted: list[Request] = []
         running = self.running
 
+        req_blocks = kv.req_blocks
+        size = kv.block_size
+        caching = kv.enable_prefix_caching
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            num_new = req.num_tokens - req.num_computed_tokens
+            computed = req.num_computed_tokens
+            num_new = req.prompt_tokens + req.num_output_tokens - computed
+            if num_new == 1 and computed < len(req_blocks[req.id]) * size:
+                # Decode with room in the last block: KVCacheManager.append_one, inlined (the hot path).
+                if caching and (computed + 1) % size == 0:
+                    kv.cache_computed(req, computed + 1)
+                scheduled[req] = 1
+                budget -= 1
+                i += 1
+                continue
             if 0 < threshold < num_new:
                 num_new = threshold
             num_new = min(num_new, budget)
@@ -269,12 +283,17 @@ class Scheduler:
         num_decode = sum_kv = sum_q_kv = sum_q_sq = new_tokens = 0
         for req, q in scheduled.items():
             kv_len = req.num_computed_tokens + q
-            new_tokens += q
-            sum_kv += kv_len
-            sum_q_kv += q * kv_len
-            sum_q_sq += q * q
             if q == 1:
                 num_decode += 1
+                sum_kv += kv_len
+                sum_q_kv += kv_len
+            else:
+                sum_kv += kv_len
+                sum_q_kv += q * kv_len
+                sum_q_sq += q * q
+                new_tokens += q
+        new_tokens += num_decode
+        sum_q_sq += num_decode
         return BatchShape(num_reqs=len(scheduled), num_decode=num_decode, new_tokens=new_tokens,
                           sum_kv=sum_kv, sum_q_kv=sum_q_kv, sum_q_sq=sum_q_sq)
 
@@ -284,26 +303,40 @@ class Scheduler:
         self.steps += 1
         finished: list[Request] = []
         itl = self.itl_counts
+        record = self.record_token_times
+        prev = self._last_step_end_ns
+        same = 0  # requests whose previous token came at the previous step end: one shared gap
+        sampled = 0
         for req, q in out.scheduled:
-            req.num_computed_tokens += q
-            if req.num_computed_tokens < req.num_tokens:
+            computed = req.num_computed_tokens + q
+            req.num_computed_tokens = computed
+            if computed < req.prompt_tokens + req.num_output_tokens:
                 continue  # a prefill chunk short of the prompt's end samples nothing
             req.num_output_tokens += 1
-            self.output_tokens += 1
-            if req.first_token_ns == NO_TIME:
+            sampled += 1
+            last = req.last_token_ns
+            if last == NO_TIME:
                 req.first_token_ns = now
             else:
-                gap = now - req.last_token_ns
-                itl[gap] = itl.get(gap, 0) + 1
+                gap = now - last
+                if last == prev:
+                    same += 1
+                else:
+                    itl[gap] = itl.get(gap, 0) + 1
                 if gap > req.max_itl_ns:
                     req.max_itl_ns = gap
             req.last_token_ns = now
-            if self.record_token_times:
+            if record:
                 if req.token_times_ns is None:
                     req.token_times_ns = []
                 req.token_times_ns.append(now)
             if req.num_output_tokens >= req.max_output_tokens:
                 finished.append(req)
+        if same:
+            gap = now - prev
+            itl[gap] = itl.get(gap, 0) + same
+        self.output_tokens += sampled
+        self._last_step_end_ns = now
         for req in finished:
             self.running.remove(req)
             if not self.retain_finished_kv:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Generator, Mapping
 
+import numpy as np
 import simpy
 
 from hardware import BatchShape, CostModel
@@ -23,16 +24,22 @@ class Ledger:
     """Seconds spent per cost term on one worker, and the number of steps."""
 
     def __init__(self) -> None:
-        self.terms_s: dict[str, float] = {}
+        self._names: tuple[str, ...] = ()
+        self._acc = np.zeros(0)
         self.steps = 0
         self.busy_ns = 0
 
     def add(self, terms: Mapping[str, float], step_ns: int) -> None:
-        acc = self.terms_s
-        for name, value in terms.items():
-            acc[name] = acc.get(name, 0.0) + value
+        if len(terms) != len(self._names):  # first step (one cost model always names the same terms)
+            self._names = tuple(terms)
+            self._acc = np.zeros(len(self._names))
+        self._acc += np.fromiter(terms.values(), dtype=np.float64, count=len(self._names))
         self.steps += 1
         self.busy_ns += step_ns
+
+    @property
+    def terms_s(self) -> dict[str, float]:
+        return {name: float(v) for name, v in zip(self._names, self._acc)}
 
 
 class Worker:
@@ -123,14 +130,24 @@ class Worker:
                 self.on_done(req)
 
     def _fast_forward(self, run: DecodeRun) -> Generator[simpy.Event, Any, list[Request]]:
-        """Sleep through the planned steps; an outside event cuts the run after the step in progress."""
+        """Sleep through the planned steps; an outside event cuts the run after the step in progress.
+
+        Steps are costed in segments that double while the run survives (8, 16, 32 ...), so a run cut
+        early by an arrival has not paid for the cost of steps it never ran.
+        """
         env = self.env
         self.run = run
         self._wake = env.event()
-        end = StepEnd(env, run.ends[-1] - now_ns(env), self.priority)
-        yield end | self._wake
+        segment = 8
+        while True:
+            costed = run.extend(len(run.ends) + segment)
+            end = StepEnd(env, run.ends[costed - 1] - now_ns(env), self.priority)
+            yield end | self._wake
+            if not end.processed or costed == run.k:
+                break
+            segment *= 2
         self._wake = None
-        m = run.k
+        m = costed
         if not end.processed:
             t = now_ns(env)
             m = next(i for i, e in enumerate(run.ends, start=1) if e >= t)
