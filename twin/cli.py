@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from importlib import resources
 from pathlib import Path
@@ -165,6 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TwinError, ValueError, FileNotFoundError) as exc:
         print(f"twin: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stdout = open(os.devnull, "w")
+        return 0
     return int(code or 0)
 
 
