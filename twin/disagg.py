@@ -99,6 +99,9 @@ class DisaggSystem:
                                      attention_dp=spec.prefill.attention_dp)
         self.d_dep = make_deployment(config, spec.decode.tp, spec.decode.gpu, ep=spec.decode.ep,
                                      attention_dp=spec.decode.attention_dp)
+        self._block_bytes = self.p_dep.bytes_per_block(self.block_size) * self.p_dep.tp
+        """Bytes of one KV block over all of a prefill worker's GPUs (what a transfer moves per block)."""
+        self._layers = self.p_dep.layers_per_gpu
         p_blocks = kv_blocks(config, self.p_dep, spec.prefill.num_blocks)
         d_blocks = kv_blocks(config, self.d_dep, spec.decode.num_blocks)
         p_cost, d_cost = cost_model(config, self.p_dep), cost_model(config, self.d_dep)
@@ -269,12 +272,11 @@ class DisaggSystem:
     def _transfer(self, pending: _Pending, decode: Worker, blocks: int, exposed_fraction: float) -> ProcessGen:
         """Move ``blocks`` KV blocks from the prefill worker to ``decode``: setup and per-descriptor costs,
         then the bytes through the shared links."""
-        dep = self.p_dep
         rec = pending.req.kv
         assert rec is not None
         start = now_ns(self.env)
-        nbytes = blocks * dep.bytes_per_block(self.block_size) * dep.tp
-        descriptors = blocks * dep.layers_per_gpu
+        nbytes = blocks * self._block_bytes
+        descriptors = blocks * self._layers
         fixed = self.tcfg.setup_latency_s + descriptors * self.tcfg.per_descriptor_s * exposed_fraction
         yield self.env.timeout(to_ns(fixed))
         if nbytes:
@@ -293,7 +295,7 @@ class DisaggSystem:
         rec.reused_blocks = num_hits
         exposed = 1.0
         if self.tcfg.layerwise and rec.times_ns[KVState.PULLING] == rec.times_ns[KVState.STAGED]:
-            exposed = 1.0 / self.p_dep.layers_per_gpu
+            exposed = 1.0 / self._layers
         yield from self._transfer(pending, decode, blocks, exposed)
         decode.pulls_in_flight -= 1
         self._release_staged(pending)

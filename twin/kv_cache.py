@@ -157,11 +157,10 @@ class KVCacheManager:
         if not self.enable_prefix_caching:
             return []
         limit = min((req.num_tokens - 1) // self.block_size, len(req.block_keys))
-        cached = self.pool.cached
+        get = self.pool.cached.get
         hits = []
-        keys = req.block_keys
-        for i in range(limit):
-            block = cached.get(keys[i])
+        for key in req.block_keys[:limit]:
+            block = get(key)
             if block is None:
                 break
             hits.append(block)
@@ -183,7 +182,8 @@ class KVCacheManager:
         pool = self.pool
         need = self.blocks_needed(req, num_new_tokens, len(computed_blocks))
         # Hit blocks with no reference sit in the free queue; taking them shrinks what is allocatable.
-        free_hits = sum(1 for b in computed_blocks if pool.ref_cnt[b] == 0)
+        ref = pool.ref_cnt
+        free_hits = [ref[b] for b in computed_blocks].count(0) if computed_blocks else 0
         if need > pool.num_free - free_hits:
             return False
         blocks = self.req_blocks.get(req.id)
