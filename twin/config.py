@@ -96,6 +96,11 @@ class KVCacheConfig:
     num_blocks: int | None = attrs.field(default=None, validator=positive)
     """Override of the derived capacity (blocks per worker); normally left empty."""
     prefix_caching: bool = True
+    host_memory_gib: float | None = attrs.field(default=None, validator=positive)
+    """Host memory per worker for a KV tier below the GPU (null: none). Evicted cached blocks are demoted
+    there; a prefix hit loads them back before the step, timed by the host link."""
+    host_bandwidth_GBps: float | None = attrs.field(default=None, validator=positive)
+    """Host-to-GPU bandwidth per GPU (default: the GPU spec's host link, e.g. PCIe Gen5 x16: 64 GB/s)."""
 
 
 @attrs.frozen(kw_only=True)

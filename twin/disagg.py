@@ -106,7 +106,7 @@ class DisaggSystem:
         d_blocks = kv_blocks(config, self.d_dep, spec.decode.num_blocks)
         p_cost, d_cost = cost_model(config, self.p_dep), cost_model(config, self.d_dep)
         self.prefill = [
-            Worker(env, i, build_scheduler(config, p_blocks, max_num_seqs=spec.prefill.max_num_seqs,
+            Worker(env, i, build_scheduler(config, p_blocks, self.p_dep, max_num_seqs=spec.prefill.max_num_seqs,
                                            max_num_batched_tokens=spec.prefill.max_num_batched_tokens,
                                            retain_finished_kv=True), p_cost, self._prefill_done,
                    fast_forward_steps=fast_forward_steps(config))
@@ -114,7 +114,7 @@ class DisaggSystem:
         base = spec.prefill.workers
         self.decode = [
             DecodeWorker(self, env, base + i,
-                         build_scheduler(config, d_blocks, max_num_seqs=spec.decode.max_num_seqs,
+                         build_scheduler(config, d_blocks, self.d_dep, max_num_seqs=spec.decode.max_num_seqs,
                                          max_num_batched_tokens=spec.decode.max_num_batched_tokens),
                          d_cost, self._decode_done)
             for i in range(spec.decode.workers)]

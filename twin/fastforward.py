@@ -168,7 +168,7 @@ class DecodeRun:
 def plan_decode_run(sched: Scheduler, out: SchedulerOutput, start_ns: int, cost: CostFn,
                     max_steps: int) -> DecodeRun | None:
     """A run of pure-decode steps starting with ``out``, or None when nothing longer than one step is safe."""
-    if out.preempted or len(sched.waiting) or max_steps < 2:
+    if out.preempted or out.host_load_s or len(sched.waiting) or max_steps < 2:
         return None
     running = sched.running
     if len(out.scheduled) != len(running):

@@ -129,17 +129,74 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+class HostTier:
+    """Host-memory KV tier: cached GPU blocks evicted by reuse are demoted here; a prefix hit promotes them.
+
+    An LRU set of block keys with a capacity in blocks. Inclusive, like LMCache's CPU backend: a promoted
+    block stays in host memory. Demotion is a write-back that overlaps compute (not timed); promotion is a
+    synchronous load before the step that needs it, timed by the host link (``load_s_per_block``).
+    """
+
+    def __init__(self, capacity_blocks: int, load_s_per_block: float) -> None:
+        if capacity_blocks < 1:
+            raise ValueError(f"a host tier needs at least one block, got {capacity_blocks}")
+        self.capacity_blocks = capacity_blocks
+        self.load_s_per_block = load_s_per_block
+        self.keys: OrderedDict[int, None] = OrderedDict()
+        self.demotions = 0
+        self.evictions = 0
+        self.promotions = 0
+
+    def demote(self, block: int, key: int) -> None:
+        keys = self.keys
+        if key in keys:
+            keys.move_to_end(key)
+            return
+        keys[key] = None
+        self.demotions += 1
+        if len(keys) > self.capacity_blocks:
+            keys.popitem(last=False)
+            self.evictions += 1
+
+    def match(self, keys: list[int], start: int, limit: int) -> int:
+        """How many of ``keys[start:limit]`` are held here, consecutively from ``start``."""
+        held = self.keys
+        n = 0
+        for key in keys[start:limit]:
+            if key not in held:
+                break
+            n += 1
+        return n
+
+    def promote(self, keys: list[int]) -> None:
+        """Refresh promoted keys (one the same allocation pushed out is already back on the GPU)."""
+        held = self.keys
+        for key in keys:
+            if key in held:
+                held.move_to_end(key)
+        self.promotions += len(keys)
+
+
 class KVCacheManager:
     """Block tables of the requests on one worker, allocated from a :class:`BlockPool`."""
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
+                 host: HostTier | None = None) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self.pool = BlockPool(num_blocks)
+        self.host = host if enable_prefix_caching else None
+        self.pool = BlockPool(num_blocks, on_evict=self.host.demote if self.host is not None else None)
         self.req_blocks: dict[int, list[int]] = {}
         self._num_hashed: dict[int, int] = {}
+
+    def host_hits(self, req: Request, num_gpu_hits: int) -> int:
+        """Blocks after the GPU hits that the host tier holds (same one-token-short cap)."""
+        if self.host is None:
+            return 0
+        limit = min((req.num_tokens - 1) // self.block_size, len(req.block_keys))
+        return self.host.match(req.block_keys, num_gpu_hits, limit)
 
     @property
     def num_blocks(self) -> int:

@@ -37,7 +37,8 @@ class Monitor:
         cols = ["time_s", "waiting", "running", "kv_usage", "output_tokens_per_s", "prefix_hit_rate",
                 "preemptions"]
         for w in self.workers:
-            cols += [f"w{w.wid}_waiting", f"w{w.wid}_running", f"w{w.wid}_kv_usage", f"w{w.wid}_kv_cached_blocks"]
+            cols += [f"w{w.wid}_waiting", f"w{w.wid}_running", f"w{w.wid}_kv_usage", f"w{w.wid}_kv_cached_blocks",
+                     f"w{w.wid}_host_blocks"]
         return cols + self._extra_names
 
     def sample(self) -> None:
@@ -58,7 +59,9 @@ class Monitor:
             pool = s.kv.pool
             used += pool.num_used
             total += pool.num_blocks
-            per_worker += [nw, nr, pool.num_used / pool.num_blocks, pool.num_cached]
+            host = s.kv.host
+            per_worker += [nw, nr, pool.num_used / pool.num_blocks, pool.num_cached,
+                           len(host.keys) if host is not None else 0]
         interval_s = self.interval_ns / 1e9
         d_prompt = prompt - self._last_prompt
         hit = (cached - self._last_cached) / d_prompt if d_prompt else float("nan")

@@ -33,7 +33,7 @@ class Request:
         "status", "num_computed_tokens", "num_output_tokens", "on_finish",
         "worker", "arrival_ns", "queued_ns", "first_scheduled_ns", "first_token_ns", "last_token_ns",
         "finish_ns", "max_itl_ns", "cached_tokens", "recomputed_tokens", "preemptions", "fail_reason",
-        "token_times_ns", "lost_tokens", "kv",
+        "token_times_ns", "lost_tokens", "kv", "host_hit_tokens",
     )
 
     def __init__(
@@ -76,6 +76,8 @@ class Request:
         self.cached_tokens = -1
         """Prompt tokens found in the prefix cache at first admission (-1 until admitted)."""
         self.recomputed_tokens = 0
+        self.host_hit_tokens = 0
+        """Prompt tokens loaded from the host KV tier instead of being recomputed."""
         self.preemptions = 0
         self.fail_reason = ""
         self.token_times_ns: list[int] | None = None

@@ -23,7 +23,7 @@ REQUEST_FIELDS: list[tuple[str, str]] = [
     ("id", "i8"), ("session", "O"), ("turn", "i4"), ("worker", "i4"), ("status", "O"), ("fail_reason", "O"),
     ("priority", "i4"), ("arrival_s", "f8"), ("queued_s", "f8"), ("first_scheduled_s", "f8"),
     ("first_token_s", "f8"), ("finish_s", "f8"), ("prompt_tokens", "i8"), ("output_tokens", "i8"),
-    ("cached_tokens", "i8"), ("recomputed_tokens", "i8"), ("preemptions", "i4"), ("ttft_s", "f8"),
+    ("cached_tokens", "i8"), ("host_hit_tokens", "i8"), ("recomputed_tokens", "i8"), ("preemptions", "i4"), ("ttft_s", "f8"),
     ("tpot_s", "f8"), ("e2e_s", "f8"), ("queue_s", "f8"), ("max_itl_s", "f8"),
     # Disaggregated systems only (NaN / -1 / empty otherwise): the KV lifecycle of the request.
     ("prefill_worker", "i4"), ("kv_state", "O"), ("kv_staged_s", "f8"), ("kv_pull_s", "f8"),
@@ -62,7 +62,7 @@ def request_table(requests: Sequence[Request]) -> np.ndarray:
         table[i] = (
             r.id, r.session, r.turn, r.worker, r.status.name.lower(), r.fail_reason, r.priority, arrival,
             _t(r.queued_ns), _t(r.first_scheduled_ns), first, _t(r.finish_ns), r.prompt_tokens, out,
-            max(r.cached_tokens, 0), r.recomputed_tokens, r.preemptions, first - arrival, tpot, finish - arrival,
+            max(r.cached_tokens, 0), r.host_hit_tokens, r.recomputed_tokens, r.preemptions, first - arrival, tpot, finish - arrival,
             _t(r.first_scheduled_ns) - arrival, r.max_itl_ns / NS, *_kv_columns(r),
         )
     return table
@@ -118,6 +118,7 @@ def summarize(table: np.ndarray, itl_counts: dict[int, int], *, warmup_s: float 
         },
         "prefix_cache": {"hit_rate": float(admitted["cached_tokens"].sum()) / prompt_sum if prompt_sum else 0.0,
                          "cached_tokens": int(admitted["cached_tokens"].sum()),
+                         "host_hit_tokens": int(admitted["host_hit_tokens"].sum()),
                          "prompt_tokens": int(prompt_sum)},
         "preemptions": int(measured["preemptions"].sum()),
         "recomputed_tokens": int(measured["recomputed_tokens"].sum()),

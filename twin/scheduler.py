@@ -36,6 +36,8 @@ class SchedulerOutput:
     scheduled: list[tuple[Request, int]]
     preempted: list[Request]
     stats: BatchShape
+    host_load_s: float = 0.0
+    """Time to load host-tier hits into GPU blocks before this step can run."""
 
     @property
     def empty(self) -> bool:
@@ -145,6 +147,8 @@ class Scheduler:
         self.preemptions = 0
         self.steps = 0
         self.output_tokens = 0
+        self.host_load_s = 0.0
+        """Host-tier loads the step being scheduled must wait for (reset by :meth:`schedule`)."""
         self._last_step_end_ns = NO_TIME
         """End of the last step this scheduler applied (for the shared inter-token gap)."""
 
@@ -187,6 +191,7 @@ class Scheduler:
         scheduled: dict[Request, int] = {}
         preempted: list[Request] = []
         running = self.running
+        self.host_load_s = 0.0
 
         req_blocks = kv.req_blocks
         size = kv.block_size
@@ -235,7 +240,8 @@ class Scheduler:
         stats = self._stats(scheduled)
         if stats.new_tokens > limits.max_num_batched_tokens or len(running) > limits.max_num_seqs:
             raise InvariantError(f"step over limits: {stats.new_tokens} tokens, {len(running)} running")
-        return SchedulerOutput(scheduled=list(scheduled.items()), preempted=preempted, stats=stats)
+        return SchedulerOutput(scheduled=list(scheduled.items()), preempted=preempted, stats=stats,
+                               host_load_s=self.host_load_s)
 
     def _admit(self, scheduled: dict[Request, int], budget: int, now: int) -> None:
         limits = self.limits
@@ -244,7 +250,8 @@ class Scheduler:
         while len(waiting) and budget > 0 and len(self.running) < limits.max_num_seqs:
             req = waiting.peek()
             hits = kv.get_computed_blocks(req)
-            num_computed = len(hits) * kv.block_size
+            host = kv.host_hits(req, len(hits))
+            num_computed = (len(hits) + host) * kv.block_size
             num_new = req.num_tokens - num_computed
             if 0 < limits.long_prefill_token_threshold < num_new:
                 num_new = limits.long_prefill_token_threshold
@@ -252,9 +259,15 @@ class Scheduler:
                 if not limits.chunked_prefill:
                     break
                 num_new = budget
-            if not kv.allocate_slots(req, num_new, hits):
+            # Host hits need GPU blocks (loaded, not computed): allocated with the new tokens.
+            if not kv.allocate_slots(req, host * kv.block_size + num_new, hits):
                 break
             waiting.pop()
+            if host:
+                assert kv.host is not None
+                kv.host.promote(req.block_keys[len(hits):len(hits) + host])
+                self.host_load_s += host * kv.host.load_s_per_block
+                req.host_hit_tokens += host * kv.block_size
             if req.cached_tokens < 0:
                 req.cached_tokens = num_computed
                 self.prompt_tokens_admitted += req.prompt_tokens

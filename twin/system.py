@@ -9,7 +9,7 @@ import attrs
 from hardware import CostModel, Deployment, load_engine, load_gpu, load_model
 from twin.config import SystemSpec, TwinConfig, positive
 from twin.errors import ConfigError
-from twin.kv_cache import KVCacheManager
+from twin.kv_cache import HostTier, KVCacheManager
 from twin.registry import register
 from twin.request import Request
 from twin.scheduler import Scheduler, SchedulerLimits
@@ -51,7 +51,7 @@ def kv_blocks(config: TwinConfig, dep: Deployment, override: int | None = None) 
         raise ConfigError("kv_cache", str(exc)) from None
 
 
-def build_scheduler(config: TwinConfig, num_blocks: int, *, max_num_seqs: int | None = None,
+def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max_num_seqs: int | None = None,
                     max_num_batched_tokens: int | None = None, retain_finished_kv: bool = False) -> Scheduler:
     s = config.scheduler
     assert s.max_num_batched_tokens is not None and s.max_num_seqs is not None
@@ -60,9 +60,25 @@ def build_scheduler(config: TwinConfig, num_blocks: int, *, max_num_seqs: int | 
                              max_num_seqs=max_num_seqs or s.max_num_seqs,
                              long_prefill_token_threshold=s.long_prefill_token_threshold,
                              chunked_prefill=s.chunked_prefill)
-    kv = KVCacheManager(num_blocks, config.kv_cache.block_size, config.kv_cache.prefix_caching)
+    kv = KVCacheManager(num_blocks, config.kv_cache.block_size, config.kv_cache.prefix_caching,
+                        host_tier(config, dep))
     return Scheduler(limits, kv, s.policy, record_token_times=config.metrics.record_token_times,
                      retain_finished_kv=retain_finished_kv)
+
+
+def host_tier(config: TwinConfig, dep: Deployment) -> HostTier | None:
+    """The worker's host KV tier: capacity from host memory, load time per block from the host link."""
+    kvc = config.kv_cache
+    if kvc.host_memory_gib is None:
+        return None
+    assert kvc.block_size is not None
+    per_gpu = dep.bytes_per_block(kvc.block_size)
+    capacity = int(kvc.host_memory_gib * 2**30 // (per_gpu * dep.tp))
+    if capacity < 1:
+        raise ConfigError("kv_cache.host_memory_gib", f"{kvc.host_memory_gib} GiB holds no KV block "
+                                                     f"({per_gpu * dep.tp} bytes each)")
+    bw = kvc.host_bandwidth_GBps * 1e9 if kvc.host_bandwidth_GBps is not None else dep.gpu.host_bw_Bps
+    return HostTier(capacity, per_gpu / bw)
 
 
 def fast_forward_steps(config: TwinConfig) -> int:
@@ -112,7 +128,7 @@ class Colocated(SystemSpec):
         dep = make_deployment(config, self.tp, ep=self.ep, attention_dp=self.attention_dp)
         blocks = kv_blocks(config, dep)
         cm = cost_model(config, dep)
-        workers = [Worker(env, wid, build_scheduler(config, blocks), cm, on_done,
+        workers = [Worker(env, wid, build_scheduler(config, blocks, dep), cm, on_done,
                           fast_forward_steps=fast_forward_steps(config)) for wid in range(self.replicas)]
         return ColocatedSystem(workers, config.router.build())  # type: ignore[attr-defined]
 

@@ -17,7 +17,7 @@ from hardware import BatchShape, CostModel
 from twin.fastforward import DecodeRun, plan_decode_run
 from twin.request import Request
 from twin.scheduler import Scheduler
-from twin.sim import LATE, ProcessGen, StepEnd, now_ns
+from twin.sim import LATE, ProcessGen, StepEnd, now_ns, to_ns
 
 
 class Ledger:
@@ -26,20 +26,26 @@ class Ledger:
     def __init__(self) -> None:
         self._names: tuple[str, ...] = ()
         self._acc = np.zeros(0)
+        self._extra: dict[str, float] = {}
+        """Terms the twin adds beyond the cost model (``kv_host_load``: host-tier loads before a step)."""
         self.steps = 0
         self.busy_ns = 0
 
-    def add(self, terms: Mapping[str, float], step_ns: int) -> None:
-        if len(terms) != len(self._names):  # first step (one cost model always names the same terms)
+    def add(self, terms: Mapping[str, float], step_ns: int, extra: Mapping[str, float] | None = None) -> None:
+        """One step: the cost model's terms (the same names every step) and the twin's own extras."""
+        if not self._names:
             self._names = tuple(terms)
             self._acc = np.zeros(len(self._names))
         self._acc += np.fromiter(terms.values(), dtype=np.float64, count=len(self._names))
+        if extra:
+            for name, value in extra.items():
+                self._extra[name] = self._extra.get(name, 0.0) + value
         self.steps += 1
         self.busy_ns += step_ns
 
     @property
     def terms_s(self) -> dict[str, float]:
-        return {name: float(v) for name, v in zip(self._names, self._acc)}
+        return {**{name: float(v) for name, v in zip(self._names, self._acc)}, **self._extra}
 
 
 class Worker:
@@ -121,7 +127,11 @@ class Worker:
                 run = plan_decode_run(sched, out, now, self.step_cost, self.fast_forward_steps)
             if run is None:
                 terms, step_ns = self.step_cost(out.stats)
-                self.ledger.add(terms, step_ns)
+                extra = None
+                if out.host_load_s:
+                    extra = {"kv_host_load": out.host_load_s}
+                    step_ns += to_ns(out.host_load_s)
+                self.ledger.add(terms, step_ns, extra)
                 yield StepEnd(env, step_ns, self.priority)
                 finished = sched.update(out, now_ns(env))
             else:

@@ -169,6 +169,9 @@ def test_max_sim_s_fails_pending_requests_with_a_reason():
     {"kv_cache": {"num_blocks": 90}, "workload": {"kind": "synthetic", "num_requests": 40,
                                                  "arrival": {"kind": "concurrency", "concurrency": 12},
                                                  "input_tokens": {"fixed": 100}, "output_tokens": {"low": 50, "high": 200}}},
+    {"kv_cache": {"num_blocks": 150, "host_memory_gib": 0.3},
+     "workload": {"kind": "lmbenchmark_multiround", "num_users": 8, "num_rounds": 3, "qps": 6.0,
+                  "shared_system_prompt": 300, "user_history_prompt": 400, "answer_len": 40}},
     {"system": {"kind": "disaggregated", "prefill": {"workers": 2}, "decode": {"workers": 2, "num_blocks": 120},
                 "decode_router": {"kind": "kv_aware"}},
      "transfer": {"lease_s": 0.5},
@@ -177,8 +180,37 @@ def test_max_sim_s_fails_pending_requests_with_a_reason():
 ])
 def test_fast_forward_gives_byte_identical_results(tmp_path, sections):
     on = run(small_config(**sections), out=tmp_path / "on")
+    if "host_memory_gib" in str(sections):
+        assert on.summary["prefix_cache"]["host_hit_tokens"] > 0
     off = run(small_config(run={"fast_forward": False}, **sections), out=tmp_path / "off")
     for name in ("requests.csv", "timeseries.csv"):
         assert (tmp_path / "on" / name).read_bytes() == (tmp_path / "off" / name).read_bytes(), name
     assert on.summary["itl_s"] == off.summary["itl_s"]
     assert on.ledger == off.ledger
+
+
+def test_host_tier_demotes_evicted_prefix_and_loads_it_back(tmp_path):
+    # 20 GPU blocks of 16 tokens. s1 caches the 160-token system prompt (10 blocks); s2's 300-token prompt
+    # reuses 10 freed blocks: block 10 (partial, no key) and 9, 8 ... 1, whose keys are demoted to the host
+    # tier. s3 finds system block 0 on the GPU and blocks 1-9 in host memory.
+    sessions = [Session(id="s1", arrival_s=0.0, prefix_group="sys", prefix_tokens=160,
+                        calls=(Call(append_tokens=10, output_tokens=1),)),
+                Session(id="s2", arrival_s=1.0, calls=(Call(append_tokens=300, output_tokens=1),)),
+                Session(id="s3", arrival_s=2.0, prefix_group="sys", prefix_tokens=160,
+                        calls=(Call(append_tokens=10, output_tokens=1),))]
+    cfg = sessions_config(tmp_path, sessions, kv_cache={"num_blocks": 20, "host_memory_gib": 0.05})
+    sim = Simulation(cfg)
+    res = sim.run()
+    t = res.requests
+    assert list(t["cached_tokens"]) == [0, 0, 160] and list(t["host_hit_tokens"]) == [0, 0, 144]
+    host = sim.workers[0].sched.kv.host
+    # 9 system blocks demoted by s2, then 9 of s2's own cached blocks (2-10) reused by s3's allocation.
+    assert host is not None and host.demotions == 18 and host.promotions == 9
+    # s3's only step: the prefill of its 10 new tokens plus loading 9 blocks of 2 MiB over 64 GB/s.
+    cm = cost_model(sim.config, make_deployment(sim.config, 1))
+    step = cm.step_time_ns(BatchShape(num_reqs=1, num_decode=0, new_tokens=10, sum_kv=170, sum_q_kv=1700,
+                                      sum_q_sq=100))
+    load_ns = round(9 * 16 * 131072 / 64e9 * 1e9)
+    assert round((t["first_token_s"][2] - t["first_scheduled_s"][2]) * 1e9) == step + load_ns
+    assert res.ledger["worker0"]["terms_s"]["kv_host_load"] == pytest.approx(load_ns / 1e9)
+    assert res.summary["prefix_cache"]["host_hit_tokens"] == 144
