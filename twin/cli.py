@@ -105,6 +105,28 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from twin.sweep import make_executor, parse_grid, sweep, write_table
+
+    source = str(example_path(args.example)) if args.example else args.config
+    grid = parse_grid(args.grid)
+    executor, shutdown = make_executor(args.jobs, args.dask)
+    try:
+        rows = sweep(source, grid, overrides=list(args.set or []), executor=executor,
+                     out=Path(args.out) / "runs" if args.keep_runs else None, progress=True)
+    finally:
+        shutdown()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_table(out / "sweep.csv", rows)
+    keys = list(grid) + ["ttft_mean_s", "tpot_mean_s", "output_tokens_per_s", "failed"]
+    print("  ".join(f"{k:>22}" for k in keys))
+    for row in rows:
+        print("  ".join(f"{row[k]:>22.4g}" if isinstance(row[k], float) else f"{str(row[k]):>22}" for k in keys))
+    print(f"wrote {out / 'sweep.csv'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="twin", description="ServeTwin: a digital twin of LLM serving.")
     sub = parser.add_subparsers(dest="command")
@@ -123,6 +145,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder")
     p.add_argument("--out", help="where to write the PNGs (default: the results folder)")
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("sweep", help="run a grid of config overrides and gather one table")
+    p.add_argument("config", nargs="?", help="base YAML config (default: the built-in chat example)")
+    p.add_argument("--example", help="base the sweep on a built-in example")
+    p.add_argument("--grid", action="append", required=True, metavar="PATH=V1,V2,...",
+                   help="a swept field and its values (repeat for a grid)")
+    p.add_argument("--set", action="append", metavar="PATH=VALUE", help="override a field in every run")
+    p.add_argument("--out", required=True)
+    p.add_argument("--jobs", type=int, default=1, help="local worker processes")
+    p.add_argument("--dask", metavar="ADDRESS", help="run on a Dask distributed scheduler instead")
+    p.add_argument("--keep-runs", action="store_true", help="also write every run's results folder")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("validate", help="compare predictions with measured benchmarks")
     vsub = p.add_subparsers(dest="validate_command", required=True)

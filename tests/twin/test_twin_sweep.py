@@ -1,0 +1,39 @@
+"""Sweeps: grid parsing, the grid order of rows, equality with single runs, and bad values failing early."""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from twin.errors import ConfigError
+from twin.runner import run
+from twin.sweep import parse_grid, points, sweep
+
+BASE = {"workload": {"kind": "synthetic", "num_requests": 15, "arrival": {"kind": "poisson", "rate_per_s": 10.0},
+                     "input_tokens": {"fixed": 100}, "output_tokens": {"fixed": 10}}}
+
+
+def test_grid_parsing_and_order():
+    grid = parse_grid(["scheduler.max_num_seqs=4,64", "hardware.gpu=h100_sxm,h200_sxm"])
+    assert grid == {"scheduler.max_num_seqs": [4, 64], "hardware.gpu": ["h100_sxm", "h200_sxm"]}
+    assert points(grid)[:2] == [{"scheduler.max_num_seqs": 4, "hardware.gpu": "h100_sxm"},
+                                {"scheduler.max_num_seqs": 4, "hardware.gpu": "h200_sxm"}]
+    with pytest.raises(ValueError, match="expected path=value1"):
+        parse_grid(["scheduler.max_num_seqs"])
+
+
+def test_sweep_rows_equal_single_runs_with_any_executor():
+    grid = {"scheduler.max_num_seqs": [2, 32]}
+    here = sweep(BASE, grid)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        pooled = sweep(BASE, grid, executor=pool)
+    assert [r["scheduler.max_num_seqs"] for r in here] == [2, 32]
+    for row_a, row_b in zip(here, pooled):
+        assert {k: v for k, v in row_a.items() if k != "wall_s"} == {k: v for k, v in row_b.items() if k != "wall_s"}
+    single = run(BASE, overrides=("scheduler.max_num_seqs=2",)).summary
+    assert here[0]["ttft_mean_s"] == single["ttft_s"]["mean"]
+    assert here[0]["ttft_mean_s"] > here[1]["ttft_mean_s"]  # two seats queue requests
+
+
+def test_bad_grid_value_fails_before_any_run():
+    with pytest.raises(ConfigError, match="scheduler.max_num_seqs"):
+        sweep(BASE, {"scheduler.max_num_seqs": [8, 0]})

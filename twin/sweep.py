@@ -1,0 +1,121 @@
+"""Parameter sweeps: a grid of config overrides run through a ``concurrent.futures`` executor.
+
+Local processes by default; a Dask distributed cluster when a scheduler address is given (Dask's
+``Client.get_executor()`` is a ``concurrent.futures`` executor, so both paths are the same code). The
+results come back as one table: the grid values, then the headline metrics of each run.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import time
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any, Callable
+
+from twin.config import load_config
+from twin.configio import parse_override
+
+METRICS: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
+    ("completed", lambda s: s["requests"]["completed"]),
+    ("failed", lambda s: s["requests"]["failed"]),
+    ("ttft_mean_s", lambda s: s["ttft_s"]["mean"]),
+    ("ttft_p99_s", lambda s: s["ttft_s"]["p99"]),
+    ("tpot_mean_s", lambda s: s["tpot_s"]["mean"]),
+    ("tpot_p99_s", lambda s: s["tpot_s"]["p99"]),
+    ("e2e_p99_s", lambda s: s["e2e_s"]["p99"]),
+    ("output_tokens_per_s", lambda s: s["throughput"]["output_tokens_per_s"]),
+    ("goodput_requests_per_s", lambda s: s["throughput"]["goodput_requests_per_s"]),
+    ("prefix_hit_rate", lambda s: s["prefix_cache"]["hit_rate"]),
+    ("preemptions", lambda s: s["preemptions"]),
+    ("simulated_s", lambda s: s["sim"]["simulated_s"]),
+    ("wall_s", lambda s: s["sim"]["wall_s"]),
+]
+
+
+def parse_grid(specs: list[str]) -> dict[str, list[Any]]:
+    """``path=v1,v2,...`` items into ``{path: [v1, v2, ...]}`` (each value read as YAML)."""
+    grid: dict[str, list[Any]] = {}
+    for spec in specs:
+        path, _raw = spec.split("=", 1) if "=" in spec else (spec, "")
+        values = [parse_override(f"{path}={item}")[1] for item in _raw.split(",")] if _raw else []
+        if not values:
+            raise ValueError(f"grid item {spec!r}: expected path=value1,value2,...")
+        grid[path.strip()] = values
+    return grid
+
+
+def points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination of the grid, in a stable order (last key varies fastest)."""
+    keys = list(grid)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+def run_point(base: str | dict[str, Any] | None, overrides: list[str], point: dict[str, Any],
+              out: str | None) -> dict[str, Any]:
+    """One simulation of the sweep (module-level so any executor can ship it to a worker)."""
+    from twin.runner import Simulation
+
+    cfg = load_config(base, [*overrides, *(f"{k}={_yaml(v)}" for k, v in point.items())])
+    res = Simulation(cfg).run()
+    if out is not None:
+        res.write(out)
+    return {**point, **{name: get(res.summary) for name, get in METRICS}}
+
+
+def _yaml(value: Any) -> str:
+    import yaml
+
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def sweep(base: str | dict[str, Any] | None, grid: dict[str, list[Any]], *, overrides: list[str] | None = None,
+          executor: Executor | None = None, out: str | Path | None = None, progress: bool = False
+          ) -> list[dict[str, Any]]:
+    """Run every grid point; returns the rows in grid order (``executor=None`` runs them here, in turn)."""
+    pts = points(grid)
+    # Fail on a bad grid value before anything runs.
+    for point in pts:
+        load_config(base, [*(overrides or []), *(f"{k}={_yaml(v)}" for k, v in point.items())])
+    outs = [str(Path(out) / f"run{i:04d}") if out is not None else None for i in range(len(pts))]
+    start = time.perf_counter()
+    if executor is None:
+        rows = []
+        for i, (p, o) in enumerate(zip(pts, outs), 1):
+            rows.append(run_point(base, overrides or [], p, o))
+            if progress:
+                print(f"{i}/{len(pts)} runs done ({time.perf_counter() - start:.1f} s)", flush=True)
+        return rows
+    futures: dict[Future[dict[str, Any]], int] = {
+        executor.submit(run_point, base, overrides or [], p, o): i for i, (p, o) in enumerate(zip(pts, outs))}
+    results: list[dict[str, Any] | None] = [None] * len(pts)
+    for done, fut in enumerate(as_completed(futures), 1):
+        results[futures[fut]] = fut.result()
+        if progress:
+            print(f"{done}/{len(pts)} runs done ({time.perf_counter() - start:.1f} s)", flush=True)
+    return [r for r in results if r is not None]
+
+
+def make_executor(jobs: int, dask_address: str | None) -> tuple[Executor | None, Callable[[], None]]:
+    """A local process pool, a Dask cluster's executor, or None for ``jobs == 1``; plus its shutdown."""
+    if dask_address:
+        try:
+            from dask.distributed import Client
+        except ImportError:
+            raise ValueError("--dask needs the 'distributed' package: pip install 'servetwin[dask]'") from None
+        client = Client(dask_address)
+        return client.get_executor(), client.close
+    if jobs > 1:
+        pool = ProcessPoolExecutor(max_workers=jobs)
+        return pool, pool.shutdown
+    return None, lambda: None
+
+
+def write_table(path: str | Path, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        raise ValueError("no sweep rows to write")
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
