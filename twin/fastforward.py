@@ -17,21 +17,27 @@ token).
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Protocol
+
+import numpy as np
 
 from hardware import BatchShape
 from twin.kv_cache import cdiv
 from twin.request import NO_TIME, Request, Status
 from twin.scheduler import Scheduler, SchedulerOutput
 
-CostFn = Callable[[BatchShape], tuple[Mapping[str, float], int]]
+class Pricer(Protocol):
+    """What a run asks of its worker: the price (term vector, ns) of its first step and of decode steps."""
+
+    def step_cost(self, shape: BatchShape) -> tuple[np.ndarray, int]: ...
+    def decode_cost(self, n: int, sum_kv: int) -> tuple[np.ndarray, int]: ...
 
 
 class DecodeRun:
     """k planned pure-decode steps of one worker; step 1 was scheduled by the regular ``schedule``."""
 
     def __init__(self, sched: Scheduler, reqs: list[Request], start_ns: int, k: int, first: BatchShape,
-                 cost: CostFn) -> None:
+                 pricer: Pricer) -> None:
         self.sched = sched
         self.reqs = reqs
         self.c0 = [r.num_computed_tokens for r in reqs]
@@ -41,9 +47,9 @@ class DecodeRun:
         self.k = k
         """Steps planned; their costs are computed on demand (:meth:`extend`), as the run survives."""
         self.first = first
-        self.cost = cost
+        self.pricer = pricer
         self.ns: list[int] = []
-        self.terms: list[Mapping[str, float]] = []
+        self.terms: list[np.ndarray] = []
         self.start_ns = start_ns
         self.ends: list[int] = []
         self.scheduled = 1
@@ -57,11 +63,9 @@ class DecodeRun:
         n = len(self.reqs)
         first = self.first
         t = self.ends[-1] if self.ends else self.start_ns
+        price = self.pricer.decode_cost
         for i in range(len(self.ends), m):
-            shape = first if i == 0 else BatchShape(num_reqs=n, num_decode=n, new_tokens=n,
-                                                    sum_kv=first.sum_kv + i * n, sum_q_kv=first.sum_kv + i * n,
-                                                    sum_q_sq=n)
-            terms, d = self.cost(shape)
+            terms, d = self.pricer.step_cost(first) if i == 0 else price(n, first.sum_kv + i * n)
             self.terms.append(terms)
             self.ns.append(d)
             t += d
@@ -165,7 +169,7 @@ class DecodeRun:
         return finished
 
 
-def plan_decode_run(sched: Scheduler, out: SchedulerOutput, start_ns: int, cost: CostFn,
+def plan_decode_run(sched: Scheduler, out: SchedulerOutput, start_ns: int, pricer: Pricer,
                     max_steps: int) -> DecodeRun | None:
     """A run of pure-decode steps starting with ``out``, or None when nothing longer than one step is safe."""
     if out.preempted or out.host_load_s or len(sched.waiting) or max_steps < 2:
@@ -201,4 +205,4 @@ def plan_decode_run(sched: Scheduler, out: SchedulerOutput, start_ns: int, cost:
         k = lo
         if k < 2:
             return None
-    return DecodeRun(sched, reqs, start_ns, k, out.stats, cost)
+    return DecodeRun(sched, reqs, start_ns, k, out.stats, pricer)

@@ -21,22 +21,18 @@ from twin.sim import LATE, ProcessGen, StepEnd, now_ns, to_ns
 
 
 class Ledger:
-    """Seconds spent per cost term on one worker, and the number of steps."""
+    """Seconds spent per cost term on one worker (a vector in the cost model's term order), and steps."""
 
-    def __init__(self) -> None:
-        self._names: tuple[str, ...] = ()
-        self._acc = np.zeros(0)
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self._acc = np.zeros(len(names))
         self._extra: dict[str, float] = {}
         """Terms the twin adds beyond the cost model (``kv_host_load``: host-tier loads before a step)."""
         self.steps = 0
         self.busy_ns = 0
 
-    def add(self, terms: Mapping[str, float], step_ns: int, extra: Mapping[str, float] | None = None) -> None:
-        """One step: the cost model's terms (the same names every step) and the twin's own extras."""
-        if not self._names:
-            self._names = tuple(terms)
-            self._acc = np.zeros(len(self._names))
-        self._acc += np.fromiter(terms.values(), dtype=np.float64, count=len(self._names))
+    def add(self, vector: np.ndarray, step_ns: int, extra: Mapping[str, float] | None = None) -> None:
+        self._acc += vector
         if extra:
             for name, value in extra.items():
                 self._extra[name] = self._extra.get(name, 0.0) + value
@@ -45,7 +41,13 @@ class Ledger:
 
     @property
     def terms_s(self) -> dict[str, float]:
-        return {**{name: float(v) for name, v in zip(self._names, self._acc)}, **self._extra}
+        return {**{name: float(v) for name, v in zip(self.names, self._acc)}, **self._extra}
+
+
+StepPrice = tuple[np.ndarray, int]
+"""A step's cost-term vector (seconds, in the ledger's order) and its duration in integer nanoseconds."""
+
+_MEMO_LIMIT = 500_000
 
 
 class Worker:
@@ -64,7 +66,9 @@ class Worker:
         self.fast_forward_steps = fast_forward_steps
         """Most decode steps planned in one jump (0 or 1: step by step)."""
         self.priority = LATE + wid
-        self.ledger = Ledger()
+        self.ledger = Ledger(tuple(cost_model.term_names))
+        self._prices: dict[BatchShape, StepPrice] = {}
+        self._decode_prices: dict[tuple[int, int], StepPrice] = {}
         self.blocked = False
         """True while the worker has work but could schedule none of it (reported by the stall detector)."""
         self.run: DecodeRun | None = None
@@ -103,8 +107,31 @@ class Worker:
         return len(self.sched.kv.get_computed_blocks(req)) * self.sched.kv.block_size
 
     # ---------------------------------------------------------------------------------------- process
-    def step_cost(self, shape: BatchShape) -> tuple[Mapping[str, float], int]:
-        return self.cost_model.step(shape)
+    def step_cost(self, shape: BatchShape) -> StepPrice:
+        """The step's term vector and duration (memoised per worker: the ledger adds vectors)."""
+        hit = self._prices.get(shape)
+        if hit is None:
+            hit = self._price(shape)
+            if len(self._prices) >= _MEMO_LIMIT:
+                self._prices.clear()
+            self._prices[shape] = hit
+        return hit
+
+    def decode_cost(self, n: int, sum_kv: int) -> StepPrice:
+        """A pure-decode step of ``n`` requests attending ``sum_kv`` tokens (keyed without a BatchShape)."""
+        key = (n, sum_kv)
+        hit = self._decode_prices.get(key)
+        if hit is None:
+            hit = self._price(BatchShape(num_reqs=n, num_decode=n, new_tokens=n, sum_kv=sum_kv, sum_q_kv=sum_kv,
+                                         sum_q_sq=n))
+            if len(self._decode_prices) >= _MEMO_LIMIT:
+                self._decode_prices.clear()
+            self._decode_prices[key] = hit
+        return hit
+
+    def _price(self, shape: BatchShape) -> StepPrice:
+        terms, ns = self.cost_model.step(shape)
+        return np.fromiter(terms.values(), dtype=np.float64, count=len(terms)), ns
 
     def _run(self) -> ProcessGen:
         env = self.env
@@ -124,14 +151,14 @@ class Worker:
                 continue
             run = None
             if self.fast_forward_steps > 1 and self.quiet():
-                run = plan_decode_run(sched, out, now, self.step_cost, self.fast_forward_steps)
+                run = plan_decode_run(sched, out, now, self, self.fast_forward_steps)
             if run is None:
-                terms, step_ns = self.step_cost(out.stats)
+                vector, step_ns = self.step_cost(out.stats)
                 extra = None
                 if out.host_load_s:
                     extra = {"kv_host_load": out.host_load_s}
                     step_ns += to_ns(out.host_load_s)
-                self.ledger.add(terms, step_ns, extra)
+                self.ledger.add(vector, step_ns, extra)
                 yield StepEnd(env, step_ns, self.priority)
                 finished = sched.update(out, now_ns(env))
             else:
