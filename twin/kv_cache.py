@@ -214,14 +214,11 @@ class KVCacheManager:
         if not self.enable_prefix_caching:
             return []
         limit = min((req.num_tokens - 1) // self.block_size, len(req.block_keys))
-        get = self.pool.cached.get
-        hits = []
-        for key in req.block_keys[:limit]:
-            block = get(key)
-            if block is None:
-                break
-            hits.append(block)
-        return hits
+        found = list(map(self.pool.cached.get, req.block_keys[:limit]))  # C-speed lookups, then the first miss
+        try:
+            return found[: found.index(None)]  # type: ignore[return-value]
+        except ValueError:
+            return found  # type: ignore[return-value]
 
     def blocks_needed(self, req: Request, num_new_tokens: int, num_computed_blocks: int = 0) -> int:
         """New blocks that scheduling ``num_new_tokens`` more tokens of ``req`` would take."""
