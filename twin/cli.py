@@ -105,6 +105,25 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from twin.config import load_config
+    from twin.serve import serve
+
+    source = Path(args.config) if args.config else example_path(args.example or "chat")
+    config = load_config(source, list(args.set or []))
+    httpd, sim = serve(config, args.host, args.port, args.time_scale)
+    print(f"serving {sim.model_name} ({config.system.kind}) on http://{args.host}:{httpd.server_port}/v1 "
+          f"(one simulated second = {args.time_scale} s); Ctrl-C stops", flush=True)
+    try:
+        httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        httpd.server_close()
+        sim.stop()
+    return 0
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from twin.sweep import make_executor, parse_grid, sweep, write_table
 
@@ -145,6 +164,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder")
     p.add_argument("--out", help="where to write the PNGs (default: the results folder)")
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("serve", help="an OpenAI-compatible endpoint backed by the simulation")
+    p.add_argument("config", nargs="?", help="YAML config (its workload is ignored; default: the chat example)")
+    p.add_argument("--example", help="serve a built-in example's deployment")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--time-scale", type=float, default=1.0,
+                   help="wall seconds per simulated second (0.1 runs ten times faster than real time)")
+    p.add_argument("--set", action="append", metavar="PATH=VALUE", help="override a config field")
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("sweep", help="run a grid of config overrides and gather one table")
     p.add_argument("config", nargs="?", help="base YAML config (default: the built-in chat example)")

@@ -4,3 +4,4 @@ import twin.router  # noqa: F401
 import twin.sources  # noqa: F401
 import twin.system  # noqa: F401
 import twin.disagg  # noqa: F401
+import twin.serve  # noqa: F401

@@ -22,12 +22,12 @@ from twin.tokens import SourceTable
 class Simulation:
     """One run of one config: ``Simulation(config).run()`` returns :class:`~twin.results.Results`."""
 
-    def __init__(self, config: TwinConfig) -> None:
+    def __init__(self, config: TwinConfig, env: simpy.Environment | None = None) -> None:
         import twin.parts  # noqa: F401
 
         self.config = resolve(config)
         cfg = self.config
-        self.env = simpy.Environment()
+        self.env = env if env is not None else simpy.Environment()
         self.rng = np.random.default_rng(cfg.run.seed)
         self.sources = SourceTable()
         self.system = cfg.system.build(self.env, cfg, self._on_done)  # type: ignore[attr-defined]

@@ -17,6 +17,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable
 
+import attrs
 import numpy as np
 
 WEIGHT_FORMATS = {"": "bf16", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_block": "fp8_block",
@@ -57,18 +58,139 @@ def _int(row: dict[str, str], key: str, default: int | None = None) -> int:
     return int(value)
 
 
+def silicon_concurrency(row: dict[str, str]) -> int | None:
+    """The client concurrency noted in ``silicon_data_source`` (``silicon_concurrency=N``), if any."""
+    found = re.search(r"silicon_concurrency=(\d+)", row.get("silicon_data_source", ""))
+    return int(found.group(1)) if found else None
+
+
 def concurrency(row: dict[str, str]) -> int:
-    """``batch_size``, or for disaggregated rows the ``silicon_concurrency`` in the source note."""
+    """The client's total concurrency: ``silicon_concurrency`` in the source note, else ``batch_size``."""
+    total = silicon_concurrency(row)
+    if total is not None:
+        return total
     if (row.get("batch_size") or "").strip():
         return _int(row, "batch_size")
-    found = re.search(r"silicon_concurrency=(\d+)", row.get("silicon_data_source", ""))
-    if not found:
-        raise Skip("no batch_size and no silicon_concurrency in silicon_data_source")
-    return int(found.group(1))
+    raise Skip("no batch_size and no silicon_concurrency in silicon_data_source")
 
 
-def row_config(row: dict[str, str], *, waves: int = 3) -> dict[str, Any]:
-    """The twin config for one row (raises :class:`Skip` with the reason when it cannot be represented)."""
+@attrs.frozen
+class Parallel:
+    """One worker's parallelism after normalising the CSV's columns."""
+
+    tp: int
+    dp: int
+    ep: int
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.dp
+
+
+@attrs.frozen
+class RowSpec:
+    """What one CSV row says was run, after the data corrections listed in ``notes``."""
+
+    mode: str
+    gpu: str
+    model: str
+    backend: str
+    weight_dtype: str
+    isl: int
+    osl: int
+    concurrency: int                    # the client's total concurrency
+    agg: Parallel | None = None         # aggregated: one engine
+    prefill: Parallel | None = None     # disaggregated pools
+    decode: Parallel | None = None
+    prefill_workers: int = 1
+    decode_workers: int = 1
+    prefill_batch: int = 0              # per-rank max batch the row reports (0: engine default)
+    decode_batch: int = 0
+    notes: tuple[str, ...] = ()
+
+    @property
+    def per_rank_concurrency(self) -> int:
+        """Requests one attention-DP rank serves (the whole concurrency when dp = 1)."""
+        assert self.agg is not None
+        return max(1, -(-self.concurrency // self.agg.dp))
+
+
+def _id_gpus(row: dict[str, str]) -> int | None:
+    """GPUs of the deployment as the row id spells it (``..._tp8_ep8_...`` / ``..._tp8_0_ep8_0_...``)."""
+    found = re.search(r"_tp(\d+)(?:_0)?_ep(?:\d+|none)", row["id"])
+    return int(found.group(1)) if found else None
+
+
+def _parallel(row: dict[str, str], prefix: str, notes: list[str], *, per_rank: int | None,
+              total: int | None) -> Parallel:
+    """Normalise tp / attention-DP / EP of one worker (``prefix`` '' for agg, 'prefill_' / 'decode_').
+
+    Data corrections (each recorded in ``notes``):
+    * one export (the rows whose id ends ``_tpX_epY_N``) lists tp x ep as ``tp_size`` and dp x ep as
+      ``attention_dp_size`` (e.g. tp 64, moe_tp 8, ep 8 for an 8-GPU tp 8 / ep 8 run; the same measurements
+      appear with tp 8 in the other export). The id's ``tpX`` is the GPU count; tp or dp is scaled back to
+      it. Rows without such an id but with the same signature (tp x dp = moe_tp x ep = ep^2 > one node)
+      are corrected the same way.
+    * ``attention_dp_size`` blank while moe_tp x ep exceeds tp: the MoE spans more GPUs than attention TP,
+      which is attention data parallelism (vLLM --data-parallel-size): dp = moe_tp x ep / tp.
+    * blank dp, but the client concurrency is a multiple k > 1 of ``batch_size`` = the per-rank batch:
+      k attention-DP ranks (tp / k each).
+    """
+    tp = _int(row, f"{prefix}tp_size", 1) or 1
+    dp = _int(row, f"{prefix}attention_dp_size", 0) or 1
+    ep = _int(row, f"{prefix}moe_ep_size", 0) or 1
+    moe_tp = _int(row, f"{prefix}moe_tp_size", 0)
+    gpus_id = _id_gpus(row) if not prefix else None
+    gpus = tp * dp
+    if moe_tp and moe_tp * ep == gpus and moe_tp == ep and ep > 1:
+        want = gpus_id if gpus_id is not None and gpus_id < gpus else (ep if gpus > 8 else None)
+        if want is not None and gpus % want == 0:
+            scale = gpus // want
+            if dp > 1 and dp % scale == 0:
+                notes.append(f"{prefix}attention_dp_size {dp} -> {dp // scale} (export lists dp x ep)")
+                dp //= scale
+            elif tp % scale == 0:
+                notes.append(f"{prefix}tp_size {tp} -> {tp // scale} (export lists tp x ep)")
+                tp //= scale
+    if dp == 1 and moe_tp and moe_tp * ep > tp and (moe_tp * ep) % tp == 0:
+        dp = moe_tp * ep // tp
+        notes.append(f"{prefix}attention_dp_size blank, moe_tp x ep = {moe_tp * ep} > tp {tp}: dp {dp}")
+    if dp == 1 and per_rank and total and total > per_rank and total % per_rank == 0:
+        k = total // per_rank
+        if tp % k == 0 and k > 1:
+            notes.append(f"{prefix}concurrency {total} = {k} x batch_size {per_rank}: attention dp {k}, tp {tp // k}")
+            tp, dp = tp // k, k
+    if ep > tp * dp:
+        raise Skip(f"{prefix}moe_ep_size {ep} exceeds the {tp * dp} GPUs of the worker")
+    return Parallel(tp=tp, dp=dp, ep=ep)
+
+
+def weight_format(row: dict[str, str]) -> str:
+    """The row's weight format on the checkpoint it names (hardware.ModelSpec.weight_dtype_for).
+
+    'fp8' on a block-scaled checkpoint is block FP8; a row whose MoE runs block FP8 has a block-FP8
+    checkpoint; nvfp4 / mxfp4 experts are 4-bit.
+    """
+    import hardware
+
+    model = hardware.load_model(row["model_path"])
+    label = (row.get("gemm_quant_mode") or row.get("precision") or "").strip().lower()
+    moe = (row.get("moe_quant_mode") or "").strip().lower()
+    if label not in WEIGHT_FORMATS:
+        raise Skip(f"weight format {label!r} is not modelled")
+    try:
+        fmt = model.weight_dtype_for(label)
+    except ValueError as exc:
+        raise Skip(f"weight format: {exc}") from None
+    if fmt == "fp8" and moe == "fp8_block":
+        fmt = "fp8_block"
+    if moe in ("nvfp4", "w4a16_mxfp4", "mxfp4") and model.is_moe:
+        fmt = "fp4"
+    return fmt
+
+
+def row_spec(row: dict[str, str]) -> RowSpec:
+    """Read one row into a :class:`RowSpec` (raises :class:`Skip` with the reason when it cannot be)."""
     import hardware
 
     gpu = row["system"].strip()
@@ -81,42 +203,77 @@ def row_config(row: dict[str, str], *, waves: int = 3) -> dict[str, Any]:
     backend = row["backend"].strip()
     if backend not in hardware.list_engines():
         raise Skip(f"backend {backend!r} has no engine profile")
-    fmt = (row.get("gemm_quant_mode") or row.get("precision") or "").strip().lower()
-    if fmt not in WEIGHT_FORMATS:
-        raise Skip(f"weight format {fmt!r} is not modelled")
+    fmt = weight_format(row)
     isl, osl, conc = _int(row, "isl"), _int(row, "osl"), concurrency(row)
     if isl < 1 or osl < 1 or conc < 1:
         raise Skip(f"isl={isl}, osl={osl}, concurrency={conc}: all must be >= 1")
-    cfg: dict[str, Any] = {
-        "name": row["id"], "hardware": {"gpu": gpu}, "engine": {"name": backend},
-        "model": {"name": row["model_path"], "weight_dtype": WEIGHT_FORMATS[fmt]},
-        "workload": {"kind": "synthetic", "num_requests": max(waves * conc, 8),
-                     "arrival": {"kind": "concurrency", "concurrency": conc},
-                     "input_tokens": {"fixed": isl}, "output_tokens": {"fixed": osl}},
-        "metrics": {"sample_interval_s": 5.0}, "run": {"seed": 0},
-    }
+    notes: list[str] = []
     mode = row["mode"].strip()
+    common = dict(gpu=gpu, model=row["model_path"], backend=backend, weight_dtype=fmt, isl=isl, osl=osl)
     if mode == "agg":
         if _int(row, "pp_size", 1) > 1:
             raise Skip("pipeline parallelism (pp_size > 1) is not modelled")
-        cfg["system"] = {"kind": "colocated", "tp": _int(row, "tp_size", 1), "ep": max(1, _int(row, "moe_ep_size", 1)),
-                         "attention_dp": max(1, _int(row, "attention_dp_size", 1))}
-        cfg["scheduler"] = {"max_num_seqs": max(conc, 1)}
-    elif mode == "disagg":
-        pools = {}
+        per_rank = _int(row, "batch_size", 0) or None
+        par = _parallel(row, "", notes, per_rank=per_rank, total=silicon_concurrency(row))
+        if par.dp > 1 and silicon_concurrency(row) is None and per_rank:
+            conc = per_rank * par.dp
+        return RowSpec(mode=mode, concurrency=conc, agg=par, notes=tuple(notes), **common)  # type: ignore[arg-type]
+    if mode == "disagg":
+        sides: dict[str, Parallel] = {}
         for side in ("prefill", "decode"):
             if _int(row, f"{side}_pp_size", 1) > 1:
                 raise Skip(f"pipeline parallelism ({side}_pp_size > 1) is not modelled")
-            pools[side] = {"workers": max(1, _int(row, f"{side}_num_workers", 1)), "tp": _int(row, f"{side}_tp_size", 1),
-                           "ep": max(1, _int(row, f"{side}_moe_ep_size", 1)),
-                           "attention_dp": max(1, _int(row, f"{side}_attention_dp_size", 1))}
-            batch = _int(row, f"{side}_batch_size", 0)
-            if batch:
-                pools[side]["max_num_seqs"] = batch * pools[side]["attention_dp"]
-        cfg["system"] = {"kind": "disaggregated", **pools, "decode_router": {"kind": "least_loaded"}}
-        cfg["router"] = {"kind": "least_loaded"}
-    else:
-        raise Skip(f"mode {mode!r} is neither agg nor disagg")
+            sides[side] = _parallel(row, f"{side}_", notes, per_rank=None, total=None)
+        pw, dw = _int(row, "prefill_num_workers", 0), _int(row, "decode_num_workers", 0)
+        if not pw or not dw:
+            notes.append("worker counts not in the row: 1 prefill + 1 decode worker assumed")
+        return RowSpec(mode=mode, concurrency=conc, prefill=sides["prefill"], decode=sides["decode"],
+                       prefill_workers=pw or 1, decode_workers=dw or 1,
+                       prefill_batch=_int(row, "prefill_batch_size", 0), decode_batch=_int(row, "decode_batch_size", 0),
+                       notes=tuple(notes), **common)  # type: ignore[arg-type]
+    raise Skip(f"mode {mode!r} is neither agg nor disagg")
+
+
+def num_requests(concurrency: int, waves: int) -> int:
+    """Requests the closed loop sends: ``waves`` per client slot, at least 10 (NVIDIA Dynamo's aiperf driver
+    sends max(3 x concurrency, 10) when no count is given)."""
+    return max(waves * concurrency, 10)
+
+
+def row_config(row: dict[str, str], *, waves: int = 3) -> dict[str, Any]:
+    """The twin config for one row (raises :class:`Skip` with the reason when it cannot be represented).
+
+    Aggregated rows with attention DP (dp ranks) simulate one rank: it serves concurrency / dp of the
+    clients, its Deployment has ``attention_dp`` = dp so the MoE layers see the tokens of all ranks.
+    Disaggregated pools become ``workers x dp`` rank-workers of the same kind.
+    """
+    spec = row_spec(row)
+    conc = spec.per_rank_concurrency if spec.mode == "agg" else spec.concurrency
+    cfg: dict[str, Any] = {
+        "name": row["id"], "hardware": {"gpu": spec.gpu}, "engine": {"name": spec.backend},
+        "model": {"name": spec.model, "weight_dtype": spec.weight_dtype},
+        "workload": {"kind": "synthetic", "num_requests": num_requests(conc, waves),
+                     "arrival": {"kind": "concurrency", "concurrency": conc},
+                     "input_tokens": {"fixed": spec.isl}, "output_tokens": {"fixed": spec.osl}},
+        "metrics": {"sample_interval_s": 5.0}, "run": {"seed": 0},
+    }
+    if spec.mode == "agg":
+        assert spec.agg is not None
+        cfg["system"] = {"kind": "colocated", "tp": spec.agg.tp, "ep": spec.agg.ep, "attention_dp": spec.agg.dp}
+        cfg["scheduler"] = {"max_num_seqs": max(conc, 1)}
+        return cfg
+    assert spec.prefill is not None and spec.decode is not None
+    pools: dict[str, Any] = {}
+    for side, par, workers, batch in (("prefill", spec.prefill, spec.prefill_workers, spec.prefill_batch),
+                                      ("decode", spec.decode, spec.decode_workers, spec.decode_batch)):
+        pools[side] = {"workers": workers * par.dp, "tp": par.tp, "ep": par.ep, "attention_dp": par.dp}
+        if batch:
+            pools[side]["max_num_seqs"] = batch
+    widest = max(spec.prefill.tp, spec.decode.tp)
+    cfg["system"] = {"kind": "disaggregated", **pools, "decode_router": {"kind": "least_loaded"}}
+    if widest > 8:
+        cfg["system"]["gpus_per_node"] = widest
+    cfg["router"] = {"kind": "least_loaded"}
     return cfg
 
 

@@ -46,6 +46,18 @@ def estimate_tokens(text: str, *, chars_per_piece: int = 6) -> int:
     return count
 
 
+def approx_tokens(text: str, *, chars_per_piece: int = 6) -> list[str]:
+    """The text cut into the pseudo-tokens :func:`estimate_tokens` counts (long pieces split every
+    ``chars_per_piece`` characters), so equal text prefixes give equal token prefixes."""
+    out: list[str] = []
+    for piece in _PIECES.findall(text):
+        if len(piece) <= chars_per_piece:
+            out.append(piece)
+        else:
+            out.extend(piece[i:i + chars_per_piece] for i in range(0, len(piece), chars_per_piece))
+    return out
+
+
 @attrs.frozen(kw_only=True)
 class ChatTokenModel:
     """Chat-template tokens around messages, on top of :func:`estimate_tokens` of their text.

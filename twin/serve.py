@@ -1,0 +1,330 @@
+"""``twin serve``: an OpenAI-compatible HTTP endpoint driven by the simulation in scaled wall-clock time.
+
+Unmodified benchmark clients (vLLM's bench, LMBenchmark, any ``openai`` client) can run against a
+simulated deployment. The simulation runs in a SimPy real-time environment on its own thread (one
+simulated second takes ``time_scale`` wall seconds); HTTP threads hand requests over through a queue and
+stream tokens as the simulation produces them.
+
+Prompt tokens: token ids when the client sends them; otherwise text is cut by
+:func:`workloads.tokens.approx_tokens` (a Llama-3-style pre-tokenizer split, long pieces every 6
+characters: within about 7 % of real counts on the SWE-bench trajectories, see ``workloads/tokens.py``).
+Equal text prefixes give equal token prefixes, so prefix caching sees multi-turn reuse. Chat messages are
+rendered with a fixed template that keeps turn k's prompt and reply a prefix of turn k+1's prompt. The
+reply is filler text of exactly ``max_tokens`` tokens (the simulated engine ignores EOS).
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import attrs
+import simpy
+import simpy.rt
+
+from twin.config import TwinConfig, WorkloadSpec
+from twin.registry import register
+from twin.request import Request, Status
+from twin.sim import ProcessGen, now_ns, to_ns
+from twin.tokens import ROOT_KEY
+from workloads.tokens import approx_tokens
+
+FILLER = " tok"
+POLL_S = 0.002
+
+
+@register("workload", "external")
+@attrs.frozen(kw_only=True)
+class ExternalWorkload(WorkloadSpec):
+    """No built-in traffic: requests come from outside (``twin serve``)."""
+
+    def build(self, rng: Any) -> Any:
+        import numpy as np
+
+        from twin.sources import WorkloadPlan
+
+        return WorkloadPlan(sessions=[], start_s=np.zeros(0))
+
+
+def block_keys(tokens: list[Any], block_size: int) -> list[int]:
+    """Chained keys of the full blocks of a token list (text tokens hashed with CRC-32: no salted hashes)."""
+    keys: list[int] = []
+    prev = ROOT_KEY
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        chunk = tokens[start:start + block_size]
+        if chunk and isinstance(chunk[0], str):
+            ident = zlib.crc32("\x00".join(chunk).encode())  # type: ignore[arg-type]
+            prev = hash((prev, ident, len(chunk)))
+        else:
+            prev = hash((prev, *chunk))
+        keys.append(prev)
+    return keys
+
+
+def render_chat(messages: list[dict[str, Any]]) -> str:
+    """A fixed chat template; the generation prompt ends the text so a reply continues it directly."""
+    parts = []
+    for m in messages:
+        content = m.get("content") or ""
+        if isinstance(content, list):  # OpenAI content parts
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        parts.append(f"<|{m.get('role', 'user')}|>{content}\n")
+    return "".join(parts) + "<|assistant|>"
+
+
+class ServedRequest:
+    """An HTTP request's handle: the twin's Request plus what the HTTP thread needs."""
+
+    def __init__(self, prompt_tokens: list[str] | list[int], max_tokens: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.req: Request | None = None
+        self.done = threading.Event()
+
+
+class SimulationServer:
+    """The simulation thread: a real-time SimPy run that accepts requests from other threads."""
+
+    def __init__(self, config: TwinConfig, time_scale: float = 1.0) -> None:
+        from twin.config import load_config
+        from twin.runner import Simulation
+
+        if not time_scale > 0:
+            raise ValueError(f"time_scale must be > 0, got {time_scale}")
+        data = config.to_dict()
+        data["workload"] = {"kind": "external"}
+        data["run"] = {**data["run"], "fast_forward": False}  # tokens become visible step by step
+        self.config = load_config(data)
+        self.time_scale = time_scale
+        env = simpy.rt.RealtimeEnvironment(factor=time_scale / 1e9, strict=False)
+        self.sim = Simulation(self.config, env=env)
+        self.model_name = self.config.model.name
+        self.inbox: queue.Queue[ServedRequest] = queue.Queue()
+        self.requests: list[Request] = []
+        self._stop = threading.Event()
+        self.env = env
+        self._halt = env.event()
+        env.process(self._intake())
+        self.thread = threading.Thread(target=self._run, name="twin-simulation", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=5)
+
+    def submit(self, served: ServedRequest) -> None:
+        self.inbox.put(served)
+
+    def _run(self) -> None:
+        self.env.run(until=self._halt)
+
+    def _intake(self) -> ProcessGen:
+        """Poll the inbox every POLL_S of wall time; each request arrives at the simulated time it is seen."""
+        env = self.env
+        block_size = self.sim.config.kv_cache.block_size
+        assert block_size is not None
+        poll_ns = max(1, to_ns(POLL_S / self.time_scale))
+        while not self._stop.is_set():
+            while True:
+                try:
+                    served = self.inbox.get_nowait()
+                except queue.Empty:
+                    break
+                tokens: list[Any] = [*served.prompt_tokens, *([FILLER] * served.max_tokens)]
+                req = Request(id=len(self.requests), prompt_tokens=len(served.prompt_tokens),
+                              max_output_tokens=served.max_tokens, block_keys=block_keys(tokens, block_size),
+                              arrival_ns=now_ns(env), session=f"http-{len(self.requests)}")
+                req.on_finish = lambda r, s=served: s.done.set()  # type: ignore[misc]
+                served.req = req
+                self.requests.append(req)
+                self.sim.system.submit(req)
+            yield env.timeout(poll_ns)
+        self._halt.succeed()
+
+    # ---------------------------------------------------------------------------------- metrics
+    def prometheus(self) -> str:
+        """Gauges and counters under vLLM's metric names."""
+        label = f'model_name="{self.model_name}"'
+        running = waiting = 0
+        used = total = preempt = prompt = generated = cached = 0
+        for w in self.sim.workers:
+            s = w.sched
+            running += len(s.running)
+            waiting += len(s.waiting)
+            used += s.kv.pool.num_used
+            total += s.kv.pool.num_blocks
+            preempt += s.preemptions
+            prompt += s.prompt_tokens_admitted
+            cached += s.cached_tokens_admitted
+            generated += s.output_tokens
+        ok = sum(1 for r in self.requests if r.status is Status.FINISHED)
+        lines = [
+            ("vllm:num_requests_running", "gauge", running), ("vllm:num_requests_waiting", "gauge", waiting),
+            ("vllm:gpu_cache_usage_perc", "gauge", used / total if total else 0.0),
+            ("vllm:num_preemptions_total", "counter", preempt), ("vllm:prompt_tokens_total", "counter", prompt),
+            ("vllm:generation_tokens_total", "counter", generated),
+            ("vllm:prefix_cache_queries_total", "counter", prompt), ("vllm:prefix_cache_hits_total", "counter", cached),
+            ("vllm:request_success_total", "counter", ok),
+        ]
+        out = []
+        for name, kind, value in lines:
+            out += [f"# TYPE {name} {kind}", f"{name}{{{label}}} {value}"]
+        return "\n".join(out) + "\n"
+
+
+def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet by default
+            pass
+
+        def _json(self, code: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _error(self, code: int, message: str) -> None:
+            self._json(code, {"error": {"message": message, "type": "invalid_request_error", "code": code}})
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") == "/v1/models":
+                self._json(200, {"object": "list", "data": [{"id": server.model_name, "object": "model",
+                                                              "owned_by": "servetwin", "created": 0}]})
+            elif self.path.rstrip("/") in ("/health", "/ping"):
+                self._json(200, {"status": "ok"})
+            elif self.path.rstrip("/") == "/metrics":
+                data = server.prometheus().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            else:
+                self._error(404, f"no route {self.path}")
+
+        def do_POST(self) -> None:
+            path = self.path.rstrip("/")
+            if path not in ("/v1/completions", "/v1/chat/completions"):
+                self._error(404, f"no route {self.path}")
+                return
+            try:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                chat = path.endswith("chat/completions")
+                tokens = self._prompt(body, chat)
+                max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or (256 if chat else 16))
+            except (ValueError, TypeError, KeyError) as exc:
+                self._error(400, f"bad request: {exc}")
+                return
+            if max_tokens < 1 or not tokens:
+                self._error(400, "need a non-empty prompt and max_tokens >= 1")
+                return
+            served = ServedRequest(tokens, max_tokens)
+            server.submit(served)
+            rid = f"{'chatcmpl' if chat else 'cmpl'}-{id(served):x}"
+            if body.get("stream"):
+                self._stream(served, rid, chat, bool((body.get("stream_options") or {}).get("include_usage")))
+            else:
+                while not served.done.wait(0.05):
+                    if not server.thread.is_alive():
+                        self._error(500, "the simulation thread stopped")
+                        return
+                self._finish(served, rid, chat)
+
+        @staticmethod
+        def _prompt(body: dict[str, Any], chat: bool) -> list[str] | list[int]:
+            if chat:
+                messages = body["messages"]
+                if not isinstance(messages, list) or not messages:
+                    raise ValueError("messages must be a non-empty list")
+                return approx_tokens(render_chat(messages))
+            prompt = body["prompt"]
+            if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+                return list(prompt)
+            if isinstance(prompt, list):
+                if len(prompt) != 1:
+                    raise ValueError("one prompt per request")
+                prompt = prompt[0]
+            if not isinstance(prompt, str):
+                raise ValueError("prompt must be a string or a list of token ids")
+            return approx_tokens(prompt)
+
+        def _usage(self, served: ServedRequest) -> dict[str, int]:
+            req = served.req
+            out = req.num_output_tokens if req is not None else 0
+            return {"prompt_tokens": len(served.prompt_tokens), "completion_tokens": out,
+                    "total_tokens": len(served.prompt_tokens) + out}
+
+        def _finish(self, served: ServedRequest, rid: str, chat: bool) -> None:
+            req = served.req
+            assert req is not None
+            if req.status is not Status.FINISHED:
+                self._error(503, f"request failed: {req.fail_reason}")
+                return
+            text = FILLER * req.num_output_tokens
+            choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant", "content": text},
+                                       "finish_reason": "length"} if chat else
+                                      {"index": 0, "text": text, "finish_reason": "length"})
+            self._json(200, {"id": rid, "object": "chat.completion" if chat else "text_completion",
+                             "created": int(time.time()), "model": server.model_name, "choices": [choice],
+                             "usage": self._usage(served)})
+
+        def _stream(self, served: ServedRequest, rid: str, chat: bool, include_usage: bool) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            kind = "chat.completion.chunk" if chat else "text_completion"
+
+            def send(payload: str) -> None:
+                data = f"data: {payload}\n\n".encode()
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+            def chunk(text: str, finish: str | None) -> str:
+                choice: dict[str, Any] = ({"index": 0, "delta": {"content": text}, "finish_reason": finish} if chat
+                                          else {"index": 0, "text": text, "finish_reason": finish})
+                return json.dumps({"id": rid, "object": kind, "created": int(time.time()),
+                                   "model": server.model_name, "choices": [choice]})
+
+            sent = 0
+            while True:
+                finished = served.done.wait(POLL_S)
+                req = served.req
+                produced = req.num_output_tokens if req is not None else 0
+                while sent < produced:
+                    sent += 1
+                    send(chunk(FILLER, "length" if finished and sent == produced else None))
+                if finished or not server.thread.is_alive():
+                    break
+            if req is not None and req.status is not Status.FINISHED:
+                send(json.dumps({"error": {"message": f"request failed: {req.fail_reason}"}}))
+            if include_usage:
+                send(json.dumps({"id": rid, "object": kind, "created": int(time.time()), "model": server.model_name,
+                                 "choices": [], "usage": self._usage(served)}))
+            send("[DONE]")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+    return Handler
+
+
+def serve(config: TwinConfig, host: str = "127.0.0.1", port: int = 8000, time_scale: float = 1.0
+          ) -> tuple[ThreadingHTTPServer, SimulationServer]:
+    """Start the simulation thread and an HTTP server (not yet serving: call ``serve_forever``)."""
+    sim = SimulationServer(config, time_scale)
+    httpd = ThreadingHTTPServer((host, port), make_handler(sim))
+    httpd.daemon_threads = True
+    sim.start()
+    return httpd, sim
