@@ -172,7 +172,9 @@ class DecodeRun:
 def plan_decode_run(sched: Scheduler, out: SchedulerOutput, start_ns: int, pricer: Pricer,
                     max_steps: int) -> DecodeRun | None:
     """A run of pure-decode steps starting with ``out``, or None when nothing longer than one step is safe."""
-    if out.preempted or out.host_load_s or len(sched.waiting) or max_steps < 2:
+    stats = out.stats
+    if (out.preempted or out.host_load_s or len(sched.waiting) or max_steps < 2
+            or stats.num_decode != stats.num_reqs):
         return None
     running = sched.running
     if len(out.scheduled) != len(running):

@@ -197,7 +197,8 @@ class Scheduler:
         size = kv.block_size
         caching = kv.enable_prefix_caching
         i = 0
-        while i < len(running) and budget > 0:
+        n_running = len(running)
+        while i < n_running and budget > 0:
             req = running[i]
             computed = req.num_computed_tokens
             num_new = req.prompt_tokens + req.num_output_tokens - computed
@@ -220,6 +221,7 @@ class Scheduler:
                 if running.index(victim) < i:  # only priority victims sit ahead of `req`
                     i -= 1
                 running.remove(victim)
+                n_running -= 1
                 if victim in scheduled:
                     budget += scheduled.pop(victim)
                 self._preempt(victim)

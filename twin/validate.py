@@ -152,6 +152,7 @@ def _parallel(row: dict[str, str], prefix: str, notes: list[str], *, per_rank: i
             elif tp % scale == 0:
                 notes.append(f"{prefix}tp_size {tp} -> {tp // scale} (export lists tp x ep)")
                 tp //= scale
+            moe_tp = tp * dp // ep
     if dp == 1 and moe_tp and moe_tp * ep > tp and (moe_tp * ep) % tp == 0:
         dp = moe_tp * ep // tp
         notes.append(f"{prefix}attention_dp_size blank, moe_tp x ep = {moe_tp * ep} > tp {tp}: dp {dp}")
@@ -297,7 +298,9 @@ def simulate_row(row: dict[str, str], waves: int = 3) -> dict[str, Any]:
         return {**out, "skipped": f"{s['requests']['failed']} requests failed: {s['fail_reasons']}"}
     meas_ttft, meas_tpot = float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"])
     pred_ttft, pred_tpot = s["ttft_s"]["mean"] * 1e3, s["tpot_s"]["mean"] * 1e3
-    return {**out, "isl": row["isl"], "osl": row["osl"], "concurrency": concurrency(row),
+    spec = row_spec(row)
+    out["notes"] = "; ".join(spec.notes)
+    return {**out, "isl": row["isl"], "osl": row["osl"], "concurrency": spec.concurrency,
             "pred_ttft_ms": pred_ttft, "meas_ttft_ms": meas_ttft, "ttft_err_pct": 100 * (pred_ttft - meas_ttft) / meas_ttft,
             "pred_tpot_ms": pred_tpot, "meas_tpot_ms": meas_tpot, "tpot_err_pct": 100 * (pred_tpot - meas_tpot) / meas_tpot,
             "wall_s": s["sim"]["wall_s"]}
@@ -358,7 +361,7 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cols = ["id", "line", "system", "backend", "model", "mode", "isl", "osl", "concurrency", "pred_ttft_ms",
-            "meas_ttft_ms", "ttft_err_pct", "pred_tpot_ms", "meas_tpot_ms", "tpot_err_pct", "wall_s", "skipped"]
+            "meas_ttft_ms", "ttft_err_pct", "pred_tpot_ms", "meas_tpot_ms", "tpot_err_pct", "wall_s", "skipped", "notes"]
     with open(out / "rows.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=cols)
         writer.writeheader()
