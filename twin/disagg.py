@@ -329,13 +329,16 @@ class DisaggSystem:
         yield from self._transfer(pending, decode, cdiv(known, self.block_size), 1.0)
         self._release_staged(pending)
         hits = self._hits(decode, req, known)
-        if not decode.sched.kv.allocate_slots(req, known - len(hits) * self.block_size, hits, cache=False):
+        sched = decode.sched
+        seats = len(sched.running) + len(sched.waiting) < sched.limits.max_num_seqs
+        if not seats or not sched.kv.allocate_slots(req, known - len(hits) * self.block_size, hits, cache=False):
             now = now_ns(self.env)
             req.kv.to(KVState.DROPPED, now)
             self.dropped += 1
             req.status = Status.FAILED
             req.fail_reason = (f"pushed KV arrived at decode worker {decode.wid} with no room "
-                               f"({decode.sched.kv.pool.num_free} free blocks)")
+                               + (f"({sched.kv.pool.num_free} free blocks)" if seats else
+                                  f"(all {sched.limits.max_num_seqs} sequence slots taken)"))
             req.finish_ns = now
             self.on_done(req)
             return
@@ -358,7 +361,9 @@ class DisaggSystem:
             req.num_output_tokens = 0
             req.first_token_ns = req.last_token_ns = NO_TIME
         req.cached_tokens = -1
-        decode.sched.add_request(req, now_ns(self.env))
+        if not decode.sched.add_request(req, now_ns(self.env)):  # failed with its reason: tell the client
+            self._decode_done(req)
+            return
         decode.wake()
 
     def _decode_done(self, req: Request) -> None:

@@ -144,7 +144,8 @@ def scenarios(draw):
                         calls=tuple(draw(st.lists(calls, min_size=1, max_size=3)))) for i in range(n)]
     system = {"kind": "disaggregated",
               "prefill": {"workers": draw(st.integers(1, 2)), "num_blocks": draw(st.integers(8, 60))},
-              "decode": {"workers": draw(st.integers(1, 2)), "num_blocks": draw(st.integers(8, 60))},
+              "decode": {"workers": draw(st.integers(1, 2)), "num_blocks": draw(st.integers(8, 60)),
+                         "max_num_seqs": draw(st.sampled_from([None, 1, 3]))},
               "decode_router": {"kind": draw(st.sampled_from(["least_loaded", "session_affinity", "kv_aware"]))}}
     transfer = {"kind": draw(st.sampled_from(["pull", "push"])), "layerwise": draw(st.booleans()),
                 "first_token": draw(st.sampled_from(["decode", "prefill"])),
