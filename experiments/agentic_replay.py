@@ -14,6 +14,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from experiments.plotting import gauge_panels
 from twin.config import load_config
 from twin.results import Results
 from twin.runner import Simulation
@@ -67,29 +68,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def plot(out: Path, results: dict[str, Results]) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = [("output tokens / s", "output_tokens_per_s"), ("running", "running"), ("waiting", "waiting"),
               ("sessions in tool wait", "sessions_in_wait"), ("KV usage", "kv_usage"),
               ("prefix-hit rate", "prefix_hit_rate")]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 2.0 * len(panels)), sharex=True)
-    for name, res in results.items():
-        t = res.timeseries["time_s"]
-        for ax, (label, col) in zip(axes, panels):
-            ax.plot(t, res.timeseries[col], label=name, lw=1.0)
-            ax.set_ylabel(label, fontsize=8)
-    axes[0].legend(fontsize=7)
-    axes[-1].set_xlabel("simulated time (s)")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = out / "agentic_replay.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return gauge_panels(results, panels, out / "agentic_replay.png")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.plotting import gauge_panels
 from twin.config import load_config
 from twin.results import Results
 from twin.runner import Simulation
@@ -73,38 +74,19 @@ def write_summary(out: Path, results: dict[str, Results]) -> list[dict[str, Any]
 
 
 def plot(out: Path, results: dict[str, Results]) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = [("prefill queue", "w0_waiting"), ("staged KV blocks", "staged_blocks"),
               ("decode pull queue", "decode_wait"), ("prefill KV usage", "w0_kv_usage"),
               ("decode KV usage", "w1_kv_usage")]
-    fig, axes = plt.subplots(len(panels) + 1, 1, figsize=(10, 2.1 * (len(panels) + 1)), sharex=True)
-    for name, res in results.items():
-        t = res.timeseries["time_s"]
-        for ax, (label, col) in zip(axes, panels):
-            ax.plot(t, res.timeseries[col], label=name, lw=1.1)
-            ax.set_ylabel(label, fontsize=8)
+
+    def ttft(ax: Any, name: str, res: Results) -> None:
         req = res.requests
         done = req[req["status"] == "finished"]
-        axes[-1].plot(done["arrival_s"], done["ttft_s"], ".", ms=3, label=name)
+        ax.plot(done["arrival_s"], done["ttft_s"], ".", ms=3, label=name)
         failed = req[req["status"] == "failed"]
         if len(failed):
-            axes[-1].plot(failed["arrival_s"], np.zeros(len(failed)), "x", color="red", ms=4,
-                          label=f"{name}: failed")
-    axes[-1].set_ylabel("TTFT (s) by arrival", fontsize=8)
-    axes[-1].set_xlabel("simulated time (s)")
-    axes[0].legend(fontsize=7, loc="upper left")
-    axes[-1].legend(fontsize=7, loc="upper left")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = out / "backpressure.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+            ax.plot(failed["arrival_s"], np.zeros(len(failed)), "x", color="red", ms=4, label=f"{name}: failed")
+
+    return gauge_panels(results, panels, out / "backpressure.png", ttft, "TTFT (s) by arrival")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,7 @@ import numpy as np
 
 from hardware import BatchShape
 from twin.kv_cache import cdiv
-from twin.request import NO_TIME, Request, Status
+from twin.request import NO_TIME, Request
 from twin.scheduler import Scheduler, SchedulerOutput
 
 class Pricer(Protocol):
@@ -159,13 +159,7 @@ class DecodeRun:
         if m < self.k:
             return []
         finished = [r for r in self.reqs if r.num_output_tokens >= r.max_output_tokens]
-        now = ends[m - 1]
-        for req in finished:
-            sched.running.remove(req)
-            if not sched.retain_finished_kv:
-                sched.kv.free(req)
-            req.status = Status.FINISHED
-            req.finish_ns = now
+        sched.finish(finished, ends[m - 1])
         return finished
 
 

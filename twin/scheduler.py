@@ -352,10 +352,14 @@ class Scheduler:
             itl[gap] = itl.get(gap, 0) + same
         self.output_tokens += sampled
         self._last_step_end_ns = now
+        self.finish(finished, now)
+        return finished
+
+    def finish(self, finished: list[Request], now: int) -> None:
+        """Requests that sampled their last token leave the batch; their blocks go (or stay staged)."""
         for req in finished:
             self.running.remove(req)
             if not self.retain_finished_kv:
                 self.kv.free(req)
             req.status = Status.FINISHED
             req.finish_ns = now
-        return finished
