@@ -22,6 +22,19 @@ _FALLBACK = {"fp8_block": ("fp8_block", "fp8", "bf16"), "fp8": ("fp8", "fp8_bloc
              "fp4": ("fp4", "fp8", "bf16"), "int4": ("int4", "bf16"), "fp16": ("bf16",), "bf16": ("bf16",)}
 
 
+# Kernels one op launches (its floor under CUDA-graph replay is this many per-kernel floors): a GEMM is
+# one kernel (the FP8 activation quantisation is fused into the preceding norm / activation by the
+# engines' compile passes); a fused MoE layer runs top-k, token alignment / sorting, two grouped GEMMs,
+# the activation and the weighted combine (plus the quantisation of the intermediate activation in FP8);
+# decode attention writes the new token's K / V into the cache, then runs split-KV attention and its
+# reduction.
+OP_KERNELS: Mapping[str, int] = {
+    "gemm_bf16": 1, "gemm_fp16": 1, "gemm_fp8": 1, "gemm_fp8_block": 1, "gemm_fp4": 1, "gemm_int4": 1,
+    "moe": 6, "moe_fp8": 7, "moe_fp8_block": 7,
+    "attention_prefill": 1, "attention_decode": 3,
+}
+
+
 @attrs.frozen(kw_only=True)
 class Roofline:
     """One kernel family's efficiency curves and per-call floor."""
@@ -82,6 +95,35 @@ class Calibration:
     elementwise_kernels_per_block: int = 2
     allreduce: Collective
     alltoall: Collective
+
+    def graph_mode(self, kernel_floor_s: float) -> "Calibration":
+        """The same curves with the floors a replayed CUDA graph pays: ``kernel_floor_s`` per kernel.
+
+        The opdb tables time each op eagerly, so an op's fitted floor is its eager cost at tiny sizes,
+        which for multi-kernel ops is mostly the CPU launching them (vLLM's block-FP8 GEMMs take 60 us at
+        every small shape, MoE floors are 36-67 us for ops whose GPU work at one token is a few us; the
+        all-reduce table, timed both ways, shows 16 us of eager overhead per call). Inside a replayed graph
+        every kernel instead costs an engine-level ``kernel_floor_s`` (its launch slot in the graph, the
+        dependency wait and the tail of a nearly empty grid) times the kernels the op launches
+        (``OP_KERNELS``); elementwise kernels pay it too. The all-reduce table is already graph-timed.
+        """
+        def floor(r: Roofline, kernels: int) -> Roofline:
+            return attrs.evolve(r, floor_s=kernels * kernel_floor_s)
+
+        return attrs.evolve(
+            self,
+            name=f"{self.name}[graph]",
+            gemm={k: floor(r, OP_KERNELS.get("gemm_" + k, 1)) for k, r in self.gemm.items()},
+            attn_prefill=floor(self.attn_prefill, OP_KERNELS["attention_prefill"]),
+            attn_decode=floor(self.attn_decode, OP_KERNELS["attention_decode"]),
+            attn_mla_prefill=(floor(self.attn_mla_prefill, OP_KERNELS["attention_prefill"])
+                              if self.attn_mla_prefill else None),
+            attn_mla_decode=(floor(self.attn_mla_decode, OP_KERNELS["attention_decode"])
+                             if self.attn_mla_decode else None),
+            moe={k: floor(r, OP_KERNELS.get("moe_" + k, OP_KERNELS["moe"])) for k, r in self.moe.items()},
+            ssm=floor(self.ssm, 1),
+            elementwise=floor(self.elementwise, 1),
+        )
 
     @property
     def mla_prefill(self) -> Roofline:

@@ -48,6 +48,8 @@ TERMS: Mapping[str, tuple[str, str]] = MappingProxyType({
 # terms that depend only on (tokens, requests, decode requests) and are recomputed for CUDA-graph padding
 TOKEN_TERMS = ("qkv_proj", "o_proj", "ssm_proj", "ssm_scan", "mlp", "moe_experts", "moe_shared", "elementwise",
                "lm_head", "tp_allreduce", "ep_alltoall")
+# CPU-side terms (hidden under GPU work when the engine overlaps scheduling with execution)
+HOST_TERMS = ("step_host", "request_host", "kv_traversal")
 _TERM_OF_LINEAR = {"o_proj": "o_proj", "in_proj": "ssm_proj", "out_proj": "ssm_proj", "up_proj": "mlp",
                    "down_proj": "mlp", "router": "moe_experts", "latent_in": "moe_experts",
                    "latent_out": "moe_experts", "shared_up": "moe_shared", "shared_down": "moe_shared"}
@@ -95,11 +97,13 @@ class _Gemm:
     k: int
     w_bytes_per_elem: float
     roof: Roofline
+    groof: Roofline          # the same curve with its floor under CUDA-graph replay
     peak_flops: float
     bw_Bps: float
 
-    def time_s(self, m: int) -> float:
-        return kernels.gemm_s(self.roof, m, self.n, self.k, self.w_bytes_per_elem, self.peak_flops, self.bw_Bps)
+    def time_s(self, m: int, graph: bool = False) -> float:
+        return kernels.gemm_s(self.groof if graph else self.roof, m, self.n, self.k, self.w_bytes_per_elem,
+                              self.peak_flops, self.bw_Bps)
 
 
 @attrs.frozen
@@ -134,6 +138,8 @@ class CostModel:
         self.disabled_terms = _check_terms(frozenset(disabled_terms))
         self.cuda_graph = cuda_graph
         self.cal = calibration if calibration is not None else calibration_for_engine(dep.engine.name)
+        self.gcal = self.cal.graph_mode(dep.engine.graph_kernel_floor_s)
+        """The constants as a replayed CUDA graph sees them (per-kernel GPU floors, no eager launch cost)."""
         self.max_num_seqs = max_num_seqs or dep.engine.default_max_num_seqs(dep.gpu)
         self.max_num_batched_tokens = (max_num_batched_tokens
                                        or dep.engine.default_max_num_batched_tokens(dep.gpu))
@@ -155,6 +161,7 @@ class CostModel:
         d = self.dep
         wdt = d.weight_dtype if lin.quantized else "bf16"
         return _Gemm(term, lin.n, lin.k, d.linear_bytes_per_elem(lin.quantized), self.cal.gemm_for(wdt),
+                     self.gcal.gemm_for(wdt),
                      d.gpu.flops_for(COMPUTE_DTYPE[wdt]), d.gpu.hbm_bw_Bps)
 
     def _build(self) -> None:
@@ -216,48 +223,66 @@ class CostModel:
         self._token_cache[key] = t
         return t
 
+    def _graphed(self, M: int, R: int, D: int) -> bool:
+        """Whether a step's GEMM / MoE / attention kernels replay a CUDA graph.
+
+        vLLM captures piecewise graphs by token count (mixed batches up to the largest capture size run
+        graphed, attention excepted); SGLang and TRT-LLM capture pure-decode batches only.
+        """
+        if not self.cuda_graph:
+            return False
+        if self.dep.engine.capture_rule == "vllm":
+            return M <= self.max_capture
+        return D == R and R <= self.max_capture
+
     def _fill_token_terms(self, t: dict[str, float], M: int, R: int, D: int) -> None:
-        d, cal, h = self.dep, self.cal, self.dep.model.hidden_size
+        graph = self._graphed(M, R, D)
+        d, h = self.dep, self.dep.model.hidden_size
+        cal = self.gcal if graph else self.cal
         gpu = d.gpu
         ew_Bps = gpu.hbm_bw_Bps * cal.elementwise.mem_eff
         msg = M * h * ACT_BYTES
         for g in self.groups:
             n = g.count
             for gm in g.gemms:
-                t[gm.term] += n * gm.time_s(M)
+                t[gm.term] += n * gm.time_s(M, graph)
             t["elementwise"] += n * (M * g.ew_bytes_per_token / ew_Bps + g.ew_kernels * cal.elementwise.floor_s)
             t["tp_allreduce"] += n * g.allreduce_per_layer * self._allreduce_s(msg, d.tp, self.ar_link_Bps)
             if g.mixer is not None and g.mixer.kind in ("mamba2", "gdn"):
-                t["ssm_scan"] += n * self._ssm_s(g.mixer, M, R, D)
+                t["ssm_scan"] += n * self._ssm_s(g.mixer, M, R, D, cal)
             if g.ffn is not None and g.ffn.kind == "moe":
-                t["moe_experts"] += n * self._moe_s(g.ffn, M)
+                t["moe_experts"] += n * self._moe_s(g.ffn, M, cal)
                 if g.moe_allreduce:
                     t["tp_allreduce"] += n * self._allreduce_s(msg * d.attn_dp, d.moe_tp, self.ar_link_Bps)
                 if d.attn_dp > 1 and d.ep > 1:
                     t["ep_alltoall"] += n * 2 * (cal.alltoall.alpha_s + M * g.ffn.experts_per_token * h
                                                  * ACT_BYTES * (d.ep - 1) / d.ep / self.a2a_link_Bps)
-        t["lm_head"] = self.lm_head.time_s(R)
+        t["lm_head"] = self.lm_head.time_s(R, graph)
 
-    def _moe_s(self, f: FfnSpec, M: int) -> float:
+    def _moe_s(self, f: FfnSpec, M: int, cal: Calibration) -> float:
         """Routed experts: distinct experts touched by T tokens under uniform routing, E(1-(1-k/E)^T)."""
         d = self.dep
-        return kernels.moe_s(self.cal.moe_for(d.weight_dtype), tokens=M * d.attn_dp,
+        return kernels.moe_s(cal.moe_for(d.weight_dtype), tokens=M * d.attn_dp,
                              width=f.latent_size or d.model.hidden_size,
                              inter=-(-f.intermediate_size // d.moe_tp), topk=f.experts_per_token,
                              num_experts=f.num_experts, ep=d.ep, mats=f.mats,
                              w_bytes_per_elem=d.weight_bytes_per_elem,
                              peak_flops=d.gpu.flops_for(COMPUTE_DTYPE[d.weight_dtype]), bw_Bps=d.gpu.hbm_bw_Bps)
 
-    def _ssm_s(self, mx: MixerSpec, M: int, R: int, D: int) -> float:
+    def _ssm_s(self, mx: MixerSpec, M: int, R: int, D: int, cal: Calibration) -> float:
         """Mamba2 / GDN conv + scan (hardware.kernels.ssm_s); Mamba2 state is heads x head_dim x state."""
         d = self.dep
-        return kernels.ssm_s(self.cal.ssm, tokens=M, reqs=R, decode_reqs=D, heads=d.mixer_heads(mx),
+        return kernels.ssm_s(cal.ssm, tokens=M, reqs=R, decode_reqs=D, heads=d.mixer_heads(mx),
                              dk=mx.state_size, dv=mx.head_dim, chunk=mx.chunk_size, state_bytes=mx.state_bytes,
                              peak_flops=d.gpu.flops_for("bf16"), bw_Bps=d.gpu.hbm_bw_Bps)
 
     # --- attention -----------------------------------------------------------------------------
     def _attention_s(self, s: BatchShape) -> float:
-        d, cal = self.dep, self.cal
+        d = self.dep
+        # vLLM runs attention outside its piecewise graphs except in full-graph pure-decode batches
+        graph = self._graphed(s.new_tokens, s.num_reqs, s.num_decode) and (
+            s.is_pure_decode or d.engine.capture_rule != "vllm")
+        cal = self.gcal if graph else self.cal
         D = s.num_decode
         d_kv = s.decode_kv
         p_tokens, p_reqs = s.new_tokens - D, s.num_reqs - D
@@ -285,15 +310,15 @@ class CostModel:
                                            kv_heads=kvh, head_dim=mx.head_dim, v_head_dim=mx.vdim,
                                            kv_bytes=kvb, peak_flops=peak, bw_Bps=bw)
             else:
-                t = self._mla_s(mx, heads, D, d_kv, p_tokens, p_kv, p_pairs, peak, bw)
+                t = self._mla_s(mx, heads, D, d_kv, p_tokens, p_kv, p_pairs, peak, bw, cal)
             total += g.count * t
         return total
 
     def _mla_s(self, mx: MixerSpec, heads: int, D: int, d_kv: int, p_tokens: int, p_kv: int, p_pairs: int,
-               peak: float, bw: float) -> float:
+               peak: float, bw: float, cal: Calibration) -> float:
         """MLA: absorbed latent attention for decode (W_UK / W_UV as batched GEMMs around an MQA kernel over
         the 576-wide latent); MHA form for prefill (kv_b up-projection of the context, then attention)."""
-        d, cal = self.dep, self.cal
+        d = self.dep
         lat, rope, nope, v = mx.kv_lora_rank, mx.qk_rope_head_dim, mx.qk_nope_head_dim, mx.vdim
         quant = d.model.quant_scope == "all"
         kv_b_bytes = d.mla_kv_b_elems(mx) * d.linear_bytes_per_elem(quant)
@@ -350,7 +375,21 @@ class CostModel:
                 t["collective_setup"] = self.collectives_per_step * self.cal.allreduce.eager_extra_s
             if self.dep.attn_dp > 1:
                 t["dp_imbalance"] = attn * min(1.0, math.sqrt(2.0 * math.log(self.dep.attn_dp) / max(R, 1)))
+            if e.host_overlap:
+                self._overlap_host(t)
         return {name: t[name] for name in self._enabled}
+
+    def _overlap_host(self, t: dict[str, float]) -> None:
+        """Async scheduling: the CPU prepares step n+1 while the GPU runs step n, so a step lasts
+        max(GPU work, host work). The host terms keep only their exposed share, max(0, host - GPU), split
+        in proportion to their sizes (computed from every term, so switching one off changes no other)."""
+        host = sum(t[name] for name in HOST_TERMS)
+        if host <= 0.0:
+            return
+        device = sum(v for name, v in t.items() if name not in HOST_TERMS)
+        keep = max(0.0, host - device) / host
+        for name in HOST_TERMS:
+            t[name] *= keep
 
     def _bucketed(self, s: BatchShape) -> BatchShape:
         b = self.kv_bucket_tokens

@@ -28,6 +28,9 @@ class EngineProfile:
     per_request_host_s: float = 0.0
     launch_s: float = 5e-6
     per_block_host_s: float = 0.0      # host work per referenced KV block per step (block tables, page walks)
+    graph_kernel_floor_s: float = 3e-6  # GPU floor of one kernel replayed in a CUDA graph
+    host_overlap: bool = False          # async scheduling: host work of a step hides under its GPU work
+    chunked_prefill: bool = True        # the engine's default: a prompt may be split across steps
     runtime_reserve_bytes: int = 1 << 30
 
     def __attrs_post_init__(self) -> None:

@@ -235,33 +235,104 @@ def row_spec(row: dict[str, str]) -> RowSpec:
     raise Skip(f"mode {mode!r} is neither agg nor disagg")
 
 
-def num_requests(concurrency: int, waves: int) -> int:
-    """Requests the closed loop sends: ``waves`` per client slot, at least 10 (NVIDIA Dynamo's aiperf driver
-    sends max(3 x concurrency, 10) when no count is given)."""
-    return max(waves * concurrency, 10)
+@attrs.frozen
+class Protocol:
+    """How the benchmark client drove one row (closed loop at the row's concurrency c).
+
+    ``low_frac``: ISL and OSL drawn uniformly from [low_frac x L, L] (1.0: fixed); ``waves``: measured
+    requests per client slot; ``warmup_waves``: requests per slot sent first and left out of the means.
+    """
+
+    name: str
+    low_frac: float
+    waves: int
+    warmup_waves: int = 0
 
 
-def row_config(row: dict[str, str], *, waves: int = 3) -> dict[str, Any]:
+# InferenceMAX (SemiAnalysis) client, which produced the rows with a workflow / export source: vLLM's
+# benchmark_serving.py with --dataset-name random --random-range-ratio 0.8 (lengths uniform in
+# [0.8 L, L]), --num-prompts 10 x CONC, --max-concurrency CONC, --request-rate inf, no warm-up.
+INFERENCEMAX = Protocol("inferencemax", 0.8, 10)
+# aiconfigurator's own evaluation (source 'aic-auto-gap-analysis'): genai-perf with fixed lengths
+# (stddev 0), --request-count 10 x c after --warmup-request-count 2 x c.
+GENAI_PERF = Protocol("genai-perf", 1.0, 10, 2)
+
+
+def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> dict[str, Any]:
+    """Scheduler settings the row's harness launched the engine with (beyond the engine's defaults).
+
+    aiconfigurator's evaluation generates the engine config from its rules (generator/rule_plugin):
+    TRT-LLM agg: max_batch_size 512 (2 x batch from 512 on), max_num_tokens = max_batch_size + ISL + 1500
+    rounded up to the 32-token block, chunked prefill off (extra_engine_args template default); SGLang agg:
+    max_prefill_tokens = ISL + 1500 with mixed chunks; vLLM agg: max-num-seqs 512 (its CLI template
+    passes no token budget, so vLLM's 8192 applies). InferenceMAX launches vLLM with --max-num-seqs CONC
+    and --max-num-batched-tokens 8192; its SGLang / TRT-LLM settings are left at the engine defaults.
+    An engine whose profile has chunked prefill off by default (TRT-LLM) gets it off here.
+    """
+    import hardware
+
+    conc = spec.per_rank_concurrency if spec.mode == "agg" else spec.concurrency
+    out: dict[str, Any] = {}
+    if not hardware.load_engine(spec.backend).chunked_prefill:
+        out["chunked_prefill"] = False
+    if proto is GENAI_PERF and spec.mode == "agg":
+        batch = 512 if conc < 512 else 2 * conc
+        if spec.backend == "trtllm":
+            out.update(max_num_seqs=batch, max_num_batched_tokens=-(-(batch + spec.isl + 1500) // 32) * 32,
+                       chunked_prefill=False)
+        elif spec.backend == "sglang":
+            out.update(max_num_batched_tokens=spec.isl + 1500 + conc)
+        elif spec.backend == "vllm":
+            out.update(max_num_seqs=batch)
+    elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "vllm":
+        out.update(max_num_seqs=conc, max_num_batched_tokens=8192)
+    return out
+
+
+# Disaggregated rows ran on NVIDIA Dynamo deployments (tensorrtllm-runtime / sglang images); Dynamo's
+# benchmark driver (benchmarks/utils/aiperf.py) sends max(3 x concurrency, 10) requests of fixed length.
+DYNAMO = Protocol("dynamo-aiperf", 1.0, 3)
+
+
+def protocol(row: dict[str, str]) -> Protocol:
+    """The benchmark client of a row, from the harness its ``silicon_data_source`` names."""
+    if "aic-auto-gap-analysis" in row.get("silicon_data_source", ""):
+        return GENAI_PERF
+    return DYNAMO if row.get("mode", "").strip() == "disagg" else INFERENCEMAX
+
+
+def _lengths(value: int, low_frac: float) -> dict[str, int]:
+    low = max(1, int(value * low_frac))
+    return {"fixed": value} if low >= value else {"low": low, "high": value}
+
+
+def row_config(row: dict[str, str], *, waves: int | None = None) -> dict[str, Any]:
     """The twin config for one row (raises :class:`Skip` with the reason when it cannot be represented).
 
-    Aggregated rows with attention DP (dp ranks) simulate one rank: it serves concurrency / dp of the
-    clients, its Deployment has ``attention_dp`` = dp so the MoE layers see the tokens of all ranks.
-    Disaggregated pools become ``workers x dp`` rank-workers of the same kind.
+    The workload follows the row's benchmark client (:func:`protocol`); ``waves`` overrides its measured
+    requests per client slot. Aggregated rows with attention DP (dp ranks) simulate one rank: it serves
+    concurrency / dp of the clients, its Deployment has ``attention_dp`` = dp so the MoE layers see the
+    tokens of all ranks. Disaggregated pools become ``workers x dp`` rank-workers of the same kind.
     """
     spec = row_spec(row)
+    proto = protocol(row)
     conc = spec.per_rank_concurrency if spec.mode == "agg" else spec.concurrency
+    per_slot = (waves if waves is not None else proto.waves) + proto.warmup_waves
     cfg: dict[str, Any] = {
         "name": row["id"], "hardware": {"gpu": spec.gpu}, "engine": {"name": spec.backend},
         "model": {"name": spec.model, "weight_dtype": spec.weight_dtype},
-        "workload": {"kind": "synthetic", "num_requests": num_requests(conc, waves),
+        "workload": {"kind": "synthetic", "num_requests": max(per_slot * conc, 10),
                      "arrival": {"kind": "concurrency", "concurrency": conc},
-                     "input_tokens": {"fixed": spec.isl}, "output_tokens": {"fixed": spec.osl}},
+                     "input_tokens": _lengths(spec.isl, proto.low_frac),
+                     "output_tokens": _lengths(spec.osl, proto.low_frac)},
         "metrics": {"sample_interval_s": 5.0}, "run": {"seed": 0},
     }
+    limits = deployment_limits(row, spec, proto)
+    if limits:
+        cfg["scheduler"] = limits
     if spec.mode == "agg":
         assert spec.agg is not None
         cfg["system"] = {"kind": "colocated", "tp": spec.agg.tp, "ep": spec.agg.ep, "attention_dp": spec.agg.dp}
-        cfg["scheduler"] = {"max_num_seqs": max(conc, 1)}
         return cfg
     assert spec.prefill is not None and spec.decode is not None
     pools: dict[str, Any] = {}
@@ -278,7 +349,15 @@ def row_config(row: dict[str, str], *, waves: int = 3) -> dict[str, Any]:
     return cfg
 
 
-def simulate_row(row: dict[str, str], waves: int = 3) -> dict[str, Any]:
+def measured_means(table: np.ndarray, warmup: int) -> tuple[float, float, int]:
+    """Mean TTFT and mean per-request TPOT (seconds) over the finished requests after the first ``warmup``
+    submitted ones (the benchmark client's own definitions), and how many requests that is."""
+    done = table[(table["id"] >= warmup) & (table["status"] == "finished")]
+    tpot = done["tpot_s"][np.isfinite(done["tpot_s"])]
+    return float(np.mean(done["ttft_s"])), float(np.mean(tpot)) if len(tpot) else float("nan"), len(done)
+
+
+def simulate_row(row: dict[str, str], waves: int | None = None) -> dict[str, Any]:
     """Predicted vs measured TTFT / TPOT for one row, or its skip reason."""
     from twin.config import load_config
     from twin.errors import TwinError
@@ -296,11 +375,14 @@ def simulate_row(row: dict[str, str], waves: int = 3) -> dict[str, Any]:
     s = res.summary
     if s["requests"]["failed"]:
         return {**out, "skipped": f"{s['requests']['failed']} requests failed: {s['fail_reasons']}"}
-    meas_ttft, meas_tpot = float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"])
-    pred_ttft, pred_tpot = s["ttft_s"]["mean"] * 1e3, s["tpot_s"]["mean"] * 1e3
     spec = row_spec(row)
+    proto = protocol(row)
+    conc = spec.per_rank_concurrency if spec.mode == "agg" else spec.concurrency
+    ttft_s, tpot_s, _ = measured_means(res.requests, proto.warmup_waves * conc)
+    meas_ttft, meas_tpot = float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"])
+    pred_ttft, pred_tpot = ttft_s * 1e3, tpot_s * 1e3
     out["notes"] = "; ".join(spec.notes)
-    return {**out, "isl": row["isl"], "osl": row["osl"], "concurrency": spec.concurrency,
+    return {**out, "isl": row["isl"], "osl": row["osl"], "concurrency": spec.concurrency, "protocol": proto.name,
             "pred_ttft_ms": pred_ttft, "meas_ttft_ms": meas_ttft, "ttft_err_pct": 100 * (pred_ttft - meas_ttft) / meas_ttft,
             "pred_tpot_ms": pred_tpot, "meas_tpot_ms": meas_tpot, "tpot_err_pct": 100 * (pred_tpot - meas_tpot) / meas_tpot,
             "wall_s": s["sim"]["wall_s"]}
@@ -317,6 +399,11 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         "rows": len(results), "rows_represented": len(done),
         "rows_skipped": [{"id": r["id"], "line": r["line"], "reason": r["skipped"]} for r in results if "skipped" in r],
     }
+    reasons: dict[str, int] = {}
+    for r in results:
+        if "skipped" in r:
+            reasons[r["skipped"]] = reasons.get(r["skipped"], 0) + 1
+    out["skip_reasons"] = dict(sorted(reasons.items(), key=lambda kv: -kv[1]))
     for mode in ("agg", "disagg"):
         sub = [r for r in done if r["mode"] == mode]
         out[mode] = {"rows": len(sub), "tpot_mape": _mape(r["tpot_err_pct"] for r in sub),
@@ -334,7 +421,7 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, limit: int | None = None,
-                     match: str | None = None, waves: int = 3, executor: Executor | None = None,
+                     match: str | None = None, waves: int | None = None, executor: Executor | None = None,
                      progress: bool = True) -> dict[str, Any]:
     """Simulate every row, write ``rows.csv`` and ``summary.json`` into ``out_dir``; returns the summary."""
     rows = read_rows(path)
@@ -360,7 +447,7 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
         print()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    cols = ["id", "line", "system", "backend", "model", "mode", "isl", "osl", "concurrency", "pred_ttft_ms",
+    cols = ["id", "line", "system", "backend", "model", "mode", "isl", "osl", "concurrency", "protocol", "pred_ttft_ms",
             "meas_ttft_ms", "ttft_err_pct", "pred_tpot_ms", "meas_tpot_ms", "tpot_err_pct", "wall_s", "skipped", "notes"]
     with open(out / "rows.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=cols)

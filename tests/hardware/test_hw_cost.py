@@ -2,6 +2,7 @@
 
 import time
 
+import attrs
 import pytest
 
 from hardware import (BatchShape, Calibration, Collective, CostModel, Deployment, Roofline, load_engine, load_gpu,
@@ -22,9 +23,13 @@ CAL = Calibration(
     alltoall=Collective(alpha_s=10e-6, bw_eff=0.5))
 
 
-def dep(tp: int = 1) -> Deployment:
+# The hand computations below add the host terms in full: an engine that does not overlap scheduling.
+SERIAL = attrs.evolve(load_engine("vllm"), host_overlap=False)
+
+
+def dep(tp: int = 1, engine: object = SERIAL) -> Deployment:
     return Deployment(gpu=load_gpu("h100_sxm"), model=load_model("meta-llama/Llama-3.1-8B"),
-                      engine=load_engine("vllm"), tp=tp, weight_dtype="bf16", kv_dtype="bf16")
+                      engine=engine, tp=tp, weight_dtype="bf16", kv_dtype="bf16")  # type: ignore[arg-type]
 
 
 def cm(tp: int = 1, **kw: object) -> CostModel:
@@ -81,7 +86,7 @@ def test_step_cost_matches_hand_computation_tp1() -> None:
     ew_bytes = M * 2 * (2 * 4 * H + 2 * (NH + NKV) * HD + 3 * I)
     assert cost.terms["elementwise"] == pytest.approx(L * (ew_bytes / (HBM * 0.5) + 4 * 1e-6), rel=1e-12)
     assert cost.terms["tp_allreduce"] == 0.0 and cost.terms["cuda_graph_padding"] == 0.0
-    e = load_engine("vllm")
+    e = SERIAL
     assert cost.terms["step_host"] == e.step_host_s
     assert cost.terms["request_host"] == pytest.approx(3 * e.per_request_host_s)
     assert cost.terms["kv_traversal"] == pytest.approx(e.per_block_host_s * (1912 // 16 + 1))
@@ -90,11 +95,46 @@ def test_step_cost_matches_hand_computation_tp1() -> None:
 
 
 def test_decode_is_memory_bound_by_hand() -> None:
-    """One decode token: MLP time is the weight stream 3*4096*14336*2 B at 75 % of 3.35 TB/s plus floors."""
+    """One decode token: MLP time is the weight stream 3*4096*14336*2 B at 75 % of 3.35 TB/s plus floors.
+
+    Eager, each GEMM pays its fitted (eager) floor, 7 us; a pure-decode batch replays a CUDA graph, where
+    each GEMM kernel pays the engine's per-kernel graph floor instead."""
     s = BatchShape.from_requests([1], [2048])
-    mlp = cm().step_cost(s).terms["mlp"]
     stream = (2 * H * I * 2 + (H + 2 * I) * 2) + (I * H * 2 + (I + H) * 2)
-    assert mlp == pytest.approx(L * (stream / (HBM * 0.75) + 2 * 7e-6), rel=1e-12)
+    eager = cm(cuda_graph=False).step_cost(s).terms["mlp"]
+    assert eager == pytest.approx(L * (stream / (HBM * 0.75) + 2 * 7e-6), rel=1e-12)
+    graph = cm().step_cost(s).terms["mlp"]
+    g = SERIAL.graph_kernel_floor_s
+    assert graph == pytest.approx(L * (stream / (HBM * 0.75) + 2 * g), rel=1e-12)
+
+
+def test_graph_floors_count_kernels_by_hand() -> None:
+    """Under graph replay an op's floor is (kernels it launches) x the engine's per-kernel floor: decode
+    attention writes the cache, runs split-KV attention and reduces (3 kernels); elementwise kernels 1 each."""
+    s = BatchShape.from_requests([1] * 2, [300, 1000])
+    g = SERIAL.graph_kernel_floor_s
+    graph, eager = cm().step_cost(s).terms, cm(cuda_graph=False).step_cost(s).terms
+    assert graph["attention"] - eager["attention"] == pytest.approx(L * (3 * g - 13e-6), rel=1e-9)
+    assert graph["elementwise"] - eager["elementwise"] == pytest.approx(L * 4 * (g - 1e-6), rel=1e-9)
+
+
+def test_host_work_hides_under_gpu_work_with_async_scheduling() -> None:
+    """Overlapping engines: a step lasts max(GPU, host); the host terms keep max(0, host - GPU) split in
+    proportion to their sizes. Worked by hand on a tiny decode (host-bound) and a prefill (GPU-bound)."""
+    over = attrs.evolve(SERIAL, host_overlap=True, step_host_s=0.05, per_request_host_s=0.001)
+    ser = attrs.evolve(over, host_overlap=False)
+    for shape in (BatchShape.from_requests([1] * 2, [100, 200]), SHAPE):
+        a = CostModel(dep(engine=over), calibration=CAL).step_cost(shape).terms
+        b = CostModel(dep(engine=ser), calibration=CAL).step_cost(shape).terms
+        host_names = ("step_host", "request_host", "kv_traversal")
+        host = sum(b[n] for n in host_names)
+        device = sum(v for n, v in b.items() if n not in host_names)
+        keep = max(0.0, host - device) / host
+        for n in host_names:
+            assert a[n] == pytest.approx(b[n] * keep, rel=1e-12, abs=1e-15)
+        assert sum(a.values()) == pytest.approx(max(host, device), rel=1e-12)
+        assert {n: v for n, v in a.items() if n not in host_names} == \
+            {n: v for n, v in b.items() if n not in host_names}
 
 
 def test_tp_allreduce_alpha_beta() -> None:
@@ -121,12 +161,16 @@ def test_cuda_graph_padding_is_the_padded_minus_true_token_cost() -> None:
 
 
 def test_disabling_a_term_removes_exactly_it() -> None:
-    full = CostModel(dep(tp=2), cuda_graph=False).step_cost(SHAPE)
-    for name in full.terms:
-        part = CostModel(dep(tp=2), cuda_graph=False, disabled_terms=frozenset({name})).step_cost(SHAPE)
-        assert name not in part.terms
-        assert {k: v for k, v in full.terms.items() if k != name} == dict(part.terms)
-        assert part.total_s == pytest.approx(full.total_s - full.terms[name])
+    decode = BatchShape.from_requests([1] * 5, [100] * 5)
+    for engine, graph, shape in ((SERIAL, False, SHAPE), (load_engine("vllm"), True, SHAPE),
+                                 (load_engine("vllm"), True, decode)):
+        full = CostModel(dep(tp=2, engine=engine), cuda_graph=graph).step_cost(shape)
+        for name in full.terms:
+            part = CostModel(dep(tp=2, engine=engine), cuda_graph=graph,
+                             disabled_terms=frozenset({name})).step_cost(shape)
+            assert name not in part.terms
+            assert {k: v for k, v in full.terms.items() if k != name} == dict(part.terms)
+            assert part.total_s == pytest.approx(full.total_s - full.terms[name])
 
 
 def test_unknown_term_name_errors() -> None:
@@ -157,9 +201,13 @@ def test_step_time_ns_memoised_and_fast() -> None:
 
 
 def test_eager_mode_adds_launches_only_there() -> None:
+    """Eager, every kernel is launched from the CPU and each op pays its eager floor; in a graph neither."""
     decode = BatchShape.from_requests([1] * 8, [500] * 8)
     graph = CostModel(dep()).step_cost(decode)
     eager = CostModel(dep(), cuda_graph=False).step_cost(decode)
     assert graph.terms["kernel_launch"] == 0.0 and eager.terms["kernel_launch"] > 0.0
-    assert {k: v for k, v in graph.terms.items() if k != "kernel_launch"} == \
-        {k: v for k, v in eager.terms.items() if k != "kernel_launch"}
+    cal = CostModel(dep()).cal
+    g = SERIAL.graph_kernel_floor_s
+    lm_graph, lm_eager = graph.terms["lm_head"], eager.terms["lm_head"]
+    assert lm_eager - lm_graph == pytest.approx(cal.gemm_for("bf16").floor_s - g, rel=1e-9)
+    assert graph.terms["step_host"] == eager.terms["step_host"]

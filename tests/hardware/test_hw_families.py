@@ -50,7 +50,8 @@ def test_mla_decode_attention_by_hand() -> None:
                      weight_dtype="bf16", kv_dtype="bf16")
     assert dep.kv_bytes_per_token == 61 * 576 * 2             # latent 512 + rope 64, replicated over TP
     reqs, kv = 4, 1000
-    cost = CostModel(dep, calibration=CAL).step_cost(BatchShape.from_requests([1] * reqs, [kv] * reqs))
+    cost = CostModel(dep, calibration=CAL, cuda_graph=False).step_cost(BatchShape.from_requests([1] * reqs,
+                                                                                               [kv] * reqs))
     heads = 128 // 8
     # W_UK / W_UV absorbed as batched GEMMs: 2 x 512 x 128 MACs per head per query, kv_b weights streamed
     absorb = roof(reqs * heads * 2 * (128 * 512 + 512 * 128),
@@ -58,6 +59,12 @@ def test_mla_decode_attention_by_hand() -> None:
     # MQA over the latent: scores over 576 dims, values over 512, per head per cached token
     mqa = roof(reqs * kv * heads * 2 * (576 + 512), reqs * kv * 576 * 2 + reqs * heads * (576 + 512) * 2)
     assert cost.terms["attention"] == pytest.approx(61 * (absorb + mqa), rel=1e-12)
+    # replayed in a CUDA graph (SGLang captures pure decode): the absorb GEMM pays one kernel floor, the
+    # attention three (cache write, split-KV, reduce), each the engine's graph floor instead of 10 us
+    g = load_engine("sglang").graph_kernel_floor_s
+    graph = CostModel(dep, calibration=CAL).step_cost(BatchShape.from_requests([1] * reqs, [kv] * reqs))
+    assert graph.terms["attention"] == pytest.approx(61 * (absorb + mqa + (g - 10e-6) + (3 * g - 10e-6)),
+                                                     rel=1e-12)
 
 
 def test_dense_first_layers_and_shared_experts() -> None:

@@ -1,0 +1,191 @@
+"""End-to-end validation report on the measured serving rows, and the engine host-term fit.
+
+    python -m experiments.validation_report run --csv /work/shared/data/measured/silicon_h100_h200.csv \
+        --out /tmp/validation --jobs 2            # simulate every row (twin.validate), then print the tables
+    python -m experiments.validation_report report --out /tmp/validation   # tables from an earlier run
+    python -m experiments.validation_report fit-host --csv .../silicon_h100_h200.csv   # engine host terms
+
+Tables: MAPE of TPOT and TTFT per backend, per model and per benchmark protocol, for the aggregated rows the
+twin represents and separately for the disaggregated ones, each split into TRAIN (H100 SXM rows, on which the
+engine host terms were fitted) and HELD-OUT (H200 SXM rows, a GPU nothing was fitted on).
+
+fit-host: the engine-level constants the kernel tables cannot give (per-step and per-request host time,
+hidden under GPU work by async scheduling, and the per-kernel floor inside a replayed CUDA graph) are fitted
+once per engine on the TRAIN rows (H100 SXM, concurrency <= 64, OSL >= 500, where TPOT is decode-dominated)
+by a grid search on the median |log(predicted / measured TPOT)| of a decode surrogate (one decode step at
+the mean context plus the other requests' prefills spread over the output), and reported on the held-out
+H200 rows. The chosen values are written by hand into hardware/data/engines/*.yaml with this provenance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import attrs
+import numpy as np
+
+TRAIN_GPU = "h100_sxm"
+STEP_HOST = (0.0, 0.5e-3, 1e-3, 1.5e-3, 2e-3, 2.5e-3, 3e-3, 3.5e-3, 4e-3)
+REQ_HOST = (0.0, 15e-6, 25e-6, 50e-6, 75e-6, 100e-6, 150e-6)
+KERNEL_FLOOR = (2e-6, 3e-6, 3.5e-6, 4e-6, 4.5e-6, 5e-6, 6e-6)
+
+
+def _mape(values: Iterable[float]) -> float:
+    v = [abs(x) for x in values if math.isfinite(x)]
+    return float(np.mean(v)) if v else float("nan")
+
+
+def read_results(out: Path) -> list[dict[str, Any]]:
+    rows = []
+    with open(out / "rows.csv", newline="") as fh:
+        for r in csv.DictReader(fh):
+            if r["skipped"]:
+                continue
+            rows.append({**r, "ttft_err_pct": float(r["ttft_err_pct"]), "tpot_err_pct": float(r["tpot_err_pct"])})
+    return rows
+
+
+def table(rows: Sequence[dict[str, Any]], key: str) -> list[str]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r[key], []).append(r)
+    lines = [f"  {'':42} {'rows':>5} {'TPOT %':>7} {'TTFT %':>7} | {'train':>5} {'TPOT %':>7} {'TTFT %':>7} | "
+             f"{'held-out':>8} {'TPOT %':>7} {'TTFT %':>7}"]
+    for g, rs in sorted(groups.items()):
+        tr = [r for r in rs if r["system"] == TRAIN_GPU]
+        ho = [r for r in rs if r["system"] != TRAIN_GPU]
+        lines.append(f"  {g[-42:]:42} {len(rs):5} {_mape(r['tpot_err_pct'] for r in rs):7.1f} "
+                     f"{_mape(r['ttft_err_pct'] for r in rs):7.1f} | {len(tr):5} "
+                     f"{_mape(r['tpot_err_pct'] for r in tr):7.1f} {_mape(r['ttft_err_pct'] for r in tr):7.1f} | "
+                     f"{len(ho):8} {_mape(r['tpot_err_pct'] for r in ho):7.1f} "
+                     f"{_mape(r['ttft_err_pct'] for r in ho):7.1f}")
+    return lines
+
+
+def report(out: Path) -> str:
+    rows = read_results(out)
+    summary = json.loads((out / "summary.json").read_text())
+    lines = [f"rows {summary['rows']}, represented {summary['rows_represented']} "
+             f"({100 * summary['rows_represented'] / max(1, summary['rows']):.1f} %), skipped "
+             f"{len(summary['rows_skipped'])}"]
+    for reason, n in summary.get("skip_reasons", {}).items():
+        lines.append(f"  skipped {n:4} x {reason[:150]}")
+    for mode in ("agg", "disagg"):
+        sub = [r for r in rows if r["mode"] == mode]
+        if not sub:
+            continue
+        lines.append(f"\n{mode}: MAPE over {len(sub)} rows (train = {TRAIN_GPU}, held-out = other GPUs)")
+        for key in ("backend", "model", "protocol", "system"):
+            lines.append(f" by {key}")
+            lines += table(sub, key)
+        allrows = [dict(r, all="all") for r in sub]
+        lines += table(allrows, "all")
+    return "\n".join(lines)
+
+
+# --- the host-term fit ---------------------------------------------------------------------------
+
+def _surrogate_tpot(cm: Any, isl: int, osl: int, conc: int, max_tokens: int) -> float:
+    """Mean TPOT of a closed loop: one decode step at the mean context, plus the marginal cost of the
+    other requests' prefills (each mixed into a decode step) spread over this request's output."""
+    from hardware import BatchShape
+
+    kv = isl + osl // 2
+    t = cm.step_cost(BatchShape.from_requests([1] * conc, [kv] * conc)).total_s
+    if conc > 1:
+        base = cm.step_cost(BatchShape.from_requests([1] * (conc - 1), [kv] * (conc - 1))).total_s
+        chunk = min(isl, max_tokens)
+        mixed = cm.step_cost(BatchShape.from_requests([1] * (conc - 1) + [chunk], [kv] * (conc - 1) + [chunk]))
+        t += (conc - 1) * (mixed.total_s - base) * math.ceil(isl / chunk) / osl
+    return t
+
+
+def fit_host(csv_path: Path, engines: Sequence[str]) -> dict[str, dict[str, float]]:
+    import hardware
+    from hardware import CostModel, Deployment
+    from twin.validate import Skip, read_rows, row_spec
+
+    specs = []
+    for row in read_rows(csv_path):
+        try:
+            s = row_spec(row)
+        except Skip:
+            continue
+        if s.mode == "agg" and s.per_rank_concurrency <= 64 and s.osl >= 500:
+            specs.append((row, s))
+    out: dict[str, dict[str, float]] = {}
+    for engine in engines:
+        base = hardware.load_engine(engine)
+        train = [(r, s) for r, s in specs if s.backend == engine and s.gpu == TRAIN_GPU]
+        test = [(r, s) for r, s in specs if s.backend == engine and s.gpu != TRAIN_GPU]
+
+        def ratios(params: tuple[float, float, float], subset: list[Any]) -> np.ndarray:
+            eng = attrs.evolve(base, step_host_s=params[0], per_request_host_s=params[1],
+                               graph_kernel_floor_s=params[2])
+            cms: dict[Any, Any] = {}
+            res = []
+            for r, s in subset:
+                key = (s.gpu, s.model, s.agg, s.weight_dtype)
+                if key not in cms:
+                    cms[key] = CostModel(Deployment(gpu=hardware.load_gpu(s.gpu), model=hardware.load_model(s.model),
+                                                    engine=eng, tp=s.agg.tp, ep=s.agg.ep, attn_dp=s.agg.dp,
+                                                    weight_dtype=s.weight_dtype))
+                cm = cms[key]
+                pred = _surrogate_tpot(cm, s.isl, s.osl, s.per_rank_concurrency, cm.max_num_batched_tokens)
+                res.append(pred * 1e3 / float(r["silicon_tpot_ms"]))
+            return np.array(res)
+
+        if not train:
+            print(f"{engine}: no train rows")
+            continue
+        best: tuple[float, tuple[float, float, float]] | None = None
+        for params in itertools.product(STEP_HOST, REQ_HOST, KERNEL_FLOOR):
+            score = float(np.median(np.abs(np.log(ratios(params, train)))))
+            if best is None or score < best[0] - 1e-9:
+                best = (score, params)
+        assert best is not None
+        p = best[1]
+        tr, te = ratios(p, train) - 1, ratios(p, test) - 1
+        print(f"{engine}: step_host_s {p[0]:.4g}, per_request_host_s {p[1]:.3g}, graph_kernel_floor_s {p[2]:.3g} | "
+              f"train {len(tr)} rows median |error| {100 * np.median(np.abs(tr)):.1f} % | held-out {len(te)} rows "
+              + (f"median |error| {100 * np.median(np.abs(te)):.1f} %" if len(te) else ""))
+        out[engine] = {"step_host_s": p[0], "per_request_host_s": p[1], "graph_kernel_floor_s": p[2]}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="simulate the rows, then print the report")
+    run.add_argument("--csv", type=Path, required=True)
+    run.add_argument("--out", type=Path, required=True)
+    run.add_argument("--jobs", type=int, default=2)
+    run.add_argument("--match", default=None)
+    run.add_argument("--limit", type=int, default=None)
+    run.add_argument("--waves", type=int, default=None, help="override the protocol's measured requests per slot")
+    rep = sub.add_parser("report", help="print the report of an earlier run")
+    rep.add_argument("--out", type=Path, required=True)
+    fit = sub.add_parser("fit-host", help="fit the engine host terms on the TRAIN rows")
+    fit.add_argument("--csv", type=Path, required=True)
+    fit.add_argument("--engines", nargs="*", default=["vllm", "trtllm", "sglang"])
+    args = ap.parse_args(argv)
+    if args.cmd == "run":
+        from twin.validate import validate_silicon
+
+        validate_silicon(args.csv, args.out, jobs=args.jobs, match=args.match, limit=args.limit, waves=args.waves)
+        print(report(args.out))
+    elif args.cmd == "report":
+        print(report(args.out))
+    else:
+        print(json.dumps(fit_host(args.csv, args.engines), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,136 @@
+"""twin.validate: row mapping (parallelism corrections, weight formats, benchmark protocol) and the summary,
+on small hand-made CSV rows (never the shared measurements)."""
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from twin.validate import (GENAI_PERF, INFERENCEMAX, Skip, protocol, read_rows, row_config, row_spec, summarize,
+                           validate_silicon)
+
+COLUMNS = ["id", "silicon_data_source", "backend", "backend_version", "model_path", "system", "precision", "mode",
+           "isl", "osl", "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size",
+           "attention_dp_size", "moe_tp_size", "moe_ep_size", "prefill_batch_size", "prefill_num_workers",
+           "prefill_tp_size", "prefill_pp_size", "prefill_attention_dp_size", "prefill_moe_tp_size",
+           "prefill_moe_ep_size", "decode_batch_size", "decode_num_workers", "decode_tp_size", "decode_pp_size",
+           "decode_attention_dp_size", "decode_moe_tp_size", "decode_moe_ep_size", "silicon_ttft_ms",
+           "silicon_tpot_ms"]
+
+
+def row(**kw: str) -> dict[str, str]:
+    base = dict.fromkeys(COLUMNS, "")
+    base.update(id="r", silicon_data_source="source_file=x.csv; silicon_concurrency=4", backend="vllm",
+                model_path="meta-llama/Llama-3.1-8B", system="h100_sxm", mode="agg", isl="128", osl="16",
+                batch_size="4", tp_size="1", pp_size="1", silicon_ttft_ms="50", silicon_tpot_ms="5", _line="2")
+    base.update(kw)
+    return base
+
+
+def test_inflated_tp_is_scaled_back_to_the_gpus_in_the_id() -> None:
+    """One export lists tp x ep as tp_size (tp 64, moe 8 x 8 for an 8-GPU tp 8 / ep 8 run)."""
+    r = row(id="2026_04_06_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024_c8_tp8_ep8_957", backend="trtllm",
+            model_path="deepseek-ai/DeepSeek-R1", system="h200_sxm", gemm_quant_mode="fp8", moe_quant_mode="fp8",
+            tp_size="64", attention_dp_size="1", moe_tp_size="8", moe_ep_size="8", batch_size="8",
+            silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=8")
+    s = row_spec(r)
+    assert s.agg is not None and (s.agg.tp, s.agg.dp, s.agg.ep) == (8, 1, 8)
+    assert s.weight_dtype == "fp8_block" and any("tp x ep" in n for n in s.notes)
+
+
+def test_attention_dp_rows_simulate_one_rank() -> None:
+    """dp 64 x ep inflation scaled back to 8 ranks; batch_size is per rank, concurrency the client's total."""
+    r = row(id="2026_04_06_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024_c64_tp8_ep8_941", backend="trtllm",
+            model_path="deepseek-ai/DeepSeek-R1", system="h200_sxm", gemm_quant_mode="fp8", tp_size="1",
+            attention_dp_size="64", moe_tp_size="8", moe_ep_size="8", batch_size="1",
+            silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=64")
+    s = row_spec(r)
+    assert s.agg is not None and (s.agg.tp, s.agg.dp, s.agg.ep) == (1, 8, 8)
+    assert s.concurrency == 64 and s.per_rank_concurrency == 8
+    cfg = row_config(r)
+    assert cfg["system"] == {"kind": "colocated", "tp": 1, "ep": 8, "attention_dp": 8}
+    assert cfg["workload"]["arrival"]["concurrency"] == 8
+
+
+def test_blank_dp_with_wider_moe_is_attention_dp() -> None:
+    """vLLM tp 1 with moe_tp 2: the MoE spans two GPUs, attention runs data-parallel on them."""
+    r = row(model_path="Qwen/Qwen3-235B-A22B-FP8", system="h200_sxm", gemm_quant_mode="fp8", moe_quant_mode="fp8",
+            tp_size="1", moe_tp_size="2", moe_ep_size="1")
+    s = row_spec(r)
+    assert s.agg is not None and (s.agg.tp, s.agg.dp) == (1, 2) and s.weight_dtype == "fp8_block"
+
+
+def test_weight_format_follows_the_checkpoint() -> None:
+    assert row_spec(row(gemm_quant_mode="fp8")).weight_dtype == "fp8"
+    assert row_spec(row(model_path="openai/gpt-oss-120b", gemm_quant_mode="nvfp4",
+                        moe_quant_mode="nvfp4")).weight_dtype == "fp4"
+    with pytest.raises(Skip, match="weight format"):
+        row_spec(row(gemm_quant_mode="int3"))
+
+
+def test_protocols_set_lengths_requests_and_warmup() -> None:
+    imax = row_config(row())
+    assert protocol(row()) is INFERENCEMAX
+    assert imax["workload"]["input_tokens"] == {"low": 102, "high": 128}
+    assert imax["workload"]["output_tokens"] == {"low": 12, "high": 16}
+    assert imax["workload"]["num_requests"] == 10 * 4
+    assert imax["scheduler"] == {"max_num_seqs": 4, "max_num_batched_tokens": 8192}
+    src = "source_file=/x/aic-auto-gap-analysis/data.csv; silicon_concurrency=4"
+    gp = row(silicon_data_source=src, backend="trtllm")
+    assert protocol(gp) is GENAI_PERF
+    cfg = row_config(gp)
+    assert cfg["workload"]["input_tokens"] == {"fixed": 128} and cfg["workload"]["num_requests"] == 12 * 4
+    assert cfg["scheduler"] == {"max_num_seqs": 512, "max_num_batched_tokens": 2144, "chunked_prefill": False}
+    assert row_config(row(), waves=2)["workload"]["num_requests"] == 10      # never fewer than 10
+
+
+def test_skips_carry_reasons() -> None:
+    with pytest.raises(Skip, match="pipeline"):
+        row_config(row(pp_size="2"))
+    with pytest.raises(Skip, match="GPU"):
+        row_config(row(system="tpu_v5"))
+    with pytest.raises(Skip, match="silicon_concurrency"):
+        row_config(row(batch_size="", silicon_data_source="nothing"))
+
+
+def test_disaggregated_pools_become_rank_workers() -> None:
+    r = row(mode="disagg", batch_size="", model_path="deepseek-ai/DeepSeek-V3", system="h200_sxm",
+            gemm_quant_mode="fp8", tp_size="", pp_size="", prefill_num_workers="2", prefill_tp_size="8",
+            prefill_attention_dp_size="1", prefill_moe_ep_size="8", prefill_batch_size="1",
+            decode_num_workers="1", decode_tp_size="1", decode_attention_dp_size="8", decode_moe_ep_size="8",
+            decode_batch_size="32", silicon_data_source="db-dump; silicon_concurrency=256")
+    cfg = row_config(r)
+    assert protocol(r).name == "dynamo-aiperf" and cfg["workload"]["num_requests"] == 3 * 256
+    assert cfg["system"]["prefill"] == {"workers": 2, "tp": 8, "ep": 8, "attention_dp": 1, "max_num_seqs": 1}
+    assert cfg["system"]["decode"] == {"workers": 8, "tp": 1, "ep": 8, "attention_dp": 8, "max_num_seqs": 32}
+    assert cfg["workload"]["arrival"]["concurrency"] == 256
+
+
+def test_summary_mape_groups_and_skip_reasons() -> None:
+    rows = [{"id": "a", "line": 2, "system": "h100_sxm", "backend": "vllm", "model": "m", "mode": "agg",
+             "ttft_err_pct": 10.0, "tpot_err_pct": -4.0},
+            {"id": "b", "line": 3, "system": "h200_sxm", "backend": "vllm", "model": "m", "mode": "agg",
+             "ttft_err_pct": -30.0, "tpot_err_pct": 8.0},
+            {"id": "c", "line": 4, "system": "h200_sxm", "backend": "sglang", "model": "m", "mode": "agg",
+             "skipped": "pipeline parallelism (pp_size > 1) is not modelled"}]
+    s = summarize(rows)
+    assert s["rows"] == 3 and s["rows_represented"] == 2
+    assert s["tpot_mape"] == pytest.approx(6.0) and s["ttft_mape"] == pytest.approx(20.0)
+    assert s["agg"]["by_system"]["h100_sxm"]["tpot_mape"] == pytest.approx(4.0)
+    assert s["rows_skipped"] == [{"id": "c", "line": 4, "reason": rows[2]["skipped"]}]
+    assert s["skip_reasons"] == {"pipeline parallelism (pp_size > 1) is not modelled": 1}
+
+
+def test_validate_writes_rows_and_summary(tmp_path: Path) -> None:
+    path = tmp_path / "s.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS)
+        w.writeheader()
+        for r in (row(id="ok"), row(id="pp", pp_size="2")):
+            w.writerow({k: v for k, v in r.items() if k in COLUMNS})
+    assert [r["id"] for r in read_rows(path)] == ["ok", "pp"]
+    s = validate_silicon(path, tmp_path / "out", progress=False, waves=1)
+    assert s["rows_represented"] == 1 and len(s["rows_skipped"]) == 1
+    out = list(csv.DictReader(open(tmp_path / "out" / "rows.csv")))
+    assert out[0]["protocol"] == "inferencemax" and float(out[0]["pred_tpot_ms"]) > 0
+    assert (tmp_path / "out" / "summary.json").is_file()
