@@ -163,9 +163,9 @@ class Scheduler:
             self.fail(req, now, f"needs {need} KV blocks ({req.prompt_tokens} prompt + {req.max_output_tokens} "
                                 f"output tokens) but worker {req.worker} holds only {self.kv.num_blocks}")
             return False
-        if not self.limits.chunked_prefill and req.total_tokens > self.limits.max_num_batched_tokens:
-            self.fail(req, now, f"needs {req.total_tokens} tokens in one step (chunked prefill is off) but "
-                                f"max_num_batched_tokens is {self.limits.max_num_batched_tokens}")
+        if not self.limits.chunked_prefill and req.prompt_tokens > self.limits.max_num_batched_tokens:
+            self.fail(req, now, f"needs {req.prompt_tokens} prompt tokens in one step (chunked prefill is off) "
+                                f"but max_num_batched_tokens is {self.limits.max_num_batched_tokens}")
             return False
         req.status = Status.WAITING
         req.queued_ns = now
@@ -258,7 +258,10 @@ class Scheduler:
             if 0 < limits.long_prefill_token_threshold < num_new:
                 num_new = limits.long_prefill_token_threshold
             if num_new > budget:
-                if not limits.chunked_prefill:
+                # Without chunked prefill a prompt waits for a step with room for all of it; a preempted
+                # request whose prompt plus output outgrew the whole budget is chunked anyway (else it
+                # could never resume).
+                if not limits.chunked_prefill and num_new <= limits.max_num_batched_tokens:
                     break
                 num_new = budget
             # Host hits need GPU blocks (loaded, not computed): allocated with the new tokens.

@@ -104,3 +104,13 @@ def test_request_larger_than_the_cache_fails_with_a_reason():
     assert not sched.add_request(big, 7)
     assert big.status is Status.FAILED and big.finish_ns == 7
     assert "needs 5 KV blocks" in big.fail_reason and "holds only 4" in big.fail_reason
+
+
+def test_without_chunked_prefill_a_prompt_waits_for_a_whole_step_and_too_long_ones_fail():
+    sched = make_scheduler(num_blocks=64, max_num_batched_tokens=8, chunked_prefill=False)
+    a, b, long = make_request(1, 6, 4), make_request(2, 5, 1), make_request(3, 9, 1)
+    assert not sched.add_request(long, 0) and "9 prompt tokens in one step" in long.fail_reason
+    sched.add_request(a, 0)
+    sched.add_request(b, 0)
+    assert step(sched) == ([(1, 6)], [], [])  # b's 5 tokens do not fit the 2 left: it waits whole
+    assert step(sched) == ([(1, 1), (2, 5)], [], [2])
