@@ -1,0 +1,1 @@
+"""Simulation-speed benchmarks (see README.md); not part of the installed package."""

@@ -1,0 +1,55 @@
+"""The speed benchmark's machinery on a generated 20-request list (no timing assertions, no shared data)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import speed  # noqa: E402
+from benchmarks.scenarios import VIDUR_LIST, vidur_list_scenario  # noqa: E402
+
+
+@pytest.fixture
+def vidur_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "vidur"
+    folder.mkdir()
+    rows = ["request_id,arrived_at,num_prefill_tokens,num_decode_tokens"]
+    rows += [f"{i},{0.15 * i:.3f},{100 + 37 * i},{5 + 3 * i}" for i in range(20)]
+    for n in (400, 2000):
+        (folder / VIDUR_LIST.format(n=n)).write_text("\n".join(rows) + "\n")
+    return folder
+
+
+def test_twin_measure_counts_events(vidur_dir: Path) -> None:
+    scn = vidur_list_scenario("tiny", vidur_dir / VIDUR_LIST.format(n=400))
+    assert scn.skip_reason() is None
+    r = speed.measure_twin(scn, repeats=2)
+    assert r["requests"] == 20 and r["finished"] == 20
+    # Decode fast-forward covers many steps with one event, so events and steps are not ordered.
+    assert r["events"] > 0 and r["steps"] > 0
+    assert r["simulated_s"] > 0.15 * 19 and len(r["wall_runs_s"]) == 2
+
+
+def test_main_writes_speed_json(vidur_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    speed.main(["--out", str(out), "--repeats", "1", "--only", "vidur_conv_400,vidur_conv_2000",
+                "--vidur-data", str(vidur_dir), "--trace", str(tmp_path / "absent.csv")])
+    data = json.loads((out / "speed.json").read_text())
+    assert set(data) == {"vidur_conv_400", "vidur_conv_2000"}
+    for fig in data.values():
+        assert {"requests", "simulated_s", "wall_s", "events"} <= set(fig)
+        assert "vidur_wall_s" not in fig
+    printed = capsys.readouterr().out
+    assert "Vidur comparison skipped" in printed and "vidur_conv_2000" in printed
+    assert json.loads((out / "meta.json").read_text())["skipped"] == {}
+
+
+def test_missing_input_is_skipped(tmp_path: Path) -> None:
+    scn = vidur_list_scenario("gone", tmp_path / "nope.csv")
+    assert "missing" in (scn.skip_reason() or "")
