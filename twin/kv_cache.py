@@ -69,8 +69,7 @@ class BlockPool:
         if fresh:
             first = self._fresh
             self._fresh += fresh
-            for block in range(first, first + fresh):
-                self.ref_cnt[block] = 1
+            self.ref_cnt[first:first + fresh] = [1] * fresh
             out.extend(range(first, first + fresh))
         popitem = self.free_queue.popitem
         for _ in range(n - fresh):
