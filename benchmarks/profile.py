@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from typing import Sequence
 
 from benchmarks.scenarios import DEFAULT_AZURE_CONV, DEFAULT_VIDUR_DATA, DataPaths, scenarios  # noqa: E402
-from benchmarks.speed import run_twin_once  # noqa: E402
+from benchmarks.speed import git_rev, run_twin_once  # noqa: E402
 
 
 def profile(name: str, paths: DataPaths, top: int) -> str:
@@ -46,7 +46,8 @@ def profile(name: str, paths: DataPaths, top: int) -> str:
     prof.disable()
     wall = time.perf_counter() - t0
     buf = io.StringIO()
-    buf.write(f"# {name}: {scn.description}\n# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
+    stamp = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, git {git_rev()}"
+    buf.write(f"# {name}: {scn.description}\n# {stamp}, "
               f"{r['requests']} requests, {r['simulated_s']:.0f} simulated s, {r['steps']} steps; "
               f"wall under cProfile {wall:.2f} s (unprofiled first run {first['wall_s']:.2f} s)\n")
     for key in ("cumulative", "tottime"):

@@ -32,7 +32,7 @@ class Scenario:
     config: dict[str, Any]
     quick: bool = False
     vidur_trace: Path | None = None
-    """Request list (Vidur's ``arrived_at,num_prefill_tokens,num_decode_tokens``) Vidur replays; None: no Vidur."""
+    """Request list Vidur replays (``arrived_at,num_prefill_tokens,num_decode_tokens``); None: no Vidur."""
     needs_system: str | None = None
     needs_files: tuple[Path, ...] = field(default=())
 
@@ -63,7 +63,7 @@ SARATHI_LIKE = {"max_num_batched_tokens": 512, "max_num_seqs": 512}
 
 
 def vidur_list_scenario(name: str, path: Path, *, limit: int | None = None, quick: bool = False) -> Scenario:
-    """A Vidur request list on A100 + Llama-3(.1)-8B with the Sarathi-like limits, replayed by both simulators."""
+    """A Vidur request list on A100 + Llama-3(.1)-8B, Sarathi-like limits, replayed by both simulators."""
     workload: dict[str, Any] = {"kind": "trace_csv", "path": str(path)}
     if limit is not None:
         workload["limit"] = limit
@@ -75,7 +75,8 @@ def vidur_list_scenario(name: str, path: Path, *, limit: int | None = None, quic
     )
 
 
-def session_scenario(name: str, data: str, arrival: dict[str, Any], what: str, quick: bool = False) -> Scenario:
+def session_scenario(name: str, data: str, arrival: dict[str, Any], what: str, *,
+                     quick: bool = False) -> Scenario:
     from twin.sources import resolve_data_path
 
     return Scenario(

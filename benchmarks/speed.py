@@ -132,7 +132,7 @@ def vidur_cache_state(cache_dir: Path) -> str:
 
 def run_vidur(trace: Path, python: str, repo: Path, cache_dir: Path, attention: Path | None,
               log: Path | None = None) -> dict[str, Any]:
-    """Vidur as a whole process on ``trace``; phase times from ``vidur_driver.py``'s ``VIDUR_TIMINGS`` line."""
+    """Vidur as a whole process on ``trace``; phases from the ``VIDUR_TIMINGS`` line of vidur_driver.py."""
     state = vidur_cache_state(cache_dir)
     env = dict(os.environ, WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
     with tempfile.TemporaryDirectory(prefix="vidur-out-") as out_dir:
@@ -180,17 +180,21 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def meta(args: argparse.Namespace, skipped: dict[str, str]) -> dict[str, Any]:
-    def rev() -> str:
-        try:
-            return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
-                                  text=True).stdout.strip()
-        except OSError:
-            return ""
+def git_rev() -> str:
+    """Short revision of this checkout, with ``-dirty`` when tracked files differ from it."""
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
+                             text=True).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=HERE).returncode != 0
+    except OSError:
+        return ""
+    return rev + ("-dirty" if dirty else "")
 
+
+def meta(args: argparse.Namespace, skipped: dict[str, str]) -> dict[str, Any]:
     import simpy
 
-    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git": rev(),
+    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git": git_rev(),
             "python": platform.python_version(), "simpy": simpy.__version__, "machine": platform.machine(),
             "cpus": os.cpu_count(), "repeats": args.repeats, "quick": args.quick, "skipped": skipped,
             "vidur": None if not args.vidur_python else {
@@ -208,7 +212,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3, help="twin runs per scenario (median reported)")
     p.add_argument("--only", default="", help="comma-separated scenario names")
     p.add_argument("--trace", type=Path, default=DEFAULT_AZURE_CONV, help="Azure conversation trace CSV")
-    p.add_argument("--vidur-data", type=Path, default=DEFAULT_VIDUR_DATA, help="folder of Vidur request lists")
+    p.add_argument("--vidur-data", type=Path, default=DEFAULT_VIDUR_DATA, help="Vidur request lists")
     p.add_argument("--vidur-python", help="interpreter of Vidur's own virtual environment")
     p.add_argument("--vidur-repo", type=Path, help="checkout of microsoft/vidur")
     p.add_argument("--vidur-cache", type=Path, default=DEFAULT_VIDUR_CACHE,
@@ -262,8 +266,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
             attention = Path(args.vidur_attention) if args.vidur_attention else None
             print(f"[vidur] {scn.name}: cache {vidur_cache_state(args.vidur_cache)} ({args.vidur_cache})",
                   flush=True)
-            r.update(run_vidur(scn.vidur_trace, args.vidur_python, args.vidur_repo, args.vidur_cache, attention,
-                               log=out / f"vidur_{scn.name}.log"))
+            r.update(run_vidur(scn.vidur_trace, args.vidur_python, args.vidur_repo, args.vidur_cache,
+                               attention, log=out / f"vidur_{scn.name}.log"))
             twin_whole = r.get("process_wall_s", r["wall_s"])
             r["speedup_vs_vidur"] = r["vidur_wall_s"] / twin_whole
             if r.get("vidur_loop_s"):

@@ -53,3 +53,10 @@ def test_main_writes_speed_json(vidur_dir: Path, tmp_path: Path, capsys: pytest.
 def test_missing_input_is_skipped(tmp_path: Path) -> None:
     scn = vidur_list_scenario("gone", tmp_path / "nope.csv")
     assert "missing" in (scn.skip_reason() or "")
+
+
+def test_unregistered_system_kind_is_skipped(tmp_path: Path) -> None:
+    from benchmarks.scenarios import Scenario
+
+    scn = Scenario(name="x", description="", config={}, needs_system="no_such_system")
+    assert "not registered" in (scn.skip_reason() or "")
