@@ -195,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--jobs", type=int, default=1, help="worker processes")
     v.add_argument("--limit", type=int, help="only the first N rows")
     v.add_argument("--match", help="only rows whose id matches this regular expression")
-    v.add_argument("--waves", type=int, default=3, help="requests per row = waves x concurrency")
+    v.add_argument("--waves", type=int, default=None,
+                   help="override the row's protocol: measured requests per client slot (default: as the benchmark ran)")
     v.set_defaults(func=cmd_validate)
 
     for register in _optional_commands():

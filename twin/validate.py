@@ -261,13 +261,15 @@ GENAI_PERF = Protocol("genai-perf", 1.0, 10, 2)
 def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> dict[str, Any]:
     """Scheduler settings the row's harness launched the engine with (beyond the engine's defaults).
 
-    aiconfigurator's evaluation generates the engine config from its rules (generator/rule_plugin):
-    TRT-LLM agg: max_batch_size 512 (2 x batch from 512 on), max_num_tokens = max_batch_size + ISL + 1500
-    rounded up to the 32-token block, chunked prefill off (extra_engine_args template default); SGLang agg:
-    max_prefill_tokens = ISL + 1500 with mixed chunks; vLLM agg: max-num-seqs 512 (its CLI template
-    passes no token budget, so vLLM's 8192 applies). InferenceMAX launches vLLM with --max-num-seqs CONC
-    and --max-num-batched-tokens 8192; its SGLang / TRT-LLM settings are left at the engine defaults.
-    An engine whose profile has chunked prefill off by default (TRT-LLM) gets it off here.
+    aiconfigurator's gap analysis generates the engine config with its generator's benchmark rules
+    (``--generator-set rule=benchmark``, generator/rule_plugin/benchmark/*.rule: "align generated configs
+    with AIC simulation ... a stricter max batch size derived from the simulated batch size"), so the
+    batch cap is the row's concurrency c: TRT-LLM and vLLM agg: max_batch_size c, max_num_tokens = c + ISL
+    + 1500 (TRT-LLM rounded up to its 32-token block), TRT-LLM chunked prefill off (template default);
+    SGLang agg: max_running_requests c, max_prefill_tokens = ISL + 1500 with mixed chunks. InferenceMAX
+    launches vLLM with --max-num-seqs CONC and --max-num-batched-tokens 8192; its SGLang / TRT-LLM settings
+    are left at the engine defaults. An engine whose profile has chunked prefill off by default (TRT-LLM)
+    gets it off here.
     """
     import hardware
 
@@ -276,14 +278,13 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
     if not hardware.load_engine(spec.backend).chunked_prefill:
         out["chunked_prefill"] = False
     if proto is GENAI_PERF and spec.mode == "agg":
-        batch = 512 if conc < 512 else 2 * conc
         if spec.backend == "trtllm":
-            out.update(max_num_seqs=batch, max_num_batched_tokens=-(-(batch + spec.isl + 1500) // 32) * 32,
+            out.update(max_num_seqs=conc, max_num_batched_tokens=-(-(conc + spec.isl + 1500) // 32) * 32,
                        chunked_prefill=False)
         elif spec.backend == "sglang":
-            out.update(max_num_batched_tokens=spec.isl + 1500 + conc)
+            out.update(max_num_seqs=conc, max_num_batched_tokens=spec.isl + 1500)
         elif spec.backend == "vllm":
-            out.update(max_num_seqs=batch)
+            out.update(max_num_seqs=conc, max_num_batched_tokens=conc + spec.isl + 1500)
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "vllm":
         out.update(max_num_seqs=conc, max_num_batched_tokens=8192)
     return out
