@@ -31,6 +31,7 @@ class EngineProfile:
     graph_kernel_floor_s: float = 3e-6  # GPU floor of one kernel replayed in a CUDA graph
     host_overlap: bool = False          # async scheduling: host work of a step hides under its GPU work
     chunked_prefill: bool = True        # the engine's default: a prompt may be split across steps
+    mixed_prefill: bool = True          # a step with prefill work also carries the running decodes
     runtime_reserve_bytes: int = 1 << 30
 
     def __attrs_post_init__(self) -> None:

@@ -87,6 +87,9 @@ class SchedulerConfig:
     long_prefill_token_threshold: int = attrs.field(default=0, validator=non_negative)
     policy: str = attrs.field(default="fcfs", validator=one_of("fcfs", "priority"))
     chunked_prefill: bool = True
+    mixed_prefill: bool | None = None
+    """Whether a step with prefill work also carries the running decodes (null: the engine's default; vLLM
+    and TRT-LLM mix them, SGLang runs prefill batches alone unless --enable-mixed-chunk)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -29,6 +29,9 @@ class SchedulerLimits:
     max_num_seqs: int
     long_prefill_token_threshold: int = 0
     chunked_prefill: bool = True
+    mixed_prefill: bool = True
+    """False: prefill first (SGLang): a step that has prefill work (a prompt being chunked, or a waiting
+    request that can be admitted) carries only that; the running decodes wait for a step without it."""
 
 
 @attrs.define
@@ -184,6 +187,10 @@ class Scheduler:
 
     # --------------------------------------------------------------------------------------- schedule
     def schedule(self, now: int) -> SchedulerOutput:
+        if not self.limits.mixed_prefill:
+            out = self._schedule_prefill_only(now)
+            if out is not None:
+                return out
         limits = self.limits
         kv = self.kv
         budget = limits.max_num_batched_tokens
@@ -243,6 +250,34 @@ class Scheduler:
         if stats.new_tokens > limits.max_num_batched_tokens or len(running) > limits.max_num_seqs:
             raise InvariantError(f"step over limits: {stats.new_tokens} tokens, {len(running)} running")
         return SchedulerOutput(scheduled=list(scheduled.items()), preempted=preempted, stats=stats,
+                               host_load_s=self.host_load_s)
+
+    def _schedule_prefill_only(self, now: int) -> SchedulerOutput | None:
+        """A prefill-first step: the running prompts still being prefilled get their next chunks, then
+        waiting requests are admitted; the decodes sit it out. None when there is no prefill work or a
+        chunk cannot get its blocks (the mixed pass then decodes, preempting as usual)."""
+        limits = self.limits
+        budget = limits.max_num_batched_tokens
+        threshold = limits.long_prefill_token_threshold
+        self.host_load_s = 0.0
+        scheduled: dict[Request, int] = {}
+        for req in self.running:
+            num_new = req.prompt_tokens + req.num_output_tokens - req.num_computed_tokens
+            if num_new <= 1:
+                continue
+            if 0 < threshold < num_new:
+                num_new = threshold
+            num_new = min(num_new, budget)
+            if num_new <= 0:
+                break
+            if not self.kv.allocate_slots(req, num_new):
+                return None  # blocks given to earlier chunks stay theirs; the mixed pass needs no more for them
+            scheduled[req] = num_new
+            budget -= num_new
+        self._admit(scheduled, budget, now)
+        if not scheduled:
+            return None
+        return SchedulerOutput(scheduled=list(scheduled.items()), preempted=[], stats=self._stats(scheduled),
                                host_load_s=self.host_load_s)
 
     def _admit(self, scheduled: dict[Request, int], budget: int, now: int) -> None:

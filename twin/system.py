@@ -59,7 +59,8 @@ def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max
     limits = SchedulerLimits(max_num_batched_tokens=max_num_batched_tokens or s.max_num_batched_tokens,
                              max_num_seqs=max_num_seqs or s.max_num_seqs,
                              long_prefill_token_threshold=s.long_prefill_token_threshold,
-                             chunked_prefill=s.chunked_prefill)
+                             chunked_prefill=s.chunked_prefill,
+                             mixed_prefill=s.mixed_prefill is not False)
     kv = KVCacheManager(num_blocks, config.kv_cache.block_size, config.kv_cache.prefix_caching,
                         host_tier(config, dep))
     return Scheduler(limits, kv, s.policy, record_token_times=config.metrics.record_token_times,
@@ -142,6 +143,7 @@ def resolve(config: TwinConfig) -> TwinConfig:
         s,
         max_num_batched_tokens=s.max_num_batched_tokens or engine.default_max_num_batched_tokens(gpu),
         max_num_seqs=s.max_num_seqs or engine.default_max_num_seqs(gpu),
+        mixed_prefill=engine.mixed_prefill if s.mixed_prefill is None else s.mixed_prefill,
     )
     kv = config.kv_cache
     kv_cache = attrs.evolve(

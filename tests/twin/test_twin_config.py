@@ -52,6 +52,10 @@ def test_overrides_and_engine_defaults_resolution():
     assert r.kv_cache.block_size == 16 and r.kv_cache.gpu_memory_utilization == 0.9
     a100 = resolve(load_config(None, ["hardware.gpu=a100_sxm"]))
     assert a100.scheduler.max_num_batched_tokens == 2048 and a100.scheduler.max_num_seqs == 256
+    # Prefill-first scheduling is SGLang's default; an explicit setting wins over the engine's.
+    assert r.scheduler.mixed_prefill is True
+    assert resolve(load_config(None, ["engine.name=sglang"])).scheduler.mixed_prefill is False
+    assert resolve(load_config(None, ["engine.name=sglang", "scheduler.mixed_prefill=true"])).scheduler.mixed_prefill
 
 
 def test_config_round_trips_through_its_dict():

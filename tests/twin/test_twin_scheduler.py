@@ -114,3 +114,28 @@ def test_without_chunked_prefill_a_prompt_waits_for_a_whole_step_and_too_long_on
     sched.add_request(b, 0)
     assert step(sched) == ([(1, 6)], [], [])  # b's 5 tokens do not fit the 2 left: it waits whole
     assert step(sched) == ([(1, 1), (2, 5)], [], [2])
+
+
+def test_prefill_first_runs_prefill_chunks_alone_and_decodes_in_between():
+    # SGLang without mixed chunks: the same arrivals as the first test, other steps.
+    sched = make_scheduler(num_blocks=64, max_num_batched_tokens=8, mixed_prefill=False)
+    d1, d2 = make_request(1, 3, 5), make_request(2, 3, 5)
+    sched.add_request(d1, 0)
+    sched.add_request(d2, 0)
+    assert step(sched) == ([(1, 3), (2, 3)], [], [])
+    p = make_request(3, 20, 2)
+    sched.add_request(p, 1)
+    # p's prompt goes first, in chunks of the whole budget; d1 and d2 get no token until it is done.
+    assert step(sched) == ([(3, 8)], [], [])
+    assert step(sched) == ([(3, 8)], [], [])
+    assert step(sched) == ([(3, 4)], [], [])
+    assert p.num_output_tokens == 1 and (d1.num_output_tokens, d2.num_output_tokens) == (1, 1)
+    assert step(sched) == ([(1, 1), (2, 1), (3, 1)], [], [3])
+    # A waiting request that cannot be admitted (no seat) does not hold the decodes back.
+    full = make_scheduler(num_blocks=64, max_num_batched_tokens=8, max_num_seqs=1, mixed_prefill=False)
+    a, b = make_request(4, 3, 2), make_request(5, 3, 1)
+    full.add_request(a, 0)
+    full.add_request(b, 0)
+    assert step(full) == ([(4, 3)], [], [])
+    assert step(full) == ([(4, 1)], [], [4])
+    assert step(full) == ([(5, 3)], [], [5])
