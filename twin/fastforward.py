@@ -155,6 +155,7 @@ class DecodeRun:
         sched.output_tokens += n * steps
         sched.steps += steps
         sched._last_step_end_ns = ends[m - 1]
+        sched._last_step_start_ns = ends[m - 2] if m >= 2 else self.start_ns
         self.updated = m
         if m < self.k:
             return []

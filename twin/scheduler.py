@@ -29,6 +29,10 @@ class SchedulerLimits:
     max_num_seqs: int
     long_prefill_token_threshold: int = 0
     chunked_prefill: bool = True
+    lookahead: bool = False
+    """Overlap scheduling (vLLM async scheduling, SGLang's overlap scheduler, TRT-LLM's overlap executor):
+    the next step is formed while the current one runs, so a request that arrives during a step is first
+    seen by the step after the next. An idle engine admits an arrival at once."""
     mixed_prefill: bool = True
     """False: prefill first (SGLang): a step that has prefill work (a prompt being chunked, or a waiting
     request that can be admitted) carries only that; the running decodes wait for a step without it."""
@@ -127,6 +131,7 @@ class PriorityQueue:
 
 
 QUEUE_POLICIES: dict[str, type] = {"fcfs": FcfsQueue, "priority": PriorityQueue}
+_NO_CUTOFF = 1 << 62
 
 
 class Scheduler:
@@ -154,6 +159,11 @@ class Scheduler:
         """Host-tier loads the step being scheduled must wait for (reset by :meth:`schedule`)."""
         self._last_step_end_ns = NO_TIME
         """End of the last step this scheduler applied (for the shared inter-token gap)."""
+        self._last_step_start_ns = NO_TIME
+        """Start of that step: with lookahead, when the step now being formed was formed."""
+        self._step_start_ns = NO_TIME
+        self._admit_cutoff_ns = _NO_CUTOFF
+        """Only waiting requests queued at or before this time are admitted (see ``lookahead``)."""
 
     # ----------------------------------------------------------------------------------------- intake
     def fits_ever(self, req: Request) -> bool:
@@ -187,6 +197,10 @@ class Scheduler:
 
     # --------------------------------------------------------------------------------------- schedule
     def schedule(self, now: int) -> SchedulerOutput:
+        self._step_start_ns = now
+        # Back to back with the last step, the real engine formed this step when that one started.
+        lookahead = self.limits.lookahead and now == self._last_step_end_ns
+        self._admit_cutoff_ns = self._last_step_start_ns if lookahead else _NO_CUTOFF
         if not self.limits.mixed_prefill:
             out = self._schedule_prefill_only(now)
             if out is not None:
@@ -245,6 +259,10 @@ class Scheduler:
 
         if not preempted:
             self._admit(scheduled, budget, now)
+            if not scheduled and self._admit_cutoff_ns != _NO_CUTOFF:
+                # Nothing was in the step formed ahead: the engine idles one loop turn and then sees them.
+                self._admit_cutoff_ns = _NO_CUTOFF
+                self._admit(scheduled, budget, now)
 
         stats = self._stats(scheduled)
         if stats.new_tokens > limits.max_num_batched_tokens or len(running) > limits.max_num_seqs:
@@ -284,8 +302,11 @@ class Scheduler:
         limits = self.limits
         kv = self.kv
         waiting = self.waiting
+        cutoff = self._admit_cutoff_ns
         while len(waiting) and budget > 0 and len(self.running) < limits.max_num_seqs:
             req = waiting.peek()
+            if req.queued_ns >= cutoff:
+                break  # arrived after this step was formed (a tie is a client answering the step that ended)
             hits = kv.get_computed_blocks(req)
             host = kv.host_hits(req, len(hits))
             num_computed = (len(hits) + host) * kv.block_size
@@ -390,6 +411,7 @@ class Scheduler:
             itl[gap] = itl.get(gap, 0) + same
         self.output_tokens += sampled
         self._last_step_end_ns = now
+        self._last_step_start_ns = self._step_start_ns
         self.finish(finished, now)
         return finished
 

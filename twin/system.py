@@ -60,7 +60,8 @@ def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max
                              max_num_seqs=max_num_seqs or s.max_num_seqs,
                              long_prefill_token_threshold=s.long_prefill_token_threshold,
                              chunked_prefill=s.chunked_prefill,
-                             mixed_prefill=s.mixed_prefill is not False)
+                             mixed_prefill=s.mixed_prefill is not False,
+                             lookahead=load_engine(config.engine.name).host_overlap)
     kv = KVCacheManager(num_blocks, config.kv_cache.block_size, config.kv_cache.prefix_caching,
                         host_tier(config, dep))
     return Scheduler(limits, kv, s.policy, record_token_times=config.metrics.record_token_times,

@@ -139,3 +139,53 @@ def test_prefill_first_runs_prefill_chunks_alone_and_decodes_in_between():
     assert step(full) == ([(4, 3)], [], [])
     assert step(full) == ([(4, 1)], [], [4])
     assert step(full) == ([(5, 3)], [], [5])
+
+
+def test_lookahead_admits_an_arrival_one_step_later_unless_the_engine_idles():
+    sched = make_scheduler(num_blocks=64, max_num_batched_tokens=8, lookahead=True)
+
+    def run(start: int, end: int) -> list[tuple[int, int]]:
+        out = sched.schedule(start)
+        sched.update(out, end)
+        return [(r.id, n) for r, n in out.scheduled]
+
+    d = make_request(1, 3, 4)
+    sched.add_request(d, 0)
+    assert run(0, 10) == [(1, 3)]            # idle engine: admitted at once
+    p = make_request(2, 4, 1)
+    sched.add_request(p, 5)                  # arrives during the step [0, 10)
+    assert run(10, 20) == [(1, 1)]           # the step [10, 20) was formed at 0: p is not in it
+    assert run(20, 30) == [(1, 1), (2, 4)]   # formed at 10, after p arrived
+    assert p.first_token_ns == 30
+    q = make_request(3, 4, 1)
+    sched.add_request(q, 25)                 # arrives during [20, 30)
+    assert run(30, 40) == [(1, 1)]           # formed at 20; d reaches 4 outputs and finishes at 40
+    r = make_request(4, 2, 1)
+    sched.add_request(r, 35)
+    assert run(40, 50) == [(3, 4)]           # formed at 30: q is in it, r is not
+    assert run(50, 60) == [(4, 2)]           # q finished with its first token at 50
+    assert not sched.running
+    # t arrived during [50, 60), but with nothing else to run the engine takes it on its next loop turn.
+    t = make_request(5, 2, 1)
+    sched.add_request(t, 55)
+    assert run(60, 70) == [(5, 2)]
+    u = make_request(6, 2, 1)
+    sched.add_request(u, 90)                 # idle since 70: admitted at once
+    assert run(90, 100) == [(6, 2)]
+
+
+def test_lookahead_an_arrival_at_a_step_boundary_misses_the_step_formed_then():
+    # A client answering a token of the step that ended at 10 arrives just after the engine formed
+    # the step [20, 30) (at 10): it is first seen by the step formed at 20.
+    sched = make_scheduler(num_blocks=64, max_num_batched_tokens=8, lookahead=True)
+    d = make_request(1, 3, 6)
+    sched.add_request(d, 0)
+    sched.update(sched.schedule(0), 10)
+    x = make_request(2, 3, 1)
+    sched.add_request(x, 10)
+    for start in (10, 20):
+        out = sched.schedule(start)
+        assert [r.id for r, _ in out.scheduled] == [1]
+        sched.update(out, start + 10)
+    out = sched.schedule(30)
+    assert [(r.id, n) for r, n in out.scheduled] == [(1, 1), (2, 3)]
