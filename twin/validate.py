@@ -287,7 +287,27 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
             out.update(max_num_seqs=conc, max_num_batched_tokens=conc + spec.isl + 1500)
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "vllm":
         out.update(max_num_seqs=conc, max_num_batched_tokens=8192)
+    elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "trtllm":
+        out.update(_inferencemax_trtllm(spec, conc))
     return out
+
+
+def _inferencemax_trtllm(spec: "RowSpec", conc: int) -> dict[str, Any]:
+    """InferenceMAX's trtllm-serve launch flags (SemiAnalysisAI/InferenceX benchmarks/*_h200_trt*.sh).
+
+    gpt-oss: --max_batch_size CONC --max_num_tokens 20000; DeepSeek-R1/V3: --max_num_tokens = max(8192,
+    CONC + ISL + 64 rounded up to 64), engine-default batch size; Llama-3.1-70B: --max_num_tokens
+    $MAX_MODEL_LEN, taken here as ISL + OSL (the workflow's value is not in the row; it is at least that).
+    Not modelled: the 70B 1k/1k TP < 8 runs' batch_wait_timeout_iters 20 / batch_wait_max_tokens_ratio 0.9.
+    """
+    model = spec.model.lower()
+    if "gpt-oss" in model:
+        return {"max_num_seqs": conc, "max_num_batched_tokens": 20000}
+    if "deepseek" in model:
+        return {"max_num_batched_tokens": max(8192, -(-(conc + spec.isl + 64) // 64) * 64)}
+    if "llama-3.1-70b" in model:
+        return {"max_num_batched_tokens": spec.isl + spec.osl}
+    return {}
 
 
 # Disaggregated rows ran on NVIDIA Dynamo deployments (tensorrtllm-runtime / sglang images); Dynamo's

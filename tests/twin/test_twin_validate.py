@@ -139,3 +139,14 @@ def test_validate_writes_rows_and_summary(tmp_path: Path) -> None:
     out = list(csv.DictReader(open(tmp_path / "out" / "rows.csv")))
     assert out[0]["protocol"] == "inferencemax" and float(out[0]["pred_tpot_ms"]) > 0
     assert (tmp_path / "out" / "summary.json").is_file()
+
+
+def test_inferencemax_trtllm_rows_get_the_launch_flags_of_their_script() -> None:
+    base = dict(backend="trtllm", system="h200_sxm", isl="8192", osl="1024", batch_size="16",
+                silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=16")
+    oss = row_config(row(model_path="openai/gpt-oss-120b", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", **base))
+    assert oss["scheduler"] == {"chunked_prefill": False, "max_num_seqs": 16, "max_num_batched_tokens": 20000}
+    r1 = row_config(row(model_path="deepseek-ai/DeepSeek-R1", gemm_quant_mode="fp8", **base))
+    assert r1["scheduler"]["max_num_batched_tokens"] == (16 + 8192 + 64 + 63) // 64 * 64 == 8320
+    l70 = row_config(row(model_path="meta-llama/Llama-3.1-70B", gemm_quant_mode="fp8", **{**base, "isl": "1024"}))
+    assert l70["scheduler"]["max_num_batched_tokens"] == 1024 + 1024
