@@ -122,8 +122,8 @@ class Worker:
         key = (n, sum_kv)
         hit = self._decode_prices.get(key)
         if hit is None:
-            hit = self._price(BatchShape(num_reqs=n, num_decode=n, new_tokens=n, sum_kv=sum_kv, sum_q_kv=sum_kv,
-                                         sum_q_sq=n))
+            terms, ns = self.cost_model.decode_step(n, sum_kv)
+            hit = (np.array(terms, dtype=np.float64), ns)
             if len(self._decode_prices) >= _MEMO_LIMIT:
                 self._decode_prices.clear()
             self._decode_prices[key] = hit
