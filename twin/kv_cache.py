@@ -326,11 +326,21 @@ class KVCacheManager:
         return True
 
     def append_one(self, req: Request) -> bool:
-        """The decode fast path of :meth:`allocate_slots` for one token: True if it fits the last block."""
+        """The decode path of :meth:`allocate_slots` for one token: room in the last block, else one new
+        block (False, changing nothing, when none is free or the request is not a plain decode)."""
         blocks = self.req_blocks.get(req.id)
         computed = req.num_computed_tokens
-        if blocks is None or computed >= len(blocks) * self.block_size:
+        if blocks is None:
             return False
+        capacity = len(blocks) * self.block_size
+        if computed >= capacity:
+            # allocate_slots(req, 1) with a full last block: exactly one new block, then registration.
+            if computed > capacity or self.pool.num_free < 1:
+                return False
+            blocks.extend(self.pool.allocate(1))
+            if self.enable_prefix_caching:
+                self.cache_computed(req, min(computed + 1, req.num_tokens))
+            return True
         if self.enable_prefix_caching and (computed + 1) % self.block_size == 0:
             self.cache_computed(req, computed + 1)
         return True

@@ -189,3 +189,31 @@ def test_pool_matches_reference_block_for_block(seed: int, slack: int) -> None:
         assert evicted == ref.evicted and pool.evictions == len(ref.evicted)
         assert pool.num_free == len(ref.free_queue)
         pool.check()
+
+
+@pytest.mark.parametrize("caching", [True, False])
+def test_append_one_is_allocate_slots_for_one_token(caching: bool) -> None:
+    """Decoding through ``append_one`` (room in the last block, else one new block) leaves the same block
+    tables, free queue and cache as ``allocate_slots(req, 1)``; both refuse when no block is free."""
+    fast = KVCacheManager(num_blocks=12, block_size=4, enable_prefix_caching=caching)
+    slow = KVCacheManager(num_blocks=12, block_size=4, enable_prefix_caching=caching)
+    reqs = [make_request(i, prompt=5 + 3 * i, output=30, shared=("sys", 4), stream=f"d{i}") for i in range(3)]
+    for kv in (fast, slow):
+        for r in reqs:
+            r.num_computed_tokens = 0
+            assert kv.allocate_slots(r, r.prompt_tokens, kv.get_computed_blocks(r))
+    computed = {r.id: r.prompt_tokens for r in reqs}
+    refused = 0
+    for step in range(30):
+        for r in reqs:
+            r.num_output_tokens = computed[r.id] - r.prompt_tokens + 1  # one new token to compute
+            r.num_computed_tokens = computed[r.id]
+            ok_fast = fast.append_one(r) or fast.allocate_slots(r, 1)
+            ok_slow = slow.allocate_slots(r, 1)
+            assert ok_fast == ok_slow
+            refused += not ok_fast
+            if ok_fast:
+                computed[r.id] += 1
+            assert fast.blocks_of(r) == slow.blocks_of(r)
+        assert fast.pool.free_order() == slow.pool.free_order() and fast.pool.cached == slow.pool.cached
+    assert refused  # the pool ran dry on the way
