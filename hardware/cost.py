@@ -50,6 +50,7 @@ TOKEN_TERMS = ("qkv_proj", "o_proj", "ssm_proj", "ssm_scan", "mlp", "moe_experts
                "lm_head", "tp_allreduce", "ep_alltoall")
 # CPU-side terms (hidden under GPU work when the engine overlaps scheduling with execution)
 HOST_TERMS = ("step_host", "request_host", "kv_traversal")
+DEVICE_TERMS = tuple(name for name in TERMS if name not in HOST_TERMS)
 _TERM_OF_LINEAR = {"o_proj": "o_proj", "in_proj": "ssm_proj", "out_proj": "ssm_proj", "up_proj": "mlp",
                    "down_proj": "mlp", "router": "moe_experts", "latent_in": "moe_experts",
                    "latent_out": "moe_experts", "shared_up": "moe_shared", "shared_down": "moe_shared"}
@@ -150,6 +151,7 @@ class CostModel:
         self._enabled = tuple(t for t in TERMS if t not in self.disabled_terms)
         self._cache: dict[BatchShape, tuple[Mapping[str, float], int]] = {}
         self._token_cache: dict[tuple[int, int, int], dict[str, float]] = {}
+        self._decode_bases: dict[int, tuple[bool, dict[str, float]]] = {}
         self._build()
 
     # --- set-up ---------------------------------------------------------------------------------
@@ -205,6 +207,12 @@ class CostModel:
         self.collectives_per_step = sum(g.count * (g.allreduce_per_layer + g.moe_allreduce) for g in self.groups)
         self.ar_link_Bps = self._link_Bps(d.tp)
         self.a2a_link_Bps = self._link_Bps(d.tp * d.attn_dp) * self.cal.alltoall.bw_eff
+        self._attn_groups = tuple((g.count, g.mixer, d.mixer_heads(g.mixer), d.mixer_kv_heads(g.mixer))
+                                  for g in self.groups if g.mixer is not None and g.mixer.is_attention)
+        """(layers, mixer, heads per GPU, KV heads per GPU) of each attention layer kind."""
+        self._kv_bytes = d.kv_bytes_per_elem
+        self._peak_bf16 = d.gpu.flops_for("bf16")
+        self._hbm_Bps = d.gpu.hbm_bw_Bps
 
     # --- collectives ---------------------------------------------------------------------------
     def _allreduce_s(self, nbytes: float, group: int, link_Bps: float) -> float:
@@ -282,36 +290,38 @@ class CostModel:
         # vLLM runs attention outside its piecewise graphs except in full-graph pure-decode batches
         graph = self._graphed(s.new_tokens, s.num_reqs, s.num_decode) and (
             s.is_pure_decode or d.engine.capture_rule != "vllm")
-        cal = self.gcal if graph else self.cal
         D = s.num_decode
         d_kv = s.decode_kv
-        p_tokens, p_reqs = s.new_tokens - D, s.num_reqs - D
-        p_kv = s.sum_kv - d_kv
-        p_pairs = s.attention_pairs - d_kv
-        kvb = d.kv_bytes_per_elem
-        peak, bw = d.gpu.flops_for("bf16"), d.gpu.hbm_bw_Bps
+        return self._attention_time(graph, D, d_kv, s.new_tokens - D, s.num_reqs - D, s.sum_kv - d_kv,
+                                    s.attention_pairs - d_kv)
+
+    def _attention_time(self, graph: bool, D: int, d_kv: int, p_tokens: int, p_reqs: int, p_kv: int,
+                        p_pairs: int) -> float:
+        """Attention of D decode requests over d_kv keys plus p_tokens prefill tokens of p_reqs requests
+        (p_kv keys, p_pairs causal pairs), summed over the attention layers."""
+        cal = self.gcal if graph else self.cal
+        kvb, peak, bw = self._kv_bytes, self._peak_bf16, self._hbm_Bps
         total = 0.0
-        for g in self.groups:
-            mx = g.mixer
-            if mx is None or not mx.is_attention:
-                continue
-            heads = d.mixer_heads(mx)
+        for count, mx, heads, kvh in self._attn_groups:
             if mx.kind == "gqa":
-                kvh = d.mixer_kv_heads(mx)
                 dk, pk, pp = d_kv, p_kv, p_pairs
                 if mx.window:
                     dk = min(dk, D * mx.window)
                     pk = min(pk, p_reqs * mx.window + p_tokens)
                     pp = min(pp, p_tokens * mx.window)
-                t = kernels.gqa_decode_s(cal.attn_decode, reqs=D, sum_kv=dk, heads=heads, kv_heads=kvh,
-                                         head_dim=mx.head_dim, v_head_dim=mx.vdim, kv_bytes=kvb,
-                                         peak_flops=peak, bw_Bps=bw)
-                t += kernels.gqa_prefill_s(cal.attn_prefill, tokens=p_tokens, sum_kv=pk, pairs=pp, heads=heads,
-                                           kv_heads=kvh, head_dim=mx.head_dim, v_head_dim=mx.vdim,
-                                           kv_bytes=kvb, peak_flops=peak, bw_Bps=bw)
+                # Each kernel costs 0.0 without its requests: skipping the call adds nothing (exact).
+                t = 0.0
+                if D > 0:
+                    t = kernels.gqa_decode_s(cal.attn_decode, reqs=D, sum_kv=dk, heads=heads, kv_heads=kvh,
+                                             head_dim=mx.head_dim, v_head_dim=mx.vdim, kv_bytes=kvb,
+                                             peak_flops=peak, bw_Bps=bw)
+                if p_tokens > 0:
+                    t += kernels.gqa_prefill_s(cal.attn_prefill, tokens=p_tokens, sum_kv=pk, pairs=pp,
+                                               heads=heads, kv_heads=kvh, head_dim=mx.head_dim,
+                                               v_head_dim=mx.vdim, kv_bytes=kvb, peak_flops=peak, bw_Bps=bw)
             else:
                 t = self._mla_s(mx, heads, D, d_kv, p_tokens, p_kv, p_pairs, peak, bw, cal)
-            total += g.count * t
+            total += count * t
         return total
 
     def _mla_s(self, mx: MixerSpec, heads: int, D: int, d_kv: int, p_tokens: int, p_kv: int, p_pairs: int,
@@ -356,37 +366,47 @@ class CostModel:
     def _terms(self, s: BatchShape) -> dict[str, float]:
         if self.kv_bucket_tokens > 0:
             s = self._bucketed(s)
+        t: dict[str, float] = dict.fromkeys(TERMS, 0.0)
+        if s.new_tokens > 0:
+            self._fill_batch_terms(t, s)
+            t["attention"] = attn = self._attention_s(s)
+            self._fill_context_terms(t, s.sum_kv, s.num_reqs, attn)
+        return {name: t[name] for name in self._enabled}
+
+    def _fill_batch_terms(self, t: dict[str, float], s: BatchShape) -> None:
+        """Terms set by the batch's token and request counts alone (for a pure-decode batch: by its size)."""
         M, R, D = s.new_tokens, s.num_reqs, s.num_decode
         e = self.dep.engine
-        t: dict[str, float] = dict.fromkeys(TERMS, 0.0)
-        if M > 0:
-            t.update(self._token_terms(M, R, D))
-            t["attention"] = attn = self._attention_s(s)
-            padded = self._padded(s)
-            if padded != R:
-                t["cuda_graph_padding"] = (sum(self._token_terms(padded, padded, padded).values())
-                                           - sum(self._token_terms(M, R, D).values()))
-            t["step_host"] = e.step_host_s
-            t["request_host"] = e.per_request_host_s * R
-            t["kernel_launch"] = self._launch_s(s)
-            t["kv_traversal"] = (e.per_block_host_s * -(-s.sum_kv // max(1, e.block_size))
-                                  if self.attn_layers else 0.0)
-            if not self.cuda_graph:
-                t["collective_setup"] = self.collectives_per_step * self.cal.allreduce.eager_extra_s
-            if self.dep.attn_dp > 1:
-                t["dp_imbalance"] = attn * min(1.0, math.sqrt(2.0 * math.log(self.dep.attn_dp) / max(R, 1)))
-            if e.host_overlap:
-                self._overlap_host(t)
-        return {name: t[name] for name in self._enabled}
+        t.update(self._token_terms(M, R, D))
+        padded = self._padded(s)
+        if padded != R:
+            t["cuda_graph_padding"] = (sum(self._token_terms(padded, padded, padded).values())
+                                       - sum(self._token_terms(M, R, D).values()))
+        t["step_host"] = e.step_host_s
+        t["request_host"] = e.per_request_host_s * R
+        t["kernel_launch"] = self._launch_s(s)
+        if not self.cuda_graph:
+            t["collective_setup"] = self.collectives_per_step * self.cal.allreduce.eager_extra_s
+
+    def _fill_context_terms(self, t: dict[str, float], sum_kv: int, R: int, attn: float) -> None:
+        """Terms set by the context (KV traversal, attention-DP imbalance), then the host overlap."""
+        e = self.dep.engine
+        t["kv_traversal"] = (e.per_block_host_s * -(-sum_kv // max(1, e.block_size))
+                             if self.attn_layers else 0.0)
+        if self.dep.attn_dp > 1:
+            t["dp_imbalance"] = attn * min(1.0, math.sqrt(2.0 * math.log(self.dep.attn_dp) / max(R, 1)))
+        if e.host_overlap:
+            self._overlap_host(t)
 
     def _overlap_host(self, t: dict[str, float]) -> None:
         """Async scheduling: the CPU prepares step n+1 while the GPU runs step n, so a step lasts
         max(GPU work, host work). The host terms keep only their exposed share, max(0, host - GPU), split
         in proportion to their sizes (computed from every term, so switching one off changes no other)."""
-        host = sum(t[name] for name in HOST_TERMS)
+        get = t.__getitem__
+        host = sum(map(get, HOST_TERMS))
         if host <= 0.0:
             return
-        device = sum(v for name, v in t.items() if name not in HOST_TERMS)
+        device = sum(map(get, DEVICE_TERMS))  # in TERMS order, as ``t`` holds them
         keep = max(0.0, host - device) / host
         for name in HOST_TERMS:
             t[name] *= keep
@@ -428,6 +448,39 @@ class CostModel:
             self._cache.clear()
         self._cache[shape] = out
         return out
+
+    def decode_step(self, n: int, sum_kv: int) -> tuple[list[float], int]:
+        """A pure-decode step of ``n`` requests attending ``sum_kv`` tokens in all: the values of
+        ``term_names`` and the total in ns, the very floats ``step`` gives for that batch's shape.
+
+        The fast path of decode stretches, whose context grows every step: what depends on ``n`` alone is
+        prepared once per ``n``; only attention and the context terms are computed per call, by the same
+        code as ``step``'s, with no shape built and nothing memoised.
+        """
+        base = self._decode_bases.get(n)
+        if base is None:
+            base = self._decode_base(n)
+        graph, fixed = base
+        if self.kv_bucket_tokens > 0:
+            b = self.kv_bucket_tokens
+            sum_kv = -(-sum_kv // b) * b
+        t = fixed.copy()
+        # BatchShape(n, n, n, sum_kv, sum_kv, n): every request decodes, so no prefill part.
+        t["attention"] = attn = self._attention_time(graph, n, sum_kv, 0, 0, 0, 0)
+        self._fill_context_terms(t, sum_kv, n, attn)
+        out = [t[name] for name in self._enabled]
+        return out, max(1, round(sum(out) * 1e9))
+
+    def _decode_base(self, n: int) -> tuple[bool, dict[str, float]]:
+        """Whether a pure-decode batch of ``n`` replays a graph for attention, and its batch terms."""
+        s = BatchShape(num_reqs=n, num_decode=n, new_tokens=n, sum_kv=n, sum_q_kv=n, sum_q_sq=n)
+        t = dict.fromkeys(TERMS, 0.0)
+        self._fill_batch_terms(t, s)
+        graph = self._graphed(n, n, n)  # as _attention_s decides it for a pure-decode batch
+        if len(self._decode_bases) >= _CACHE_LIMIT:
+            self._decode_bases.clear()
+        self._decode_bases[n] = (graph, t)
+        return graph, t
 
     def step_time_ns(self, shape: BatchShape) -> int:
         """Total step time in integer nanoseconds (>= 1), memoised on the exact shape."""

@@ -47,12 +47,12 @@ def _known(kind: str, lister: str) -> Any:
     def check(inst: Any, attr: attrs.Attribute, value: str) -> None:  # type: ignore[type-arg]
         import hardware
 
-        names = getattr(hardware, lister)()
-        if value in names:
-            return
+        # Loading the one entry (cached) accepts every listed name and alias; listing them all would load
+        # every shipped model, so the list is only built for the error.
         try:
             getattr(hardware, f"load_{kind}")(value)
         except ValueError:
+            names = getattr(hardware, lister)()
             raise ValueError(f"{attr.name} names no known {kind}: {value!r}; expected one of {names}") from None
 
     return check

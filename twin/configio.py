@@ -22,6 +22,9 @@ from twin.registry import Pluggable, lookup
 
 T = TypeVar("T")
 
+_SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # type: ignore[assignment]
+"""libyaml's parser when available: the same safe constructors and resolvers as ``yaml.safe_load``."""
+
 
 @functools.lru_cache(maxsize=None)
 def _hints(cls: type) -> dict[str, Any]:
@@ -206,11 +209,15 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError("", f"cannot read config file: {exc}") from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise ConfigError("", f"{where}invalid YAML: {getattr(exc, 'problem', exc)}", source=str(path)) from None
+        data = yaml.load(text, Loader=_SAFE_LOADER)
+    except yaml.YAMLError:
+        try:
+            data = yaml.safe_load(text)  # errors worded and placed as the pure-Python parser has them
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+            raise ConfigError("", f"{where}invalid YAML: {getattr(exc, 'problem', exc)}",
+                              source=str(path)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -22,7 +22,6 @@ from typing import Protocol
 import numpy as np
 
 from hardware import BatchShape
-from twin.kv_cache import cdiv
 from twin.request import NO_TIME, Request
 from twin.scheduler import Scheduler, SchedulerOutput
 
@@ -135,6 +134,10 @@ class DecodeRun:
             if d > inner_max:
                 inner_max = d
         first_end = ends[a - 1]
+        last_end = ends[m - 1]
+        prev = sched._last_step_end_ns
+        record = sched.record_token_times
+        shared = 0  # requests whose previous token came at the previous step end: one shared gap
         for req in self.reqs:
             req.num_computed_tokens += steps
             req.num_output_tokens += steps
@@ -142,16 +145,23 @@ class DecodeRun:
                 req.first_token_ns = first_end  # its gaps start with step a + 1
                 gap_max = inner_max
             else:
-                gap = first_end - req.last_token_ns
-                itl[gap] = itl.get(gap, 0) + 1
-                gap_max = max(gap, inner_max)
+                last = req.last_token_ns
+                gap = first_end - last
+                if last == prev:
+                    shared += 1
+                else:
+                    itl[gap] = itl.get(gap, 0) + 1
+                gap_max = gap if gap > inner_max else inner_max
             if gap_max > req.max_itl_ns:
                 req.max_itl_ns = gap_max
-            req.last_token_ns = ends[m - 1]
-            if sched.record_token_times:
+            req.last_token_ns = last_end
+            if record:
                 if req.token_times_ns is None:
                     req.token_times_ns = []
                 req.token_times_ns.extend(ends[a - 1:m])
+        if shared:
+            gap = first_end - prev
+            itl[gap] = itl.get(gap, 0) + shared
         sched.output_tokens += n * steps
         sched.steps += steps
         sched._last_step_end_ns = ends[m - 1]
@@ -177,19 +187,30 @@ def plan_decode_run(sched: Scheduler, out: SchedulerOutput, start_ns: int, price
     reqs = []
     k = max_steps
     for (req, q), run_req in zip(out.scheduled, running):
-        if q != 1 or req is not run_req or req.num_computed_tokens + 1 != req.num_tokens:
+        if q != 1 or req is not run_req or req.num_computed_tokens + 1 != req.prompt_tokens + req.num_output_tokens:
             return None
         reqs.append(req)
-        k = min(k, req.max_output_tokens - req.num_output_tokens)
+        left = req.max_output_tokens - req.num_output_tokens
+        if left < k:
+            k = left
     if k < 2:
         return None
     kv = sched.kv
     size = kv.block_size
-    have = [len(kv.req_blocks[r.id]) for r in reqs]
+    req_blocks = kv.req_blocks
+    # Per request: token capacity of its blocks and tokens computed (constant while planning).
+    capacity = [len(req_blocks[r.id]) * size for r in reqs]
+    computed = [r.num_computed_tokens for r in reqs]
     free = kv.pool.num_free
 
     def blocks_needed(steps: int) -> int:
-        return sum(max(0, cdiv(r.num_computed_tokens + steps, size) - h) for r, h in zip(reqs, have))
+        # Blocks beyond each request's own for `steps` more tokens: cdiv(c + steps - cap, size) when > 0.
+        need = 0
+        for c, cap in zip(computed, capacity):
+            over = c + steps - cap
+            if over > 0:
+                need -= -over // size
+        return need
 
     if blocks_needed(k) > free:
         lo, hi = 1, k  # largest k with enough free blocks: no step of the run can preempt

@@ -2,8 +2,8 @@
 
 Semantics follow vLLM v1's ``BlockPool`` / ``KVCacheManager``:
 
-* blocks carry reference counts; a block with no reference sits in the free queue, an LRU ordered
-  dictionary (O(1) pop from the head, append at the tail, removal from the middle on a cache hit);
+* blocks carry reference counts; a block with no reference sits in the free queue, in LRU order (O(1)
+  pop from the head, append at the tail, removal from the middle on a cache hit);
 * a full block whose tokens are computed gets its key registered in the cache; it keeps the key while in
   the free queue and loses it only when it is reused for new content (lazy eviction);
 * a request frees its blocks in reverse order, so the tail of its chain sits nearer the head of the free
@@ -14,7 +14,7 @@ Semantics follow vLLM v1's ``BlockPool`` / ``KVCacheManager``:
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Callable, Iterable, Sequence
 
 from twin.errors import InvariantError
@@ -22,7 +22,17 @@ from twin.request import Request
 
 
 class BlockPool:
-    """Blocks ``0 .. num_blocks-1`` with reference counts, an LRU free queue and a key -> block map."""
+    """Blocks ``0 .. num_blocks-1`` with reference counts, an LRU free queue and a key -> block map.
+
+    The free queue is a deque of block ids with lazy removal: taking a free block out of the middle (a
+    cache hit) only counts its entry as dead (``_dead``); ``allocate`` drops dead entries as it meets them
+    at the head. A block's live entry, if any, is its newest one, so its dead entries all lie ahead of
+    it: the first entry met with a zero dead count is live. The order of live entries is the LRU order
+    an ordered dictionary would keep (vLLM's doubly linked free list), at a fraction of the cost per block.
+    """
+
+    compact_slack = 1024
+    """Dead entries tolerated in the free queue beyond the live ones before it is compacted."""
 
     def __init__(self, num_blocks: int, on_evict: Callable[[int, int], None] | None = None) -> None:
         if num_blocks < 1:
@@ -34,8 +44,13 @@ class BlockPool:
         self._fresh = 0
         """Blocks from here on were never allocated: they head the free queue, in id order (kept implicit,
         so a pool of a million blocks costs nothing until it is used)."""
-        self.free_queue: OrderedDict[int, None] = OrderedDict()
-        """Blocks freed after use, in LRU order, behind the never-used ones."""
+        self._queue: deque[int] = deque()
+        """Entries of blocks freed after use, oldest first (behind the never-used ones); some are dead."""
+        self._dead = [0] * num_blocks
+        """Per block: how many of its entries in ``_queue`` are dead (it left the queue after they were
+        pushed)."""
+        self._num_queued = 0
+        """Live entries in ``_queue``: free blocks that were used before."""
         self.on_evict = on_evict
         """Called with (block id, key) when a cached block is reused for new content (host-tier hook)."""
         self.evictions = 0
@@ -43,15 +58,26 @@ class BlockPool:
     @property
     def num_free(self) -> int:
         """Blocks with no reference: truly empty or cached-but-evictable."""
-        return self.num_blocks - self._fresh + len(self.free_queue)
+        return self.num_blocks - self._fresh + self._num_queued
 
     @property
     def num_used(self) -> int:
-        return self._fresh - len(self.free_queue)
+        return self._fresh - self._num_queued
+
+    def _live_queue(self) -> list[int]:
+        """The live entries of the free queue, head first."""
+        dead = self._dead.copy()
+        live = []
+        for block in self._queue:
+            if dead[block]:
+                dead[block] -= 1
+            else:
+                live.append(block)
+        return live
 
     def free_order(self) -> list[int]:
         """The whole free queue, head first (for tests and debugging)."""
-        return list(range(self._fresh, self.num_blocks)) + list(self.free_queue)
+        return list(range(self._fresh, self.num_blocks)) + self._live_queue()
 
     @property
     def num_cached(self) -> int:
@@ -71,38 +97,68 @@ class BlockPool:
             self._fresh += fresh
             self.ref_cnt[first:first + fresh] = [1] * fresh
             out.extend(range(first, first + fresh))
-        popitem = self.free_queue.popitem
-        for _ in range(n - fresh):
-            block, _unused = popitem(last=False)
-            key = self.block_key[block]
+        need = n - fresh
+        if not need:
+            return out
+        self._num_queued -= need
+        popleft = self._queue.popleft
+        dead = self._dead
+        ref = self.ref_cnt
+        block_key = self.block_key
+        cached = self.cached
+        on_evict = self.on_evict
+        evicted = 0
+        while need:
+            block = popleft()
+            if dead[block]:
+                dead[block] -= 1
+                continue
+            key = block_key[block]
             if key is not None:
-                self.block_key[block] = None
-                del self.cached[key]
-                self.evictions += 1
-                if self.on_evict is not None:
-                    self.on_evict(block, key)
-            self.ref_cnt[block] = 1
+                block_key[block] = None
+                del cached[key]
+                evicted += 1
+                if on_evict is not None:
+                    on_evict(block, key)
+            ref[block] = 1
             out.append(block)
+            need -= 1
+        self.evictions += evicted
         return out
 
     def touch(self, blocks: Iterable[int]) -> None:
         """Take a reference on cache-hit blocks, pulling free ones out of the free queue."""
         ref = self.ref_cnt
+        dead = self._dead
+        left = 0
         for block in blocks:
             if ref[block] == 0:
-                del self.free_queue[block]
+                dead[block] += 1
+                left += 1
             ref[block] += 1
+        if left:
+            self._num_queued -= left
+            if len(self._queue) > 2 * self._num_queued + self.compact_slack:
+                self._compact()
+
+    def _compact(self) -> None:
+        """Drop the dead entries of the free queue (bounds its length when hits outnumber allocations)."""
+        self._queue = deque(self._live_queue())
+        self._dead = [0] * self.num_blocks
 
     def release(self, blocks: Iterable[int]) -> None:
         """Drop one reference per block; blocks reaching zero join the tail of the free queue in order."""
         ref = self.ref_cnt
-        queue = self.free_queue
+        freed = []
         for block in blocks:
-            ref[block] -= 1
-            if ref[block] == 0:
-                queue[block] = None
-            elif ref[block] < 0:
+            left = ref[block] - 1
+            ref[block] = left
+            if left == 0:
+                freed.append(block)
+            elif left < 0:
                 raise InvariantError(f"block {block} released more often than referenced")
+        self._queue.extend(freed)
+        self._num_queued += len(freed)
 
     def cache(self, block: int, key: int) -> None:
         """Register a computed full block under its key (a block already holding the key wins)."""
@@ -115,8 +171,13 @@ class BlockPool:
         fresh = self.num_blocks - self._fresh
         if self.ref_cnt[self._fresh:].count(0) != fresh or self.block_key[self._fresh:].count(None) != fresh:
             raise InvariantError("a never-allocated block is referenced or cached")
+        live = self._live_queue()
+        queued = set(live)
+        if len(queued) != len(live) or len(live) != self._num_queued:
+            raise InvariantError(f"free queue holds {len(live)} live entries ({len(queued)} distinct), "
+                                 f"counted {self._num_queued}")
         for block in range(self._fresh):
-            in_free = block in self.free_queue
+            in_free = block in queued
             if (self.ref_cnt[block] == 0) != in_free:
                 raise InvariantError(f"block {block}: ref_cnt={self.ref_cnt[block]} but in_free_queue={in_free}")
         for key, block in self.cached.items():
@@ -213,11 +274,21 @@ class KVCacheManager:
         if not self.enable_prefix_caching:
             return []
         limit = min((req.num_tokens - 1) // self.block_size, len(req.block_keys))
-        found = list(map(self.pool.cached.get, req.block_keys[:limit]))  # C-speed lookups, then the first miss
-        try:
-            return found[: found.index(None)]  # type: ignore[return-value]
-        except ValueError:
-            return found  # type: ignore[return-value]
+        keys = req.block_keys
+        get = self.pool.cached.get
+        found: list[int] = []
+        # C-speed lookups in chunks that double while every key hits: past the first miss, at most as many
+        # keys are looked up as were found (each lookup is a cache miss in a large dictionary).
+        start, chunk = 0, 8
+        while start < limit:
+            end = min(limit, start + chunk)
+            part = list(map(get, keys[start:end]))
+            if None in part:
+                found += part[: part.index(None)]  # type: ignore[arg-type]
+                break
+            found += part  # type: ignore[arg-type]
+            start, chunk = end, 2 * chunk
+        return found
 
     def blocks_needed(self, req: Request, num_new_tokens: int, num_computed_blocks: int = 0) -> int:
         """New blocks that scheduling ``num_new_tokens`` more tokens of ``req`` would take."""
@@ -255,11 +326,21 @@ class KVCacheManager:
         return True
 
     def append_one(self, req: Request) -> bool:
-        """The decode fast path of :meth:`allocate_slots` for one token: True if it fits the last block."""
+        """The decode path of :meth:`allocate_slots` for one token: room in the last block, else one new
+        block (False, changing nothing, when none is free or the request is not a plain decode)."""
         blocks = self.req_blocks.get(req.id)
         computed = req.num_computed_tokens
-        if blocks is None or computed >= len(blocks) * self.block_size:
+        if blocks is None:
             return False
+        capacity = len(blocks) * self.block_size
+        if computed >= capacity:
+            # allocate_slots(req, 1) with a full last block: exactly one new block, then registration.
+            if computed > capacity or self.pool.num_free < 1:
+                return False
+            blocks.extend(self.pool.allocate(1))
+            if self.enable_prefix_caching:
+                self.cache_computed(req, min(computed + 1, req.num_tokens))
+            return True
         if self.enable_prefix_caching and (computed + 1) % self.block_size == 0:
             self.cache_computed(req, computed + 1)
         return True

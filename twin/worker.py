@@ -8,7 +8,8 @@ by worker id among step ends), so a request that arrives exactly when a step end
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generator, Mapping
+from bisect import bisect_left
+from typing import Any, Callable, Generator, Mapping, Sequence
 
 import numpy as np
 import simpy
@@ -38,6 +39,14 @@ class Ledger:
                 self._extra[name] = self._extra.get(name, 0.0) + value
         self.steps += 1
         self.busy_ns += step_ns
+
+    def add_steps(self, vectors: Sequence[np.ndarray], steps_ns: Sequence[int]) -> None:
+        """:meth:`add` for consecutive steps without extras: the same additions, in step order."""
+        acc = self._acc
+        for vector in vectors:
+            acc += vector
+        self.steps += len(vectors)
+        self.busy_ns += sum(steps_ns)
 
     @property
     def terms_s(self) -> dict[str, float]:
@@ -122,8 +131,8 @@ class Worker:
         key = (n, sum_kv)
         hit = self._decode_prices.get(key)
         if hit is None:
-            hit = self._price(BatchShape(num_reqs=n, num_decode=n, new_tokens=n, sum_kv=sum_kv, sum_q_kv=sum_kv,
-                                         sum_q_sq=n))
+            terms, ns = self.cost_model.decode_step(n, sum_kv)
+            hit = (np.array(terms, dtype=np.float64), ns)
             if len(self._decode_prices) >= _MEMO_LIMIT:
                 self._decode_prices.clear()
             self._decode_prices[key] = hit
@@ -187,12 +196,11 @@ class Worker:
         m = costed
         if not end.processed:
             t = now_ns(env)
-            m = next(i for i, e in enumerate(run.ends, start=1) if e >= t)
+            m = bisect_left(run.ends, t) + 1  # the first step ending at or after t (ends increase)
             # Finish the step in progress in its own end-of-step slot (after every event of that instant).
             yield StepEnd(env, run.ends[m - 1] - t, self.priority)
         self.run = None
-        for i in range(m):
-            self.ledger.add(run.terms[i], run.ns[i])
+        self.ledger.add_steps(run.terms[:m], run.ns[:m])
         # Cut short (m < k), the rest of the plan is dropped and the next schedule() starts afresh.
         return run.update_upto(m)
 

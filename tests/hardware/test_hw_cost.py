@@ -211,3 +211,29 @@ def test_eager_mode_adds_launches_only_there() -> None:
     lm_graph, lm_eager = graph.terms["lm_head"], eager.terms["lm_head"]
     assert lm_eager - lm_graph == pytest.approx(cal.gemm_for("bf16").floor_s - g, rel=1e-9)
     assert graph.terms["step_host"] == eager.terms["step_host"]
+
+
+@pytest.mark.parametrize("model,gpu,engine,parallel,kw", [
+    ("meta-llama/Llama-3.1-8B", "h100_sxm", "vllm", {}, {}),
+    ("meta-llama/Llama-3.1-8B", "a100_sxm", "vllm", {}, {"max_num_seqs": 512, "max_num_batched_tokens": 512}),
+    ("meta-llama/Llama-3.1-70B", "h100_sxm", "sglang", {"tp": 4}, {}),
+    ("meta-llama/Llama-3.1-8B", "h100_sxm", "trtllm", {}, {"cuda_graph": False}),
+    ("meta-llama/Llama-3.1-8B", "h100_sxm", "vllm", {}, {"kv_bucket_tokens": 256}),
+    ("meta-llama/Llama-3.1-8B", "h100_sxm", "vllm", {}, {"disabled_terms": frozenset({"kv_traversal", "attention"})}),
+    ("deepseek-ai/DeepSeek-V3", "h200_sxm", "vllm", {"tp": 8}, {}),
+    ("deepseek-ai/DeepSeek-V3.2", "b200_sxm", "sglang", {"tp": 1, "attn_dp": 8, "ep": 8}, {}),
+    ("openai/gpt-oss-20b", "h100_sxm", "vllm", {}, {}),
+    ("nvidia/Nemotron-H-56B-Base-8K", "h100_sxm", "vllm", {"tp": 2}, {}),
+])
+def test_decode_step_is_step_of_the_pure_decode_shape(model: str, gpu: str, engine: str,
+                                                       parallel: dict[str, int], kw: dict[str, object]) -> None:
+    """The decode fast path gives bit for bit the floats and nanoseconds of ``step`` on the same batch."""
+    d = Deployment(gpu=load_gpu(gpu), model=load_model(model), engine=load_engine(engine), **parallel)
+    model_ = CostModel(d, **kw)  # type: ignore[arg-type]
+    for n in (1, 2, 3, 7, 8, 31, 64, 100, 257, 512, 600):
+        for sum_kv in (n, n + 1, 17 * n, 1000 * n + 13, 128_000 * n):
+            terms, ns = model_.decode_step(n, sum_kv)
+            ref_terms, ref_ns = model_.step(BatchShape(num_reqs=n, num_decode=n, new_tokens=n, sum_kv=sum_kv,
+                                                       sum_q_kv=sum_kv, sum_q_sq=n))
+            assert terms == list(ref_terms.values()) and ns == ref_ns, (n, sum_kv)
+            assert [t.hex() for t in terms] == [t.hex() for t in ref_terms.values()]

@@ -86,3 +86,16 @@ def test_cli_runs_a_small_example_and_writes_results(tmp_path, capsys):
     assert (out / "timeseries.png").exists() and (out / "latency_cdf.png").exists()
     assert "chat" in list_examples()
     assert "results written to" in capsys.readouterr().out
+
+
+def test_yaml_errors_are_worded_as_the_pure_python_parser_words_them(tmp_path):
+    """Configs are parsed with libyaml when available; a syntax error still reads as PyYAML's own."""
+    bad = tmp_path / "bad.yaml"
+    text = "scheduler:\n  max_num_seqs: [1,\n"
+    bad.write_text(text)
+    with pytest.raises(yaml.YAMLError) as ref:
+        yaml.safe_load(text)
+    mark = ref.value.problem_mark  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError) as info:
+        load_config(bad)
+    assert f"line {mark.line + 1}, column {mark.column + 1}: invalid YAML: {ref.value.problem}" in str(info.value)

@@ -101,3 +101,119 @@ def test_prefix_caching_off_never_hits():
     kv.free(a)
     assert kv.pool.cached == {}
     assert kv.get_computed_blocks(make_request(2, prompt=9, output=1, stream="z")) == []
+
+
+class _ReferencePool:
+    """The block pool as first written (an OrderedDict free queue, one block at a time): the specification
+    the optimised :class:`BlockPool` must match block for block."""
+
+    def __init__(self, num_blocks: int) -> None:
+        from collections import OrderedDict
+
+        self.ref_cnt = [0] * num_blocks
+        self.block_key: list[int | None] = [None] * num_blocks
+        self.cached: dict[int, int] = {}
+        self.free_queue = OrderedDict.fromkeys(range(num_blocks))
+        self.evicted: list[tuple[int, int]] = []
+
+    def allocate(self, n: int) -> list[int]:
+        out = []
+        for _ in range(n):
+            block, _unused = self.free_queue.popitem(last=False)
+            key = self.block_key[block]
+            if key is not None:
+                self.block_key[block] = None
+                del self.cached[key]
+                self.evicted.append((block, key))
+            self.ref_cnt[block] = 1
+            out.append(block)
+        return out
+
+    def touch(self, blocks: list[int]) -> None:
+        for block in blocks:
+            if self.ref_cnt[block] == 0:
+                del self.free_queue[block]
+            self.ref_cnt[block] += 1
+
+    def release(self, blocks: list[int]) -> None:
+        for block in blocks:
+            self.ref_cnt[block] -= 1
+            if self.ref_cnt[block] == 0:
+                self.free_queue[block] = None
+
+    def cache(self, block: int, key: int) -> None:
+        if key not in self.cached and self.block_key[block] is None:
+            self.cached[key] = block
+            self.block_key[block] = key
+
+
+@pytest.mark.parametrize("seed,slack", [(0, 1024), (1, 1024), (2, 0), (3, 1)])
+def test_pool_matches_reference_block_for_block(seed: int, slack: int) -> None:
+    """Random allocate / touch / release / cache sequences: same ids, free order, cache and evictions as
+    the one-block-at-a-time ordered-dictionary pool (small ``slack`` exercises free-queue compaction)."""
+    import random
+
+    rng = random.Random(seed)
+    n = 48
+    evicted: list[tuple[int, int]] = []
+    pool = BlockPool(n, on_evict=lambda b, k: evicted.append((b, k)))
+    pool.compact_slack = slack
+    ref = _ReferencePool(n)
+    held: list[list[int]] = []  # block tables of live "requests"
+    next_key = 1
+    for _ in range(3000):
+        op = rng.random()
+        if op < 0.35 and pool.num_free:
+            k = rng.randint(1, min(pool.num_free, 12))
+            got = pool.allocate(k)
+            assert got == ref.allocate(k)
+            held.append(got)
+        elif op < 0.55 and held:
+            table = held.pop(rng.randrange(len(held)))
+            pool.release(reversed(table))
+            ref.release(list(reversed(table)))
+        elif op < 0.75 and pool.cached:
+            keys = rng.sample(sorted(pool.cached), rng.randint(1, min(6, len(pool.cached))))
+            hits = [pool.cached[k] for k in keys]
+            pool.touch(hits)
+            ref.touch(hits)
+            held.append(hits)
+        elif held:
+            table = rng.choice(held)
+            for block in table:
+                pool.cache(block, next_key)
+                ref.cache(block, next_key)
+                next_key += 1
+        assert pool.free_order() == list(ref.free_queue)
+        assert pool.ref_cnt == ref.ref_cnt and pool.block_key == ref.block_key and pool.cached == ref.cached
+        assert evicted == ref.evicted and pool.evictions == len(ref.evicted)
+        assert pool.num_free == len(ref.free_queue)
+        pool.check()
+
+
+@pytest.mark.parametrize("caching", [True, False])
+def test_append_one_is_allocate_slots_for_one_token(caching: bool) -> None:
+    """Decoding through ``append_one`` (room in the last block, else one new block) leaves the same block
+    tables, free queue and cache as ``allocate_slots(req, 1)``; both refuse when no block is free."""
+    fast = KVCacheManager(num_blocks=12, block_size=4, enable_prefix_caching=caching)
+    slow = KVCacheManager(num_blocks=12, block_size=4, enable_prefix_caching=caching)
+    reqs = [make_request(i, prompt=5 + 3 * i, output=30, shared=("sys", 4), stream=f"d{i}") for i in range(3)]
+    for kv in (fast, slow):
+        for r in reqs:
+            r.num_computed_tokens = 0
+            assert kv.allocate_slots(r, r.prompt_tokens, kv.get_computed_blocks(r))
+    computed = {r.id: r.prompt_tokens for r in reqs}
+    refused = 0
+    for step in range(30):
+        for r in reqs:
+            r.num_output_tokens = computed[r.id] - r.prompt_tokens + 1  # one new token to compute
+            r.num_computed_tokens = computed[r.id]
+            ok_fast = fast.append_one(r) or fast.allocate_slots(r, 1)
+            ok_slow = slow.allocate_slots(r, 1)
+            assert ok_fast == ok_slow
+            refused += not ok_fast
+            if ok_fast:
+                computed[r.id] += 1
+            assert fast.blocks_of(r) == slow.blocks_of(r)
+        assert fast.pool.free_order() == slow.pool.free_order() and fast.pool.cached == slow.pool.cached
+    assert refused  # the pool ran dry on the way

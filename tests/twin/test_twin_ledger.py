@@ -1,0 +1,19 @@
+"""The worker's cost ledger: batched additions of a fast-forwarded run equal step-by-step additions."""
+
+import numpy as np
+
+from twin.worker import Ledger
+
+
+def test_add_steps_is_add_per_step_bit_for_bit() -> None:
+    rng = np.random.default_rng(0)
+    names = tuple(f"t{i}" for i in range(7))
+    vectors = [rng.random(7) * 10.0 ** rng.integers(-9, 3) for _ in range(50)]
+    steps_ns = [int(x) for x in rng.integers(1, 10**7, 50)]
+    one, batched = Ledger(names), Ledger(names)
+    for v, ns in zip(vectors, steps_ns):
+        one.add(v, ns)
+    batched.add_steps(vectors[:20], steps_ns[:20])
+    batched.add_steps(vectors[20:], steps_ns[20:])
+    assert [x.hex() for x in one.terms_s.values()] == [x.hex() for x in batched.terms_s.values()]
+    assert (one.steps, one.busy_ns) == (batched.steps, batched.busy_ns)
