@@ -4,4 +4,6 @@ import twin.router  # noqa: F401
 import twin.sources  # noqa: F401
 import twin.system  # noqa: F401
 import twin.disagg  # noqa: F401
-import twin.serve  # noqa: F401
+from twin.registry import register_deferred
+
+register_deferred("workload", "external", "twin.serve")  # live serving: imports an HTTP server
