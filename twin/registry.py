@@ -13,6 +13,7 @@ makes the part. User code registers new kinds the same way, without editing the 
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable, ClassVar, TypeVar
 
 from twin.errors import ConfigError
@@ -20,6 +21,8 @@ from twin.errors import ConfigError
 T = TypeVar("T", bound=type)
 
 _REGISTRY: dict[str, dict[str, type]] = {}
+_DEFERRED: dict[tuple[str, str], str] = {}
+"""Kinds registered by a module imported on first use: (category, kind) -> module name."""
 
 
 class Pluggable:
@@ -47,13 +50,23 @@ def register(category: str, kind: str) -> Callable[[T], T]:
     return deco
 
 
+def register_deferred(category: str, kind: str, module: str) -> None:
+    """Announce a kind that ``module`` registers when imported, so a run that never uses it never pays for
+    importing it (the live-serving workload pulls in an HTTP server)."""
+    _DEFERRED[(category, kind)] = module
+
+
 def lookup(category: str, kind: Any, path: str) -> type:
     """The class registered for ``kind``, or a ConfigError naming ``path`` and the known kinds."""
     table = _REGISTRY.get(category, {})
+    if isinstance(kind, str) and kind not in table and (category, kind) in _DEFERRED:
+        importlib.import_module(_DEFERRED[(category, kind)])
+        table = _REGISTRY.get(category, {})
     if not isinstance(kind, str) or kind not in table:
-        raise ConfigError(f"{path}.kind", f"unknown {category} kind {kind!r}; expected one of {sorted(table)}")
+        raise ConfigError(f"{path}.kind", f"unknown {category} kind {kind!r}; expected one of {kinds(category)}")
     return table[kind]
 
 
 def kinds(category: str) -> list[str]:
-    return sorted(_REGISTRY.get(category, {}))
+    """Every kind of ``category``, deferred ones included."""
+    return sorted({*_REGISTRY.get(category, {}), *(k for c, k in _DEFERRED if c == category)})

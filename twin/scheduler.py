@@ -12,8 +12,9 @@ scheduled (chunked when it does not fit the remaining budget).
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import deque
-from typing import Iterator, Protocol
+from typing import Iterable, Iterator, Protocol
 
 import attrs
 
@@ -217,6 +218,8 @@ class Scheduler:
         req_blocks = kv.req_blocks
         size = kv.block_size
         caching = kv.enable_prefix_caching
+        fast_n = fast_kv = 0  # decodes of the fast path, summed here for the batch shape
+        others: list[tuple[Request, int]] = []  # every other entry of `scheduled`, in order
         i = 0
         n_running = len(running)
         while i < n_running and budget > 0:
@@ -228,6 +231,8 @@ class Scheduler:
                 if caching and (computed + 1) % size == 0:
                     kv.cache_computed(req, computed + 1)
                 scheduled[req] = 1
+                fast_n += 1
+                fast_kv += computed + 1
                 budget -= 1
                 i += 1
                 continue
@@ -251,20 +256,24 @@ class Scheduler:
                     break
             else:
                 scheduled[req] = num_new
+                others.append((req, num_new))
                 budget -= num_new
                 i += 1
                 continue
             # `req` preempted itself; the requests behind it were preempted before it.
             break
 
-        if not preempted:
+        if preempted:  # victims may have left `scheduled`: sum it afresh
+            stats = self._stats(scheduled.items())
+        else:
+            n_before = len(scheduled)
             self._admit(scheduled, budget, now)
             if not scheduled and self._admit_cutoff_ns != _NO_CUTOFF:
                 # Nothing was in the step formed ahead: the engine idles one loop turn and then sees them.
                 self._admit_cutoff_ns = _NO_CUTOFF
                 self._admit(scheduled, budget, now)
-
-        stats = self._stats(scheduled)
+            others.extend(itertools.islice(scheduled.items(), n_before, None))
+            stats = self._stats(others, fast_n, fast_kv)
         if stats.new_tokens > limits.max_num_batched_tokens or len(running) > limits.max_num_seqs:
             raise InvariantError(f"step over limits: {stats.new_tokens} tokens, {len(running)} running")
         return SchedulerOutput(scheduled=list(scheduled.items()), preempted=preempted, stats=stats,
@@ -295,7 +304,7 @@ class Scheduler:
         self._admit(scheduled, budget, now)
         if not scheduled:
             return None
-        return SchedulerOutput(scheduled=list(scheduled.items()), preempted=[], stats=self._stats(scheduled),
+        return SchedulerOutput(scheduled=list(scheduled.items()), preempted=[], stats=self._stats(scheduled.items()),
                                host_load_s=self.host_load_s)
 
     def _admit(self, scheduled: dict[Request, int], budget: int, now: int) -> None:
@@ -353,9 +362,14 @@ class Scheduler:
         self.waiting.prepend(req)
 
     @staticmethod
-    def _stats(scheduled: dict[Request, int]) -> BatchShape:
-        num_decode = sum_kv = sum_q_kv = sum_q_sq = new_tokens = 0
-        for req, q in scheduled.items():
+    def _stats(scheduled: Iterable[tuple[Request, int]], num_decode: int = 0, decode_kv: int = 0) -> BatchShape:
+        """The batch shape of ``scheduled`` (request, new tokens) plus ``num_decode`` more decodes attending
+        ``decode_kv`` tokens (context after the step) in all; integer sums, so any split is exact."""
+        num_reqs = num_decode
+        sum_kv = sum_q_kv = decode_kv
+        sum_q_sq = new_tokens = 0
+        for req, q in scheduled:
+            num_reqs += 1
             kv_len = req.num_computed_tokens + q
             if q == 1:
                 num_decode += 1
@@ -368,7 +382,7 @@ class Scheduler:
                 new_tokens += q
         new_tokens += num_decode
         sum_q_sq += num_decode
-        return BatchShape(num_reqs=len(scheduled), num_decode=num_decode, new_tokens=new_tokens,
+        return BatchShape(num_reqs=num_reqs, num_decode=num_decode, new_tokens=new_tokens,
                           sum_kv=sum_kv, sum_q_kv=sum_q_kv, sum_q_sq=sum_q_sq)
 
     # ----------------------------------------------------------------------------------------- update

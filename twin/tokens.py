@@ -108,24 +108,33 @@ class TokenSequence:
             seg_start += segments[seg_index][2]
             seg_index += 1
         pos = start
-        for _ in range(wanted - len(keys)):
-            end = pos + block_size
+        stop = wanted * block_size
+        append = keys.append
+        while pos < stop:
             source, offset, length = segments[seg_index]
-            if end <= seg_start + length:  # whole block inside one segment: the common case
-                prev = hash((prev, source, offset + pos - seg_start))
-                if end == seg_start + length:
+            seg_end = seg_start + length
+            inner = min(stop, seg_end) - pos  # tokens of this segment still wanted
+            if inner >= block_size:  # whole blocks inside one segment: the common case, in a tight loop
+                first = offset + pos - seg_start
+                last = first + inner - inner % block_size
+                for piece in range(first, last, block_size):
+                    prev = hash((prev, source, piece))
+                    append(prev)
+                pos += last - first
+                if pos == seg_end:
+                    seg_start = seg_end
+                    seg_index += 1
+                continue
+            # The block straddles segments (stop is a whole number of blocks past pos): hash its pieces.
+            end = pos + block_size
+            pieces: list[int] = [prev]
+            while pos < end:
+                source, offset, length = segments[seg_index]
+                take = min(end, seg_start + length) - pos
+                pieces += (source, offset + pos - seg_start, take)
+                pos += take
+                if pos == seg_start + length:
                     seg_start += length
                     seg_index += 1
-            else:
-                pieces: list[int] = [prev]
-                while pos < end:
-                    source, offset, length = segments[seg_index]
-                    take = min(end, seg_start + length) - pos
-                    pieces += (source, offset + pos - seg_start, take)
-                    pos += take
-                    if pos == seg_start + length:
-                        seg_start += length
-                        seg_index += 1
-                prev = hash(tuple(pieces))
-            keys.append(prev)
-            pos = end
+            prev = hash(tuple(pieces))
+            append(prev)

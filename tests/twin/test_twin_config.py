@@ -99,3 +99,13 @@ def test_yaml_errors_are_worded_as_the_pure_python_parser_words_them(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(bad)
     assert f"line {mark.line + 1}, column {mark.column + 1}: invalid YAML: {ref.value.problem}" in str(info.value)
+
+
+def test_deferred_kind_is_listed_and_loads_on_first_use():
+    """The live-serving workload's module is imported only when a config names its kind."""
+    from twin.registry import kinds
+
+    assert "external" in kinds("workload")
+    with pytest.raises(ConfigError, match="'external'"):
+        load_config(None, ["workload.kind=nothing"])
+    assert type(load_config({"workload": {"kind": "external"}}).workload).__name__ == "ExternalWorkload"

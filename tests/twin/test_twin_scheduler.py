@@ -1,8 +1,10 @@
 """Scheduler outputs for hand-worked steps (token budget, chunking, preemption, admission rules)."""
 
+import pytest
 from twin_testkit import make_request, make_scheduler, step
 
 from twin.request import Status
+from twin.scheduler import Scheduler
 
 
 def test_budget_goes_to_running_decodes_first_then_a_chunked_prefill():
@@ -189,3 +191,22 @@ def test_lookahead_an_arrival_at_a_step_boundary_misses_the_step_formed_then():
         sched.update(out, start + 10)
     out = sched.schedule(30)
     assert [(r.id, n) for r, n in out.scheduled] == [(1, 1), (2, 3)]
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+def test_batch_shape_summed_in_parts_equals_the_whole(policy: str) -> None:
+    """schedule() sums plain decodes as it meets them and the rest afterwards; the shape is the one summed
+    over every scheduled entry at once (with preemptions on the way: a small pool)."""
+    sched = make_scheduler(num_blocks=12, max_num_batched_tokens=20, max_num_seqs=6, policy=policy)
+    for i in range(10):
+        sched.add_request(make_request(i, prompt=3 + 5 * (i % 4), output=6 + i, shared=("p", 4),
+                                       priority=i % 3), 0)
+    preempted = 0
+    for t in range(200):
+        if not sched.has_work:
+            break
+        out = sched.schedule(t)
+        assert out.stats == Scheduler._stats(out.scheduled)
+        preempted += len(out.preempted)
+        sched.update(out, t + 1)
+    assert not sched.has_work and preempted

@@ -36,3 +36,41 @@ def test_extending_keeps_keys_and_cuts_drop_only_later_blocks():
 def test_source_ids_are_handed_out_in_first_use_order():
     src = SourceTable()
     assert [src.get(n) for n in ("x", ("g", 1), "x", "y")] == [1, 2, 1, 3]
+
+
+def _reference_keys(segments: list[tuple[int, int, int]], block_size: int) -> list[int]:
+    """Block keys by the definition, one block at a time: a block inside one segment hashes (parent,
+    source, offset); a block across segments hashes its parent and every piece (source, offset, length)."""
+    tokens = [(s, o + j) for s, o, n in segments for j in range(n)]
+    keys, prev = [], ROOT_KEY
+    for b in range(len(tokens) // block_size):
+        block = tokens[b * block_size:(b + 1) * block_size]
+        pieces: list[list[int]] = []
+        for source, offset in block:
+            if pieces and pieces[-1][0] == source and pieces[-1][1] + pieces[-1][2] == offset:
+                pieces[-1][2] += 1
+            else:
+                pieces.append([source, offset, 1])
+        if len(pieces) == 1:
+            prev = hash((prev, pieces[0][0], pieces[0][1]))
+        else:
+            prev = hash((prev, *[x for piece in pieces for x in piece]))
+        keys.append(prev)
+    return keys
+
+
+def test_block_keys_match_the_definition_on_random_sequences() -> None:
+    import random
+
+    rng = random.Random(7)
+    for _ in range(500):
+        seq = TokenSequence()
+        block_size = rng.choice([1, 2, 4, 16])
+        for _ in range(rng.randint(1, 10)):
+            if rng.random() < 0.8 or not len(seq):
+                seq.extend(rng.randint(1, 3), rng.randint(0, 40), rng.randint(0, 60))
+            else:
+                seq.truncate(rng.randint(0, len(seq)))
+            if rng.random() < 0.5:  # keys filled in increments, as a session's context grows
+                assert seq.block_keys(block_size) == _reference_keys(list(seq.segments), block_size)
+        assert seq.block_keys(block_size) == _reference_keys(list(seq.segments), block_size)
