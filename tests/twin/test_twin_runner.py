@@ -177,6 +177,10 @@ def test_max_sim_s_fails_pending_requests_with_a_reason():
      "transfer": {"lease_s": 0.5},
      "workload": {"kind": "lmbenchmark_multiround", "num_users": 6, "num_rounds": 3, "qps": 4.0,
                   "shared_system_prompt": 200, "user_history_prompt": 300, "answer_len": 60}},
+    # SGLang: prefill-first steps (decodes wait) and page size 1, under memory pressure.
+    {"engine": {"name": "sglang"}, "kv_cache": {"num_blocks": 2000},
+     "workload": {"kind": "synthetic", "num_requests": 40, "arrival": {"kind": "concurrency", "concurrency": 12},
+                  "input_tokens": {"low": 80, "high": 160}, "output_tokens": {"low": 20, "high": 120}}},
 ])
 def test_fast_forward_gives_byte_identical_results(tmp_path, sections):
     on = run(small_config(**sections), out=tmp_path / "on")
