@@ -164,8 +164,7 @@ class DecodeRun:
             itl[gap] = itl.get(gap, 0) + shared
         sched.output_tokens += n * steps
         sched.steps += steps
-        sched._last_step_end_ns = ends[m - 1]
-        sched._last_step_start_ns = ends[m - 2] if m >= 2 else self.start_ns
+        sched.mark_applied(ends[m - 2] if m >= 2 else self.start_ns, ends[m - 1])
         self.updated = m
         if m < self.k:
             return []

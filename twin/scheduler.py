@@ -163,8 +163,7 @@ class Scheduler:
         self._last_step_start_ns = NO_TIME
         """Start of that step: with lookahead, when the step now being formed was formed."""
         self._step_start_ns = NO_TIME
-        self._admit_cutoff_ns = _NO_CUTOFF
-        """Only waiting requests queued at or before this time are admitted (see ``lookahead``)."""
+        """Start of the step being scheduled (becomes ``_last_step_start_ns`` when it is applied)."""
 
     # ----------------------------------------------------------------------------------------- intake
     def fits_ever(self, req: Request) -> bool:
@@ -199,11 +198,12 @@ class Scheduler:
     # --------------------------------------------------------------------------------------- schedule
     def schedule(self, now: int) -> SchedulerOutput:
         self._step_start_ns = now
-        # Back to back with the last step, the real engine formed this step when that one started.
+        # Back to back with the last step, the real engine formed this step when that one started: only
+        # requests queued before then are seen.
         lookahead = self.limits.lookahead and now == self._last_step_end_ns
-        self._admit_cutoff_ns = self._last_step_start_ns if lookahead else _NO_CUTOFF
+        cutoff = self._last_step_start_ns if lookahead else _NO_CUTOFF
         if not self.limits.mixed_prefill:
-            out = self._schedule_prefill_only(now)
+            out = self._schedule_prefill_only(now, cutoff)
             if out is not None:
                 return out
         limits = self.limits
@@ -267,11 +267,10 @@ class Scheduler:
             stats = self._stats(scheduled.items())
         else:
             n_before = len(scheduled)
-            self._admit(scheduled, budget, now)
-            if not scheduled and self._admit_cutoff_ns != _NO_CUTOFF:
+            self._admit(scheduled, budget, now, cutoff)
+            if not scheduled and cutoff != _NO_CUTOFF:
                 # Nothing was in the step formed ahead: the engine idles one loop turn and then sees them.
-                self._admit_cutoff_ns = _NO_CUTOFF
-                self._admit(scheduled, budget, now)
+                self._admit(scheduled, budget, now, _NO_CUTOFF)
             others.extend(itertools.islice(scheduled.items(), n_before, None))
             stats = self._stats(others, fast_n, fast_kv)
         if stats.new_tokens > limits.max_num_batched_tokens or len(running) > limits.max_num_seqs:
@@ -279,7 +278,7 @@ class Scheduler:
         return SchedulerOutput(scheduled=list(scheduled.items()), preempted=preempted, stats=stats,
                                host_load_s=self.host_load_s)
 
-    def _schedule_prefill_only(self, now: int) -> SchedulerOutput | None:
+    def _schedule_prefill_only(self, now: int, cutoff: int) -> SchedulerOutput | None:
         """A prefill-first step: the running prompts still being prefilled get their next chunks, then
         waiting requests are admitted; the decodes sit it out. None when there is no prefill work or a
         chunk cannot get its blocks (the mixed pass then decodes, preempting as usual)."""
@@ -301,17 +300,18 @@ class Scheduler:
                 return None  # blocks given to earlier chunks stay theirs; the mixed pass needs no more for them
             scheduled[req] = num_new
             budget -= num_new
-        self._admit(scheduled, budget, now)
+        self._admit(scheduled, budget, now, cutoff)
         if not scheduled:
             return None
         return SchedulerOutput(scheduled=list(scheduled.items()), preempted=[], stats=self._stats(scheduled.items()),
                                host_load_s=self.host_load_s)
 
-    def _admit(self, scheduled: dict[Request, int], budget: int, now: int) -> None:
+    def _admit(self, scheduled: dict[Request, int], budget: int, now: int, cutoff: int) -> None:
+        """Admit waiting requests in queue order while budget and seats last; with lookahead only those
+        queued before ``cutoff`` (when the step was formed)."""
         limits = self.limits
         kv = self.kv
         waiting = self.waiting
-        cutoff = self._admit_cutoff_ns
         while len(waiting) and budget > 0 and len(self.running) < limits.max_num_seqs:
             req = waiting.peek()
             if req.queued_ns >= cutoff:
@@ -424,10 +424,14 @@ class Scheduler:
             gap = now - prev
             itl[gap] = itl.get(gap, 0) + same
         self.output_tokens += sampled
-        self._last_step_end_ns = now
-        self._last_step_start_ns = self._step_start_ns
+        self.mark_applied(self._step_start_ns, now)
         self.finish(finished, now)
         return finished
+
+    def mark_applied(self, start_ns: int, end_ns: int) -> None:
+        """The last step applied ran [start_ns, end_ns) (inter-token gaps, lookahead cutoff)."""
+        self._last_step_start_ns = start_ns
+        self._last_step_end_ns = end_ns
 
     def finish(self, finished: list[Request], now: int) -> None:
         """Requests that sampled their last token leave the batch; their blocks go (or stay staged)."""

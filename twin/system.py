@@ -54,13 +54,13 @@ def kv_blocks(config: TwinConfig, dep: Deployment, override: int | None = None) 
 def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max_num_seqs: int | None = None,
                     max_num_batched_tokens: int | None = None, retain_finished_kv: bool = False) -> Scheduler:
     s = config.scheduler
-    assert s.max_num_batched_tokens is not None and s.max_num_seqs is not None
+    assert s.max_num_batched_tokens is not None and s.max_num_seqs is not None and s.mixed_prefill is not None
     assert config.kv_cache.block_size is not None
     limits = SchedulerLimits(max_num_batched_tokens=max_num_batched_tokens or s.max_num_batched_tokens,
                              max_num_seqs=max_num_seqs or s.max_num_seqs,
                              long_prefill_token_threshold=s.long_prefill_token_threshold,
                              chunked_prefill=s.chunked_prefill,
-                             mixed_prefill=s.mixed_prefill is not False,
+                             mixed_prefill=s.mixed_prefill,
                              lookahead=load_engine(config.engine.name).host_overlap)
     kv = KVCacheManager(num_blocks, config.kv_cache.block_size, config.kv_cache.prefix_caching,
                         host_tier(config, dep))
