@@ -20,6 +20,8 @@ from typing import Any, Iterable
 import attrs
 import numpy as np
 
+from twin.kv_cache import cdiv
+
 WEIGHT_FORMATS = {"": "bf16", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_block": "fp8_block",
                   "nvfp4": "fp4", "fp4": "fp4", "mxfp4": "fp4", "int4_wo": "int4", "int4": "int4"}
 REQUIRED = ("id", "backend", "model_path", "system", "mode", "isl", "osl", "silicon_ttft_ms", "silicon_tpot_ms")
@@ -112,7 +114,7 @@ class RowSpec:
     def per_rank_concurrency(self) -> int:
         """Requests one attention-DP rank serves (the whole concurrency when dp = 1)."""
         assert self.agg is not None
-        return max(1, -(-self.concurrency // self.agg.dp))
+        return max(1, cdiv(self.concurrency, self.agg.dp))
 
 
 def _id_gpus(row: dict[str, str]) -> int | None:
@@ -266,7 +268,9 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
     with AIC simulation ... a stricter max batch size derived from the simulated batch size"), so the
     batch cap is the row's concurrency c: TRT-LLM and vLLM agg: max_batch_size c, max_num_tokens = c + ISL
     + 1500 (TRT-LLM rounded up to its 32-token block), TRT-LLM chunked prefill off (template default);
-    SGLang agg: max_running_requests c, max_prefill_tokens = ISL + 1500 with mixed chunks. InferenceMAX
+    SGLang agg: max_running_requests c, max_prefill_tokens = ISL + 1500. The rule file also turns on SGLang's
+    mixed chunks, but these rows behave prefill-first (TTFT of 4096x512 within 5 % prefill-first, half the
+    measured value mixed), so the engine's default is kept and the doubt recorded here. InferenceMAX
     launches vLLM with --max-num-seqs CONC and --max-num-batched-tokens 8192; its SGLang / TRT-LLM settings
     are left at the engine defaults. An engine whose profile has chunked prefill off by default (TRT-LLM)
     gets it off here.
@@ -279,7 +283,7 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
         out["chunked_prefill"] = False
     if proto is GENAI_PERF and spec.mode == "agg":
         if spec.backend == "trtllm":
-            out.update(max_num_seqs=conc, max_num_batched_tokens=-(-(conc + spec.isl + 1500) // 32) * 32,
+            out.update(max_num_seqs=conc, max_num_batched_tokens=cdiv(conc + spec.isl + 1500, 32) * 32,
                        chunked_prefill=False)
         elif spec.backend == "sglang":
             out.update(max_num_seqs=conc, max_num_batched_tokens=spec.isl + 1500)
@@ -304,7 +308,7 @@ def _inferencemax_trtllm(spec: "RowSpec", conc: int) -> dict[str, Any]:
     if "gpt-oss" in model:
         return {"max_num_seqs": conc, "max_num_batched_tokens": 20000}
     if "deepseek" in model:
-        return {"max_num_batched_tokens": max(8192, -(-(conc + spec.isl + 64) // 64) * 64)}
+        return {"max_num_batched_tokens": max(8192, cdiv(conc + spec.isl + 64, 64) * 64)}
     if "llama-3.1-70b" in model:
         return {"max_num_batched_tokens": spec.isl + spec.osl}
     return {}
