@@ -63,35 +63,46 @@ def _sample(rows: list[dict[str, str]], n: int = MAX_ROWS) -> list[dict[str, str
 # --- vectorised predictors (same formulas as hardware.kernels) --------------------------------------
 
 def roof_np(p: Sequence[float] | np.ndarray, flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.ndarray,
-            bw: np.ndarray, tile: int = 1) -> np.ndarray:
-    """p = (compute_eff, m_half, mem_eff, bytes_half, floor_s[, m_cost_s]); see calibration.Roofline."""
+            bw: np.ndarray, tile: int = 1, per_m: bool = False,
+            nk: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """p = (compute_eff, m_half, mem_eff, bytes_half, floor_s[, m_cost_s][, k_half, n_half]); see
+    calibration.Roofline (m_cost_s present with per_m, k_half / n_half with the GEMM widths nk = (n, k))."""
     ce, mh, me, bh, fl = p[:5]
-    per_m = p[5] if len(p) > 5 else 0.0
+    per_row = p[5] if per_m else 0.0
+    rate = peak * ce * (m / (m + mh))
+    if nk is not None:
+        kh, nh = p[-2], p[-1]
+        n, k = nk
+        rate = rate * (k / (k + kh)) * (n / (n + nh))
     pad = np.ceil(m / tile) * tile / m if tile > 1 else 1.0
-    tc = flops * pad / (peak * ce * (m / (m + mh)))
+    tc = flops * pad / rate
     tm = nbytes / (bw * me * (nbytes / (nbytes + bh)))
-    return np.maximum(tc, tm) + fl + per_m * m
+    return np.maximum(tc, tm) + fl + per_row * m
 
 
 def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.ndarray, bw: np.ndarray,
                  meas_s: np.ndarray, start: dict[str, float],
-                 tiles: Sequence[int] = (1,), per_m: bool = False) -> tuple[dict[str, float], np.ndarray]:
+                 tiles: Sequence[int] = (1,), per_m: bool = False,
+                 nk: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict[str, float], np.ndarray]:
     """Least-squares fit of the roofline constants on log error (tile size chosen from `tiles`;
-    with per_m also a serial cost per row)."""
-    lo = [0.02, 0.0, 0.02, 0.0, 0.0] + ([0.0] if per_m else [])
-    hi = [1.0, 8192.0, 1.0, 2.0e9, 2.0e-4] + ([2.0e-6] if per_m else [])
+    with per_m also a serial cost per row; with the GEMM widths nk = (n, k) also k_half and n_half)."""
+    lo = [0.02, 0.0, 0.02, 0.0, 0.0] + ([0.0] if per_m else []) + ([0.0, 0.0] if nk is not None else [])
+    hi = ([1.0, 8192.0, 1.0, 2.0e9, 2.0e-4] + ([2.0e-6] if per_m else [])
+          + ([65536.0, 65536.0] if nk is not None else []))
     ok = np.isfinite(meas_s) & (meas_s > 0) & np.isfinite(flops) & np.isfinite(nbytes)
     flops, nbytes, m, peak, bw, meas_s = (a[ok] for a in (flops, nbytes, m, peak, bw, meas_s))
+    if nk is not None:
+        nk = (nk[0][ok], nk[1][ok])
     m = np.maximum(m, 1e-9)
     nbytes = np.maximum(nbytes, 1.0)
     best, best_tile = None, 1
     for tile in tiles:
         def resid(p: np.ndarray, tile: int = tile) -> np.ndarray:
-            return np.log(roof_np(p, flops, nbytes, m, peak, bw, tile) / meas_s)
+            return np.log(roof_np(p, flops, nbytes, m, peak, bw, tile, per_m, nk) / meas_s)
 
         for x0 in ([start["compute_eff"], 16.0, start["mem_eff"], 1e6, start["floor_s"]],
                    [0.7, 128.0, 0.8, 1e7, 8e-6], [0.5, 1.0, 0.6, 1e5, 4e-6]):
-            x0 = x0 + ([1e-7] if per_m else [])
+            x0 = x0 + ([1e-7] if per_m else []) + ([256.0, 256.0] if nk is not None else [])
             x0 = np.clip(np.array(x0, dtype=float), np.array(lo) + 1e-12, np.array(hi) - 1e-12)
             res = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, max_nfev=400,
                                 x_scale="jac")
@@ -99,8 +110,9 @@ def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.
                 best, best_tile = res, tile
     assert best is not None
     p = best.x
-    err = roof_np(p, flops, nbytes, m, peak, bw, best_tile) / meas_s - 1.0
-    names = ("compute_eff", "m_half", "mem_eff", "bytes_half", "floor_s", "m_cost_s")
+    err = roof_np(p, flops, nbytes, m, peak, bw, best_tile, per_m, nk) / meas_s - 1.0
+    names = ("compute_eff", "m_half", "mem_eff", "bytes_half", "floor_s") + (("m_cost_s",) if per_m else ()) \
+        + (("k_half", "n_half") if nk is not None else ())
     out: dict[str, float] = {k: float(v) for k, v in zip(names, p)}
     if best_tile > 1:
         out["m_tile"] = best_tile
@@ -237,7 +249,8 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
         flops, nbytes, m = gemm_features(rows, dtype)
         peak, bw = _gpu_arrays(rows, lambda r: dtype)
         st = start["gemm"].get(dtype, start["gemm"]["bf16"])
-        p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, st, tiles=(1, 64, 128))
+        p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, st, tiles=(1, 64, 128),
+                              per_m=True, nk=(_f(rows, "n"), _f(rows, "k")))
         note = f"fitted on {src} gemm_perf {raw}: {_summary(err)}"
         if min_m > 1:
             ref = gemm.get("fp8", p)

@@ -45,7 +45,10 @@ class Roofline:
     bytes_half: float = 0.0
     floor_s: float = 0.0
     m_tile: int = 1          # compute runs on m rounded up to whole tiles (tile quantisation)
-    m_cost_s: float = 0.0    # serial cost per row (attention: per request work scheduling / page walks)
+    m_cost_s: float = 0.0    # serial cost per row (attention: per request work scheduling / page walks;
+                             # FP8 GEMM: the per-token activation quantisation in front of the GEMM)
+    k_half: float = 0.0      # GEMM only: inner width at which half the peak rate is lost to per-tile set-up
+    n_half: float = 0.0      # GEMM only: output width at which half is lost to too few output tiles
 
     def compute_Fps(self, peak_flops: float, m: float) -> float:
         """Achievable FLOP/s at m rows (before tile padding)."""
@@ -57,14 +60,23 @@ class Roofline:
             return 1.0
         return math.ceil(m / self.m_tile) * self.m_tile / m
 
+    def width_factor(self, n: float, k: float) -> float:
+        """GEMM rate lost to narrow shapes: a tile's fixed prologue / epilogue (scale loads, output write)
+        is amortised over k / tile_k main-loop steps, and a narrow n leaves too few output tiles per row
+        block to fill the SMs. 1 for kernels fitted without these terms."""
+        f = k / (k + self.k_half) if self.k_half else 1.0
+        return f * (n / (n + self.n_half) if self.n_half else 1.0)
+
     def mem_Bps(self, bw_Bps: float, nbytes: float) -> float:
         """Achievable bytes/s when moving nbytes."""
         return bw_Bps * self.mem_eff * (nbytes / (nbytes + self.bytes_half) if self.bytes_half else 1.0)
 
-    def time_s(self, flops: float, nbytes: float, m: float, peak_flops: float, bw_Bps: float) -> float:
+    def time_s(self, flops: float, nbytes: float, m: float, peak_flops: float, bw_Bps: float,
+               width_eff: float = 1.0) -> float:
+        """max(compute, memory) + floor + per-row cost; ``width_eff`` scales the compute rate (GEMM shapes)."""
         if flops <= 0 and nbytes <= 0:
             return 0.0
-        tc = flops * self.tile_factor(m) / self.compute_Fps(peak_flops, m) if flops > 0 else 0.0
+        tc = flops * self.tile_factor(m) / (self.compute_Fps(peak_flops, m) * width_eff) if flops > 0 else 0.0
         tm = nbytes / self.mem_Bps(bw_Bps, nbytes) if nbytes > 0 else 0.0
         return max(tc, tm) + self.floor_s + self.m_cost_s * m
 
@@ -155,7 +167,8 @@ def _roof(raw: Mapping[str, Any]) -> Roofline:
     return Roofline(compute_eff=float(raw.get("compute_eff", 1.0)), m_half=float(raw.get("m_half", 0.0)),
                     mem_eff=float(raw["mem_eff"]), bytes_half=float(raw.get("bytes_half", 0.0)),
                     floor_s=float(raw.get("floor_s", 0.0)), m_tile=int(raw.get("m_tile", 1)),
-                    m_cost_s=float(raw.get("m_cost_s", 0.0)))
+                    m_cost_s=float(raw.get("m_cost_s", 0.0)), k_half=float(raw.get("k_half", 0.0)),
+                    n_half=float(raw.get("n_half", 0.0)))
 
 
 def _coll(raw: Mapping[str, Any]) -> Collective:

@@ -16,7 +16,7 @@ def gemm_s(roof: Roofline, m: float, n: int, k: int, w_bytes_per_elem: float, pe
     if m <= 0:
         return 0.0
     return roof.time_s(2.0 * m * n * k, n * k * w_bytes_per_elem + m * (n + k) * ACT_BYTES, m, peak_flops,
-                       bw_Bps)
+                       bw_Bps, roof.width_factor(n, k))
 
 
 def gqa_decode_s(roof: Roofline, *, reqs: int, sum_kv: float, heads: int, kv_heads: int, head_dim: int,

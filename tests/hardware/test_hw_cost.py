@@ -108,6 +108,24 @@ def test_decode_is_memory_bound_by_hand() -> None:
     assert graph == pytest.approx(L * (stream / (HBM * 0.75) + 2 * g), rel=1e-12)
 
 
+def test_gemm_width_and_per_row_terms_by_hand() -> None:
+    """A compute-bound GEMM slows by k / (k + k_half) x n / (n + n_half) and adds m_cost_s per row; the
+    memory side and a curve without these terms are untouched."""
+    from hardware.kernels import gemm_s
+    plain = Roofline(compute_eff=0.8, mem_eff=0.75, floor_s=7e-6)
+    shaped = attrs.evolve(plain, k_half=256.0, n_half=1024.0, m_cost_s=4e-9)
+    m, n, k = 8192, 2048, 512
+    compute = 2 * m * n * k / (PEAK_BF16 * 0.8)
+    assert gemm_s(plain, m, n, k, 2.0, PEAK_BF16, HBM) == pytest.approx(compute + 7e-6, rel=1e-12)
+    factor = (512 / (512 + 256)) * (2048 / (2048 + 1024))
+    assert gemm_s(shaped, m, n, k, 2.0, PEAK_BF16, HBM) == pytest.approx(compute / factor + 7e-6 + m * 4e-9,
+                                                                        rel=1e-12)
+    # one decode row: memory bound either way (the width terms scale the compute rate only)
+    stream = n * k * 2.0 + (n + k) * 2.0
+    assert gemm_s(shaped, 1, n, k, 2.0, PEAK_BF16, HBM) == pytest.approx(stream / (HBM * 0.75) + 7e-6 + 4e-9,
+                                                                       rel=1e-12)
+
+
 def test_graph_floors_count_kernels_by_hand() -> None:
     """Under graph replay an op's floor is (kernels it launches) x the engine's per-kernel floor: decode
     attention writes the cache, runs split-KV attention and reduces (3 kernels); elementwise kernels 1 each."""
