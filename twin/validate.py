@@ -253,7 +253,10 @@ class Protocol:
 
 # InferenceMAX (SemiAnalysis) client, which produced the rows with a workflow / export source: vLLM's
 # benchmark_serving.py with --dataset-name random --random-range-ratio 0.8 (lengths uniform in
-# [0.8 L, L]), --num-prompts 10 x CONC, --max-concurrency CONC, --request-rate inf, no warm-up.
+# [0.8 L, L]), --num-prompts 10 x CONC, --max-concurrency CONC, --request-rate inf. Since 2026-01-21
+# (InferenceX benchmark_lib.sh, --num-warmups 2 x CONC) a warm-up of 2 x CONC copies of the first prompt
+# runs to completion first; the measured run then starts from an idle server exactly as a run without
+# warm-up does, so none is simulated (the warm-up only primes JIT caches, which the twin does not model).
 INFERENCEMAX = Protocol("inferencemax", 0.8, 10)
 # aiconfigurator's own evaluation (source 'aic-auto-gap-analysis'): genai-perf with fixed lengths
 # (stddev 0), --request-count 10 x c after --warmup-request-count 2 x c.
