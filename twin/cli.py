@@ -99,7 +99,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from twin.validate import format_summary, validate_silicon
 
     summary = validate_silicon(args.csv, args.out, jobs=args.jobs, limit=args.limit, match=args.match,
-                               waves=args.waves)
+                               waves=args.waves, resume=args.resume)
     print(format_summary(summary))
     print(f"wrote {args.out}/rows.csv and {args.out}/summary.json")
     return 0
@@ -197,6 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--match", help="only rows whose id matches this regular expression")
     v.add_argument("--waves", type=int, default=None,
                    help="override the row's protocol: measured requests per client slot (default: as the benchmark ran)")
+    v.add_argument("--resume", action="store_true",
+                   help="reuse the rows already simulated in OUT/rows.jsonl (an interrupted run) and do the rest")
     v.set_defaults(func=cmd_validate)
 
     for register in _optional_commands():

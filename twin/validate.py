@@ -13,7 +13,7 @@ import csv
 import json
 import math
 import re
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -448,33 +448,76 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _row_cost(row: dict[str, str]) -> int:
+    """Rough simulation cost of a row (requests x output tokens), to start the longest rows first."""
+    try:
+        return int(row.get("batch_size") or 1) * (int(row["osl"]) + int(row["isl"]) // 64)
+    except (KeyError, ValueError):
+        return 0
+
+
 def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, limit: int | None = None,
                      match: str | None = None, waves: int | None = None, executor: Executor | None = None,
-                     progress: bool = True) -> dict[str, Any]:
-    """Simulate every row, write ``rows.csv`` and ``summary.json`` into ``out_dir``; returns the summary."""
+                     progress: bool = True, resume: bool = False) -> dict[str, Any]:
+    """Simulate every row, write ``rows.csv`` and ``summary.json`` into ``out_dir``; returns the summary.
+
+    Each finished row is appended to ``out_dir/rows.jsonl`` as it completes (longest rows are started first
+    when running in parallel), so an interrupted run keeps its work: ``resume=True`` reuses the rows that file
+    holds and simulates the rest. The journal's first line records the CSV and ``waves``; resuming a journal
+    written for other settings is an error."""
     rows = read_rows(path)
     if match:
         rows = [r for r in rows if re.search(match, r["id"])]
     if limit is not None:
         rows = rows[:limit]
-    own = executor is None and jobs > 1
-    pool = ProcessPoolExecutor(max_workers=jobs) if own else executor
-    try:
-        if pool is None:
-            results = []
-            for i, row in enumerate(rows, 1):
-                results.append(simulate_row(row, waves))
-                if progress:
-                    print(f"\r{i}/{len(rows)} rows", end="", flush=True)
-        else:
-            results = list(pool.map(simulate_row, rows, [waves] * len(rows), chunksize=4))
-    finally:
-        if own and pool is not None:
-            pool.shutdown()
-    if progress:
-        print()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    journal = out / "rows.jsonl"
+    header = {"csv": str(Path(path).resolve()), "waves": waves}
+    done: dict[int, dict[str, Any]] = {}
+    if resume and journal.is_file():
+        lines = journal.read_text().splitlines()
+        if not lines or json.loads(lines[0]) != header:
+            raise ValueError(f"{journal}: written for {lines[0] if lines else 'nothing'}, not for {header}; "
+                             f"remove it or run without --resume")
+        for n, line in enumerate(lines[1:], 2):
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                if n == len(lines):
+                    break       # a row cut off by the interruption: simulated again
+                raise ValueError(f"{journal}, line {n}: not a JSON row") from None
+            done[int(r["line"])] = r
+    # (re)start the journal: the header and the rows kept, without a line cut off by an interruption
+    journal.write_text("".join(json.dumps(x) + "\n" for x in [header, *done.values()]))
+    wanted = {int(r["_line"]) for r in rows}
+    done = {k: v for k, v in done.items() if k in wanted}
+    todo = [r for r in rows if int(r["_line"]) not in done]
+    own = executor is None and jobs > 1
+    pool = ProcessPoolExecutor(max_workers=jobs) if own else executor
+    with open(journal, "a") as jf:
+        def record(result: dict[str, Any]) -> None:
+            jf.write(json.dumps(result) + "\n")
+            jf.flush()
+            done[int(result["line"])] = result
+            if progress:
+                print(f"\r{len(done)}/{len(rows)} rows", end="", flush=True)
+
+        try:
+            if pool is None:
+                for row in todo:
+                    record(simulate_row(row, waves))
+            else:
+                futures = [pool.submit(simulate_row, row, waves)
+                           for row in sorted(todo, key=_row_cost, reverse=True)]
+                for fut in as_completed(futures):
+                    record(fut.result())
+        finally:
+            if own and pool is not None:
+                pool.shutdown(cancel_futures=True)
+    if progress:
+        print()
+    results = [done[int(r["_line"])] for r in rows]
     cols = ["id", "line", "system", "backend", "model", "mode", "isl", "osl", "concurrency", "protocol", "pred_ttft_ms",
             "meas_ttft_ms", "ttft_err_pct", "pred_tpot_ms", "meas_tpot_ms", "tpot_err_pct", "wall_s", "skipped", "notes"]
     with open(out / "rows.csv", "w", newline="") as fh:

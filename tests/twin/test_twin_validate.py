@@ -2,10 +2,12 @@
 on small hand-made CSV rows (never the shared measurements)."""
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
 
+import twin.validate as validate_module
 from twin.validate import (GENAI_PERF, INFERENCEMAX, Skip, protocol, read_rows, row_config, row_spec, summarize,
                            validate_silicon)
 
@@ -126,7 +128,7 @@ def test_summary_mape_groups_and_skip_reasons() -> None:
     assert s["skip_reasons"] == {"pipeline parallelism (pp_size > 1) is not modelled": 1}
 
 
-def test_validate_writes_rows_and_summary(tmp_path: Path) -> None:
+def test_validate_writes_rows_and_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "s.csv"
     with open(path, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=COLUMNS)
@@ -139,6 +141,25 @@ def test_validate_writes_rows_and_summary(tmp_path: Path) -> None:
     out = list(csv.DictReader(open(tmp_path / "out" / "rows.csv")))
     assert out[0]["protocol"] == "inferencemax" and float(out[0]["pred_tpot_ms"]) > 0
     assert (tmp_path / "out" / "summary.json").is_file()
+    # the journal holds a header and both rows; resuming reuses them without simulating anything
+    journal = (tmp_path / "out" / "rows.jsonl").read_text().splitlines()
+    assert len(journal) == 3 and json.loads(journal[0])["waves"] == 1
+    first = [(tmp_path / "out" / f).read_text() for f in ("rows.csv", "summary.json")]
+
+    def no_sim(row: object, waves: object) -> None:
+        raise AssertionError("resume simulated a row it already had")
+
+    monkeypatch.setattr(validate_module, "simulate_row", no_sim)
+    validate_silicon(path, tmp_path / "out", progress=False, waves=1, resume=True)
+    assert [(tmp_path / "out" / f).read_text() for f in ("rows.csv", "summary.json")] == first
+    # a run cut off mid-row: the broken last line is dropped and only that row is simulated again
+    (tmp_path / "out" / "rows.jsonl").write_text("\n".join(journal[:2]) + "\n" + journal[2][:10])
+    monkeypatch.undo()
+    validate_silicon(path, tmp_path / "out", progress=False, waves=1, resume=True)
+    assert [(tmp_path / "out" / f).read_text() for f in ("rows.csv", "summary.json")] == first
+    assert (tmp_path / "out" / "rows.jsonl").read_text().splitlines() == journal
+    with pytest.raises(ValueError, match="rows.jsonl: written for"):
+        validate_silicon(path, tmp_path / "out", progress=False, waves=2, resume=True)
 
 
 def test_inferencemax_trtllm_rows_get_the_launch_flags_of_their_script() -> None:
