@@ -211,7 +211,7 @@ def moe_features(rows: list[dict[str, str]], dtype: str) -> tuple[np.ndarray, ..
     pairs = T * k / ep
     flops = 2 * pairs * mats * hid * inter_gpu
     nbytes = touched * mats * hid * inter_gpu * DTYPE_BYTES[dtype] + pairs * (2 * hid + mats * inter_gpu) * ACT
-    return flops, nbytes, pairs / np.maximum(touched, 1e-9), hid, inter_gpu
+    return flops, nbytes, pairs / np.maximum(touched, 1e-9)
 
 
 # --- the fit ---------------------------------------------------------------------------------------
@@ -287,11 +287,10 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
         rows = _sample([r for r in moe_rows if r["moe_dtype"] == raw])
         if not rows:
             continue
-        flops, nbytes, m, width, inter = moe_features(rows, dtype)
+        flops, nbytes, m = moe_features(rows, dtype)
         peak, bw = _gpu_arrays(rows, lambda r: dtype)
         st = start["moe"].get(dtype, start["moe"]["bf16"])
-        p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, st, tiles=(1, 64, 128),
-                              nk=(width, inter))
+        p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, st)
         moe[dtype] = p
         notes[f"moe.{dtype}"] = f"fitted on {src} moe_perf {raw} balanced: {_summary(err)}"
         log(f"{engine} moe {dtype}: {_summary(err)}")

@@ -57,9 +57,7 @@ def moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, topk: int, n
     pairs = tokens * topk / ep
     flops = 2.0 * pairs * mats * width * inter
     nbytes = touched * mats * width * inter * w_bytes_per_elem + pairs * (2 * width + mats * inter) * ACT_BYTES
-    # narrow shapes as for a GEMM: hidden size as the output width, one expert's shard as the inner width
-    return roof.time_s(flops, nbytes, pairs / touched if touched > 0 else 0.0, peak_flops, bw_Bps,
-                       roof.width_factor(width, inter))
+    return roof.time_s(flops, nbytes, pairs / touched if touched > 0 else 0.0, peak_flops, bw_Bps)
 
 
 def allreduce_s(coll: Collective, *, nbytes: float, gpus: int, link_Bps: float, eager: bool = False) -> float:
