@@ -15,7 +15,7 @@ import numpy as np
 import simpy
 
 from hardware import BatchShape, CostModel
-from twin.fastforward import DecodeRun, plan_decode_run
+from twin.fastforward import DecodeRun, plan_decode_run, safe_steps
 from twin.request import Request
 from twin.scheduler import Scheduler
 from twin.sim import LATE, ProcessGen, StepEnd, now_ns, to_ns
@@ -145,9 +145,11 @@ class Worker:
     def _run(self) -> ProcessGen:
         env = self.env
         sched = self.sched
+        prepared = False  # before_schedule already ran at this step boundary
         while True:
-            if self.before_schedule is not None:
+            if self.before_schedule is not None and not prepared:
                 self.before_schedule()
+            prepared = False
             if not sched.has_work:
                 yield from self._sleep()
                 continue
@@ -171,38 +173,77 @@ class Worker:
                 yield StepEnd(env, step_ns, self.priority)
                 finished = sched.update(out, now_ns(env))
             else:
-                finished = yield from self._fast_forward(run)
+                finished, prepared = yield from self._fast_forward(run)
             for req in finished:
                 self.on_done(req)
 
-    def _fast_forward(self, run: DecodeRun) -> Generator[simpy.Event, Any, list[Request]]:
-        """Sleep through the planned steps; an outside event cuts the run after the step in progress.
+    def _fast_forward(self, run: DecodeRun) -> Generator[simpy.Event, Any, tuple[list[Request], bool]]:
+        """Sleep through the planned steps; an outside event cuts the run after the step in progress,
+        unless the batch survives that step boundary (:meth:`_resumable`).
 
         Steps are costed in segments that double while the run survives (8, 16, 32 ...), so a run cut
-        early by an arrival has not paid for the cost of steps it never ran.
+        early by an arrival has not paid for the cost of steps it never ran. Returns the requests that
+        finished and whether ``before_schedule`` already ran at the boundary where the run stopped.
         """
         env = self.env
         self.run = run
-        self._wake = env.event()
         segment = 8
+        end: StepEnd | None = None
+        costed = 0
         while True:
-            costed = run.extend(len(run.ends) + segment)
-            end = StepEnd(env, run.ends[costed - 1] - now_ns(env), self.priority)
+            if end is None or end.processed:
+                if end is not None:
+                    segment *= 2
+                costed = run.extend(len(run.ends) + segment)
+                end = StepEnd(env, run.ends[costed - 1] - now_ns(env), self.priority)
+            if self._wake is None or self._wake.triggered:
+                self._wake = env.event()
             yield end | self._wake
-            if not end.processed or costed == run.k:
-                break
-            segment *= 2
-        self._wake = None
-        m = costed
-        if not end.processed:
+            if end.processed:
+                if costed == run.k:
+                    break
+                continue
             t = now_ns(env)
             m = bisect_left(run.ends, t) + 1  # the first step ending at or after t (ends increase)
             # Finish the step in progress in its own end-of-step slot (after every event of that instant).
+            self._wake = None
             yield StepEnd(env, run.ends[m - 1] - t, self.priority)
+            if m == run.k:
+                break
+            if not self._resumable(run, m):
+                # Cut short, the rest of the plan is dropped and the next schedule() starts afresh.
+                self._end_run(run, m)
+                return run.update_upto(m), True
+            if run.k < costed:  # fewer steps are safe now: the segment's end event is past the run
+                costed = run.k
+                end = StepEnd(env, run.ends[costed - 1] - now_ns(env), self.priority)
+        self._wake = None
+        self._end_run(run, run.k)
+        return run.update_upto(run.k), False
+
+    def _resumable(self, run: DecodeRun, m: int) -> bool:
+        """At the boundary after step ``m`` of a run woken by an outside event, do what step-by-step
+        simulation does there before scheduling (``before_schedule``: a decode worker starts its pulls)
+        and tell whether the next ``schedule`` would give the same pure-decode batch, with at least one
+        step safe from preemption; if so, the run goes on (shortened to the steps still safe)."""
+        run.update_upto(m)
+        if self.before_schedule is not None:
+            self.before_schedule()
+        sched = self.sched
+        if not self.quiet() or len(sched.waiting) or len(sched.running) != len(run.reqs):
+            return False
+        if any(a is not b for a, b in zip(sched.running, run.reqs)):
+            return False
+        further = safe_steps(sched, run.reqs, run.k - m)
+        if further < 1:
+            return False
+        run.truncate(m + further)
+        return True
+
+    def _end_run(self, run: DecodeRun, m: int) -> None:
+        """The run stops after step ``m``: its steps enter the ledger."""
         self.run = None
         self.ledger.add_steps(run.terms[:m], run.ns[:m])
-        # Cut short (m < k), the rest of the plan is dropped and the next schedule() starts afresh.
-        return run.update_upto(m)
 
     def _sleep(self) -> ProcessGen:
         self._wake = self.env.event()
