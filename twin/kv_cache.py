@@ -174,16 +174,6 @@ class BlockPool:
         """:meth:`cache` for each pair of ``blocks`` and ``keys``, in order (a request's run of new blocks)."""
         cached = self.cached
         block_key = self.block_key
-        if len(blocks) > 1:
-            # The usual case in one go: new keys on blocks that hold none. Building the run's own dictionary
-            # first catches a key repeated within the run (the loop below keeps its first block).
-            run = dict(zip(keys, blocks))
-            if (len(run) == len(blocks) and cached.keys().isdisjoint(run)
-                    and [block_key[b] for b in blocks].count(None) == len(blocks)):
-                cached.update(run)
-                for key, block in run.items():
-                    block_key[block] = key
-                return
         for block, key in zip(blocks, keys):
             if key not in cached and block_key[block] is None:
                 cached[key] = block
