@@ -17,7 +17,7 @@ token).
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Iterable, Protocol
 
 import numpy as np
 
@@ -29,7 +29,7 @@ class Pricer(Protocol):
     """What a run asks of its worker: the price (term vector, ns) of its first step and of decode steps."""
 
     def step_cost(self, shape: BatchShape) -> tuple[np.ndarray, int]: ...
-    def decode_cost(self, n: int, sum_kv: int) -> tuple[np.ndarray, int]: ...
+    def decode_costs(self, n: int, sum_kvs: Iterable[int]) -> list[tuple[np.ndarray, int]]: ...
 
 
 class DecodeRun:
@@ -59,17 +59,23 @@ class DecodeRun:
     def extend(self, m: int) -> int:
         """Cost steps up to ``m`` (at most k); returns how many are costed."""
         m = min(m, self.k)
+        done = len(self.ends)
+        if m <= done:
+            return done
         n = len(self.reqs)
         first = self.first
         t = self.ends[-1] if self.ends else self.start_ns
-        price = self.pricer.decode_cost
-        for i in range(len(self.ends), m):
-            terms, d = self.pricer.step_cost(first) if i == 0 else price(n, first.sum_kv + i * n)
+        # Step i + 1 (i from 0) attends first.sum_kv + i * n tokens; step 1 is priced from its full shape.
+        prices = self.pricer.decode_costs(n, range(first.sum_kv + max(done, 1) * n, first.sum_kv + m * n, n))
+        if done == 0:
+            prices.insert(0, self.pricer.step_cost(first))
+        ends = self.ends
+        for terms, d in prices:
             self.terms.append(terms)
             self.ns.append(d)
             t += d
-            self.ends.append(t)
-        return len(self.ends)
+            ends.append(t)
+        return m
 
     def truncate(self, k: int) -> None:
         """Plan only ``k`` steps (at least the steps applied so far), dropping the costs of later ones."""

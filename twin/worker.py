@@ -9,7 +9,7 @@ by worker id among step ends), so a request that arrives exactly when a step end
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Any, Callable, Generator, Mapping, Sequence
+from typing import Any, Callable, Generator, Iterable, Mapping, Sequence
 
 import numpy as np
 import simpy
@@ -41,10 +41,13 @@ class Ledger:
         self.busy_ns += step_ns
 
     def add_steps(self, vectors: Sequence[np.ndarray], steps_ns: Sequence[int]) -> None:
-        """:meth:`add` for consecutive steps without extras: the same additions, in step order."""
-        acc = self._acc
-        for vector in vectors:
-            acc += vector
+        """:meth:`add` for consecutive steps without extras: the same additions, in step order.
+
+        A cumulative sum adds row after row, exactly as the additions one by one (a plain sum over the
+        rows would add in pairs and round differently).
+        """
+        if vectors:
+            self._acc = np.add.accumulate(np.array([self._acc, *vectors]), axis=0)[-1]
         self.steps += len(vectors)
         self.busy_ns += sum(steps_ns)
 
@@ -77,7 +80,9 @@ class Worker:
         self.priority = LATE + wid
         self.ledger = Ledger(tuple(cost_model.term_names))
         self._prices: dict[BatchShape, StepPrice] = {}
-        self._decode_prices: dict[tuple[int, int], StepPrice] = {}
+        self._decode_prices: dict[int, dict[int, StepPrice]] = {}
+        """Decode step prices by batch size, then by context tokens (see :meth:`decode_costs`)."""
+        self._num_decode_prices = 0
         self.blocked = False
         """True while the worker has work but could schedule none of it (reported by the stall detector)."""
         self.run: DecodeRun | None = None
@@ -126,17 +131,26 @@ class Worker:
             self._prices[shape] = hit
         return hit
 
-    def decode_cost(self, n: int, sum_kv: int) -> StepPrice:
-        """A pure-decode step of ``n`` requests attending ``sum_kv`` tokens (keyed without a BatchShape)."""
-        key = (n, sum_kv)
-        hit = self._decode_prices.get(key)
-        if hit is None:
-            terms, ns = self.cost_model.decode_step(n, sum_kv)
-            hit = (np.array(terms, dtype=np.float64), ns)
-            if len(self._decode_prices) >= _MEMO_LIMIT:
-                self._decode_prices.clear()
-            self._decode_prices[key] = hit
-        return hit
+    def decode_costs(self, n: int, sum_kvs: Iterable[int]) -> list[StepPrice]:
+        """Pure-decode steps of ``n`` requests attending each of ``sum_kvs`` tokens (memoised per ``n``:
+        a decode stretch asks for context sizes ``n`` apart, and workers revisit the same ones)."""
+        memo = self._decode_prices.get(n)
+        if memo is None:
+            memo = self._decode_prices[n] = {}
+        out = []
+        for sum_kv in sum_kvs:
+            hit = memo.get(sum_kv)
+            if hit is None:
+                terms, ns = self.cost_model.decode_step(n, sum_kv)
+                hit = (np.array(terms, dtype=np.float64), ns)
+                if self._num_decode_prices >= _MEMO_LIMIT:
+                    self._decode_prices = {n: memo}
+                    memo.clear()
+                    self._num_decode_prices = 0
+                memo[sum_kv] = hit
+                self._num_decode_prices += 1
+            out.append(hit)
+        return out
 
     def _price(self, shape: BatchShape) -> StepPrice:
         terms, ns = self.cost_model.step(shape)
