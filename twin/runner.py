@@ -16,7 +16,7 @@ from twin.errors import InvariantError, StallError
 from twin.request import Request, Status
 from twin.results import Results, request_table, summarize
 from twin.system import resolve
-from twin.tokens import SourceTable
+from twin.tokens import KeyTable, SourceTable
 
 
 class Simulation:
@@ -37,8 +37,8 @@ class Simulation:
         stop_ns = to_ns(cfg.run.duration_s) if cfg.run.duration_s is not None else None
         self.driver = SessionDriver(
             self.env, plan.sessions, [to_ns(float(t)) for t in plan.start_s], self._submit,
-            block_size=cfg.kv_cache.block_size, sources=self.sources, wait_scale=plan.wait_scale,
-            max_concurrent=plan.max_concurrent, stop_ns=stop_ns,
+            block_size=cfg.kv_cache.block_size, sources=self.sources, keys=KeyTable(),
+            wait_scale=plan.wait_scale, max_concurrent=plan.max_concurrent, stop_ns=stop_ns,
         )
         from twin.monitor import Monitor
 
