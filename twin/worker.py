@@ -87,6 +87,8 @@ class Worker:
         """True while the worker has work but could schedule none of it (reported by the stall detector)."""
         self.run: DecodeRun | None = None
         self._wake: simpy.Event | None = None
+        self._armed: simpy.Event | None = None
+        """The segment end the fast-forwarded run in progress waits for."""
         self.process = env.process(self._run())
 
     # ------------------------------------------------------------------------------- router interface
@@ -209,10 +211,10 @@ class Worker:
                 if end is not None:
                     segment *= 2
                 costed = run.extend(len(run.ends) + segment)
-                end = StepEnd(env, run.ends[costed - 1] - now_ns(env), self.priority)
+                end = self._segment_end(run.ends[costed - 1] - now_ns(env))
             if self._wake is None or self._wake.triggered:
                 self._wake = env.event()
-            yield end | self._wake
+            yield self._wake  # triggered by the segment's end or by an outside event
             if end.processed:
                 if costed == run.k:
                     break
@@ -230,10 +232,26 @@ class Worker:
                 return run.update_upto(m), True
             if run.k < costed:  # fewer steps are safe now: the segment's end event is past the run
                 costed = run.k
-                end = StepEnd(env, run.ends[costed - 1] - now_ns(env), self.priority)
+                end = self._segment_end(run.ends[costed - 1] - now_ns(env))
         self._wake = None
         self._end_run(run, run.k)
         return run.update_upto(run.k), False
+
+    def _segment_end(self, delay_ns: int) -> StepEnd:
+        """The end of a run's costed segment, which wakes the worker (a callback instead of waiting on
+        ``end | wake``: a condition event per segment costs more than the segment's steps).
+
+        Like the condition, the callback triggers the wake event while the end is processed, so the worker
+        resumes in an ordinary event of the same instant. An end that a shortened or cut run left behind
+        wakes nobody."""
+        end = StepEnd(self.env, delay_ns, self.priority)
+        end.callbacks.append(self._on_segment_end)  # type: ignore[union-attr]
+        self._armed = end
+        return end
+
+    def _on_segment_end(self, end: simpy.Event) -> None:
+        if end is self._armed:
+            self.wake()
 
     def _resumable(self, run: DecodeRun, m: int) -> bool:
         """At the boundary after step ``m`` of a run woken by an outside event, do what step-by-step
@@ -257,6 +275,7 @@ class Worker:
     def _end_run(self, run: DecodeRun, m: int) -> None:
         """The run stops after step ``m``: its steps enter the ledger."""
         self.run = None
+        self._armed = None
         self.ledger.add_steps(run.terms[:m], run.ns[:m])
 
     def _sleep(self) -> ProcessGen:
