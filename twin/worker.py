@@ -43,11 +43,16 @@ class Ledger:
     def add_steps(self, vectors: Sequence[np.ndarray], steps_ns: Sequence[int]) -> None:
         """:meth:`add` for consecutive steps without extras: the same additions, in step order.
 
-        A cumulative sum adds row after row, exactly as the additions one by one (a plain sum over the
-        rows would add in pairs and round differently).
+        Many steps go through one cumulative sum, which adds row after row exactly as the additions one
+        by one (a plain sum over the rows would add in pairs and round differently); for a few steps,
+        building its array costs more than it saves.
         """
-        if vectors:
+        if len(vectors) > 16:
             self._acc = np.add.accumulate(np.array([self._acc, *vectors]), axis=0)[-1]
+        else:
+            acc = self._acc
+            for vector in vectors:
+                acc += vector
         self.steps += len(vectors)
         self.busy_ns += sum(steps_ns)
 
