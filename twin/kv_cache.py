@@ -170,15 +170,6 @@ class BlockPool:
             self.cached[key] = block
             self.block_key[block] = key
 
-    def cache_run(self, blocks: Sequence[int], keys: Sequence[int]) -> None:
-        """:meth:`cache` for each pair of ``blocks`` and ``keys``, in order (a request's run of new blocks)."""
-        cached = self.cached
-        block_key = self.block_key
-        for block, key in zip(blocks, keys):
-            if key not in cached and block_key[block] is None:
-                cached[key] = block
-                block_key[block] = key
-
     def match_prefix(self, keys: Sequence[int], limit: int) -> list[int]:
         """Blocks holding ``keys[0]``, ``keys[1]`` ... for as long as every key is cached (at most ``limit``).
 
@@ -379,7 +370,15 @@ class KVCacheManager:
         full = min(num_tokens // self.block_size, len(req.block_keys))
         done = self._num_hashed[req.id]
         if full > done:
-            self.pool.cache_run(self.req_blocks[req.id][done:full], req.block_keys[done:full])
+            blocks = self.req_blocks[req.id]
+            keys = req.block_keys
+            cached = self.pool.cached
+            block_key = self.pool.block_key
+            for i in range(done, full):  # BlockPool.cache, inlined: this runs once per prompt block
+                key, block = keys[i], blocks[i]
+                if key not in cached and block_key[block] is None:
+                    cached[key] = block
+                    block_key[block] = key
             self._num_hashed[req.id] = full
 
     def free(self, req: Request) -> None:
