@@ -15,7 +15,7 @@ import simpy
 
 from twin.request import Request, Status
 from twin.sim import ProcessGen, now_ns, to_ns
-from twin.tokens import SourceTable, TokenSequence
+from twin.tokens import KeyTable, SourceTable, TokenSequence
 from workloads.sessions import Call, Session
 
 class SessionDriver:
@@ -30,6 +30,7 @@ class SessionDriver:
         *,
         block_size: int,
         sources: SourceTable,
+        keys: KeyTable | None = None,
         wait_scale: float = 1.0,
         max_concurrent: int | None = None,
         stop_ns: int | None = None,
@@ -41,6 +42,8 @@ class SessionDriver:
         self.submit = submit
         self.block_size = block_size
         self.sources = sources
+        self.keys = keys
+        """Numbers the block keys of requests when given (see :class:`~twin.tokens.KeyTable`)."""
         self.wait_scale = wait_scale
         self.stop_ns = stop_ns
         self.record_token_times = record_token_times
@@ -134,8 +137,10 @@ class SessionDriver:
             prompt = len(seq)
             seq.extend(src, stream_len, call.output_tokens)
             stream_len += call.output_tokens
+            bs = self.block_size
+            keys = seq.block_keys(bs) if self.keys is None else seq.block_ids(bs, self.keys)
             req = Request(id=len(self.requests), prompt_tokens=prompt, max_output_tokens=call.output_tokens,
-                          block_keys=list(seq.block_keys(self.block_size)), arrival_ns=now_ns(env),
+                          block_keys=list(keys), arrival_ns=now_ns(env),
                           session=sid, turn=k, priority=session.priority)
             self.requests.append(req)
             done = env.event()

@@ -17,7 +17,7 @@ token).
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Iterable, Protocol
 
 import numpy as np
 
@@ -29,7 +29,7 @@ class Pricer(Protocol):
     """What a run asks of its worker: the price (term vector, ns) of its first step and of decode steps."""
 
     def step_cost(self, shape: BatchShape) -> tuple[np.ndarray, int]: ...
-    def decode_cost(self, n: int, sum_kv: int) -> tuple[np.ndarray, int]: ...
+    def decode_costs(self, n: int, sum_kvs: Iterable[int]) -> list[tuple[np.ndarray, int]]: ...
 
 
 class DecodeRun:
@@ -59,17 +59,29 @@ class DecodeRun:
     def extend(self, m: int) -> int:
         """Cost steps up to ``m`` (at most k); returns how many are costed."""
         m = min(m, self.k)
+        done = len(self.ends)
+        if m <= done:
+            return done
         n = len(self.reqs)
         first = self.first
         t = self.ends[-1] if self.ends else self.start_ns
-        price = self.pricer.decode_cost
-        for i in range(len(self.ends), m):
-            terms, d = self.pricer.step_cost(first) if i == 0 else price(n, first.sum_kv + i * n)
+        # Step i + 1 (i from 0) attends first.sum_kv + i * n tokens; step 1 is priced from its full shape.
+        prices = self.pricer.decode_costs(n, range(first.sum_kv + max(done, 1) * n, first.sum_kv + m * n, n))
+        if done == 0:
+            prices.insert(0, self.pricer.step_cost(first))
+        ends = self.ends
+        for terms, d in prices:
             self.terms.append(terms)
             self.ns.append(d)
             t += d
-            self.ends.append(t)
-        return len(self.ends)
+            ends.append(t)
+        return m
+
+    def truncate(self, k: int) -> None:
+        """Plan only ``k`` steps (at least the steps applied so far), dropping the costs of later ones."""
+        assert self.updated <= k <= self.k
+        self.k = k
+        del self.ends[k:], self.terms[k:], self.ns[k:]
 
     def start_of(self, i: int) -> int:
         """Start time of step i (1-based)."""
@@ -173,6 +185,38 @@ class DecodeRun:
         return finished
 
 
+def safe_steps(sched: Scheduler, reqs: list[Request], k: int) -> int:
+    """The most steps up to ``k`` after which the free blocks still cover every block the decodes of
+    ``reqs`` need beyond their own (so none of these steps can preempt); 0 when the next one cannot run."""
+    kv = sched.kv
+    size = kv.block_size
+    req_blocks = kv.req_blocks
+    # Per request: token capacity of its blocks and tokens computed (constant while planning).
+    capacity = [len(req_blocks[r.id]) * size for r in reqs]
+    computed = [r.num_computed_tokens for r in reqs]
+    free = kv.pool.num_free
+
+    def blocks_needed(steps: int) -> int:
+        # Blocks beyond each request's own for `steps` more tokens: cdiv(c + steps - cap, size) when > 0.
+        need = 0
+        for c, cap in zip(computed, capacity):
+            over = c + steps - cap
+            if over > 0:
+                need -= -over // size
+        return need
+
+    if blocks_needed(k) <= free:
+        return k
+    lo, hi = 0, k  # largest number of steps with enough free blocks
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if blocks_needed(mid) <= free:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def plan_decode_run(sched: Scheduler, out: SchedulerOutput, start_ns: int, pricer: Pricer,
                     max_steps: int) -> DecodeRun | None:
     """A run of pure-decode steps starting with ``out``, or None when nothing longer than one step is safe."""
@@ -194,32 +238,7 @@ def plan_decode_run(sched: Scheduler, out: SchedulerOutput, start_ns: int, price
             k = left
     if k < 2:
         return None
-    kv = sched.kv
-    size = kv.block_size
-    req_blocks = kv.req_blocks
-    # Per request: token capacity of its blocks and tokens computed (constant while planning).
-    capacity = [len(req_blocks[r.id]) * size for r in reqs]
-    computed = [r.num_computed_tokens for r in reqs]
-    free = kv.pool.num_free
-
-    def blocks_needed(steps: int) -> int:
-        # Blocks beyond each request's own for `steps` more tokens: cdiv(c + steps - cap, size) when > 0.
-        need = 0
-        for c, cap in zip(computed, capacity):
-            over = c + steps - cap
-            if over > 0:
-                need -= -over // size
-        return need
-
-    if blocks_needed(k) > free:
-        lo, hi = 1, k  # largest k with enough free blocks: no step of the run can preempt
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if blocks_needed(mid) <= free:
-                lo = mid
-            else:
-                hi = mid - 1
-        k = lo
-        if k < 2:
-            return None
+    k = safe_steps(sched, reqs, k)
+    if k < 2:
+        return None
     return DecodeRun(sched, reqs, start_ns, k, out.stats, pricer)

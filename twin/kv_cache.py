@@ -14,6 +14,7 @@ Semantics follow vLLM v1's ``BlockPool`` / ``KVCacheManager``:
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict, deque
 from typing import Callable, Iterable, Sequence
 
@@ -54,6 +55,9 @@ class BlockPool:
         self.on_evict = on_evict
         """Called with (block id, key) when a cached block is reused for new content (host-tier hook)."""
         self.evictions = 0
+        self._next = [0] * num_blocks
+        """Per block: the block that followed it in the last prefix matched through it (a hint only:
+        :meth:`match_prefix` checks that it holds the key asked for)."""
 
     @property
     def num_free(self) -> int:
@@ -166,6 +170,36 @@ class BlockPool:
             self.cached[key] = block
             self.block_key[block] = key
 
+    def match_prefix(self, keys: Sequence[int], limit: int) -> list[int]:
+        """Blocks holding ``keys[0]``, ``keys[1]`` ... for as long as every key is cached (at most ``limit``).
+
+        The same blocks as looking every key up in ``cached``, at a fraction of the cost: lookups in a
+        large dictionary miss the CPU caches, so each block remembers the block that followed it in the
+        last match through it (``_next``), and the dictionary is consulted only where that successor does
+        not hold the next key. Since ``cached[key] == block`` exactly when ``block_key[block] == key``, a
+        successor holding the key is the block the dictionary would return.
+        """
+        if limit <= 0:
+            return []
+        get = self.cached.get
+        block = get(keys[0])
+        if block is None:
+            return []
+        block_key = self.block_key
+        hint = self._next
+        found = [block]
+        for key in itertools.islice(keys, 1, limit):
+            nxt = hint[block]
+            held = block_key[nxt]
+            if held is not key and held != key:
+                looked = get(key)
+                if looked is None:
+                    break
+                nxt = hint[block] = looked
+            found.append(nxt)
+            block = nxt
+        return found
+
     def check(self) -> None:
         """Every block is either referenced or free, never both; cached keys point at blocks holding them."""
         fresh = self.num_blocks - self._fresh
@@ -274,21 +308,7 @@ class KVCacheManager:
         if not self.enable_prefix_caching:
             return []
         limit = min((req.num_tokens - 1) // self.block_size, len(req.block_keys))
-        keys = req.block_keys
-        get = self.pool.cached.get
-        found: list[int] = []
-        # C-speed lookups in chunks that double while every key hits: past the first miss, at most as many
-        # keys are looked up as were found (each lookup is a cache miss in a large dictionary).
-        start, chunk = 0, 8
-        while start < limit:
-            end = min(limit, start + chunk)
-            part = list(map(get, keys[start:end]))
-            if None in part:
-                found += part[: part.index(None)]  # type: ignore[arg-type]
-                break
-            found += part  # type: ignore[arg-type]
-            start, chunk = end, 2 * chunk
-        return found
+        return self.pool.match_prefix(req.block_keys, limit)
 
     def blocks_needed(self, req: Request, num_new_tokens: int, num_computed_blocks: int = 0) -> int:
         """New blocks that scheduling ``num_new_tokens`` more tokens of ``req`` would take."""

@@ -60,7 +60,8 @@ class Request:
         self.max_output_tokens = max_output_tokens
         self.priority = priority
         self.block_keys = block_keys
-        """Keys of the full blocks of prompt + all output tokens; only computed blocks are ever cached."""
+        """Keys of the full blocks of prompt + all output tokens; only computed blocks are ever cached.
+        Equal keys mean equal prefixes; a run numbers them (:class:`~twin.tokens.KeyTable`)."""
         self.on_finish = on_finish
         self.status = Status.WAITING
         self.num_computed_tokens = 0

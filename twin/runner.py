@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import simpy
@@ -16,7 +16,18 @@ from twin.errors import InvariantError, StallError
 from twin.request import Request, Status
 from twin.results import Results, request_table, summarize
 from twin.system import resolve
-from twin.tokens import SourceTable
+from twin.tokens import KeyTable, SourceTable
+from workloads.sessions import Session
+
+
+def _keys_recur(sessions: Sequence[Session]) -> bool:
+    """Whether some session makes more than one call, so its keys come back in the prefix caches.
+
+    Numbering the keys (:class:`~twin.tokens.KeyTable`) costs a lookup in a run-wide table per new key
+    and pays off in the workers' prefix-cache dictionaries; with one call per session (request traces)
+    each key is cached and evicted about once, and the table costs more than it saves.
+    """
+    return any(len(s.calls) > 1 or any(c.subagents for c in s.calls) for s in sessions)
 
 
 class Simulation:
@@ -37,8 +48,9 @@ class Simulation:
         stop_ns = to_ns(cfg.run.duration_s) if cfg.run.duration_s is not None else None
         self.driver = SessionDriver(
             self.env, plan.sessions, [to_ns(float(t)) for t in plan.start_s], self._submit,
-            block_size=cfg.kv_cache.block_size, sources=self.sources, wait_scale=plan.wait_scale,
-            max_concurrent=plan.max_concurrent, stop_ns=stop_ns,
+            block_size=cfg.kv_cache.block_size, sources=self.sources,
+            keys=KeyTable() if _keys_recur(plan.sessions) else None,
+            wait_scale=plan.wait_scale, max_concurrent=plan.max_concurrent, stop_ns=stop_ns,
         )
         from twin.monitor import Monitor
 

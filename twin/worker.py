@@ -9,13 +9,13 @@ by worker id among step ends), so a request that arrives exactly when a step end
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Any, Callable, Generator, Mapping, Sequence
+from typing import Any, Callable, Generator, Iterable, Mapping, Sequence
 
 import numpy as np
 import simpy
 
 from hardware import BatchShape, CostModel
-from twin.fastforward import DecodeRun, plan_decode_run
+from twin.fastforward import DecodeRun, plan_decode_run, safe_steps
 from twin.request import Request
 from twin.scheduler import Scheduler
 from twin.sim import LATE, ProcessGen, StepEnd, now_ns, to_ns
@@ -41,10 +41,18 @@ class Ledger:
         self.busy_ns += step_ns
 
     def add_steps(self, vectors: Sequence[np.ndarray], steps_ns: Sequence[int]) -> None:
-        """:meth:`add` for consecutive steps without extras: the same additions, in step order."""
-        acc = self._acc
-        for vector in vectors:
-            acc += vector
+        """:meth:`add` for consecutive steps without extras: the same additions, in step order.
+
+        Many steps go through one cumulative sum, which adds row after row exactly as the additions one
+        by one (a plain sum over the rows would add in pairs and round differently); for a few steps,
+        building its array costs more than it saves.
+        """
+        if len(vectors) > 16:
+            self._acc = np.add.accumulate(np.array([self._acc, *vectors]), axis=0)[-1]
+        else:
+            acc = self._acc
+            for vector in vectors:
+                acc += vector
         self.steps += len(vectors)
         self.busy_ns += sum(steps_ns)
 
@@ -77,11 +85,15 @@ class Worker:
         self.priority = LATE + wid
         self.ledger = Ledger(tuple(cost_model.term_names))
         self._prices: dict[BatchShape, StepPrice] = {}
-        self._decode_prices: dict[tuple[int, int], StepPrice] = {}
+        self._decode_prices: dict[int, dict[int, StepPrice]] = {}
+        """Decode step prices by batch size, then by context tokens (see :meth:`decode_costs`)."""
+        self._num_decode_prices = 0
         self.blocked = False
         """True while the worker has work but could schedule none of it (reported by the stall detector)."""
         self.run: DecodeRun | None = None
         self._wake: simpy.Event | None = None
+        self._armed: simpy.Event | None = None
+        """The segment end the fast-forwarded run in progress waits for."""
         self.process = env.process(self._run())
 
     # ------------------------------------------------------------------------------- router interface
@@ -126,17 +138,26 @@ class Worker:
             self._prices[shape] = hit
         return hit
 
-    def decode_cost(self, n: int, sum_kv: int) -> StepPrice:
-        """A pure-decode step of ``n`` requests attending ``sum_kv`` tokens (keyed without a BatchShape)."""
-        key = (n, sum_kv)
-        hit = self._decode_prices.get(key)
-        if hit is None:
-            terms, ns = self.cost_model.decode_step(n, sum_kv)
-            hit = (np.array(terms, dtype=np.float64), ns)
-            if len(self._decode_prices) >= _MEMO_LIMIT:
-                self._decode_prices.clear()
-            self._decode_prices[key] = hit
-        return hit
+    def decode_costs(self, n: int, sum_kvs: Iterable[int]) -> list[StepPrice]:
+        """Pure-decode steps of ``n`` requests attending each of ``sum_kvs`` tokens (memoised per ``n``:
+        a decode stretch asks for context sizes ``n`` apart, and workers revisit the same ones)."""
+        memo = self._decode_prices.get(n)
+        if memo is None:
+            memo = self._decode_prices[n] = {}
+        out = []
+        for sum_kv in sum_kvs:
+            hit = memo.get(sum_kv)
+            if hit is None:
+                terms, ns = self.cost_model.decode_step(n, sum_kv)
+                hit = (np.array(terms, dtype=np.float64), ns)
+                if self._num_decode_prices >= _MEMO_LIMIT:
+                    self._decode_prices = {n: memo}
+                    memo.clear()
+                    self._num_decode_prices = 0
+                memo[sum_kv] = hit
+                self._num_decode_prices += 1
+            out.append(hit)
+        return out
 
     def _price(self, shape: BatchShape) -> StepPrice:
         terms, ns = self.cost_model.step(shape)
@@ -145,9 +166,11 @@ class Worker:
     def _run(self) -> ProcessGen:
         env = self.env
         sched = self.sched
+        prepared = False  # before_schedule already ran at this step boundary
         while True:
-            if self.before_schedule is not None:
+            if self.before_schedule is not None and not prepared:
                 self.before_schedule()
+            prepared = False
             if not sched.has_work:
                 yield from self._sleep()
                 continue
@@ -171,38 +194,94 @@ class Worker:
                 yield StepEnd(env, step_ns, self.priority)
                 finished = sched.update(out, now_ns(env))
             else:
-                finished = yield from self._fast_forward(run)
+                finished, prepared = yield from self._fast_forward(run)
             for req in finished:
                 self.on_done(req)
 
-    def _fast_forward(self, run: DecodeRun) -> Generator[simpy.Event, Any, list[Request]]:
-        """Sleep through the planned steps; an outside event cuts the run after the step in progress.
+    def _fast_forward(self, run: DecodeRun) -> Generator[simpy.Event, Any, tuple[list[Request], bool]]:
+        """Sleep through the planned steps; an outside event cuts the run after the step in progress,
+        unless the batch survives that step boundary (:meth:`_resumable`).
 
         Steps are costed in segments that double while the run survives (8, 16, 32 ...), so a run cut
-        early by an arrival has not paid for the cost of steps it never ran.
+        early by an arrival has not paid for the cost of steps it never ran. Returns the requests that
+        finished and whether ``before_schedule`` already ran at the boundary where the run stopped.
         """
         env = self.env
         self.run = run
-        self._wake = env.event()
         segment = 8
+        end: StepEnd | None = None
+        costed = 0
         while True:
-            costed = run.extend(len(run.ends) + segment)
-            end = StepEnd(env, run.ends[costed - 1] - now_ns(env), self.priority)
-            yield end | self._wake
-            if not end.processed or costed == run.k:
-                break
-            segment *= 2
-        self._wake = None
-        m = costed
-        if not end.processed:
+            if end is None or end.processed:
+                if end is not None:
+                    segment *= 2
+                costed = run.extend(len(run.ends) + segment)
+                end = self._segment_end(run.ends[costed - 1] - now_ns(env))
+            if self._wake is None or self._wake.triggered:
+                self._wake = env.event()
+            yield self._wake  # triggered by the segment's end or by an outside event
+            if end.processed:
+                if costed == run.k:
+                    break
+                continue
             t = now_ns(env)
             m = bisect_left(run.ends, t) + 1  # the first step ending at or after t (ends increase)
             # Finish the step in progress in its own end-of-step slot (after every event of that instant).
+            self._wake = None
             yield StepEnd(env, run.ends[m - 1] - t, self.priority)
+            if m == run.k:
+                break
+            if not self._resumable(run, m):
+                # Cut short, the rest of the plan is dropped and the next schedule() starts afresh.
+                self._end_run(run, m)
+                return run.update_upto(m), True
+            if run.k < costed:  # fewer steps are safe now: the segment's end event is past the run
+                costed = run.k
+                end = self._segment_end(run.ends[costed - 1] - now_ns(env))
+        self._wake = None
+        self._end_run(run, run.k)
+        return run.update_upto(run.k), False
+
+    def _segment_end(self, delay_ns: int) -> StepEnd:
+        """The end of a run's costed segment, which wakes the worker (a callback instead of waiting on
+        ``end | wake``: a condition event per segment costs more than the segment's steps).
+
+        Like the condition, the callback triggers the wake event while the end is processed, so the worker
+        resumes in an ordinary event of the same instant. An end that a shortened or cut run left behind
+        wakes nobody."""
+        end = StepEnd(self.env, delay_ns, self.priority)
+        end.callbacks.append(self._on_segment_end)  # type: ignore[union-attr]
+        self._armed = end
+        return end
+
+    def _on_segment_end(self, end: simpy.Event) -> None:
+        if end is self._armed:
+            self.wake()
+
+    def _resumable(self, run: DecodeRun, m: int) -> bool:
+        """At the boundary after step ``m`` of a run woken by an outside event, do what step-by-step
+        simulation does there before scheduling (``before_schedule``: a decode worker starts its pulls)
+        and tell whether the next ``schedule`` would give the same pure-decode batch, with at least one
+        step safe from preemption; if so, the run goes on (shortened to the steps still safe)."""
+        run.update_upto(m)
+        if self.before_schedule is not None:
+            self.before_schedule()
+        sched = self.sched
+        if not self.quiet() or len(sched.waiting) or len(sched.running) != len(run.reqs):
+            return False
+        if any(a is not b for a, b in zip(sched.running, run.reqs)):
+            return False
+        further = safe_steps(sched, run.reqs, run.k - m)
+        if further < 1:
+            return False
+        run.truncate(m + further)
+        return True
+
+    def _end_run(self, run: DecodeRun, m: int) -> None:
+        """The run stops after step ``m``: its steps enter the ledger."""
         self.run = None
+        self._armed = None
         self.ledger.add_steps(run.terms[:m], run.ns[:m])
-        # Cut short (m < k), the rest of the plan is dropped and the next schedule() starts afresh.
-        return run.update_upto(m)
 
     def _sleep(self) -> ProcessGen:
         self._wake = self.env.event()

@@ -217,3 +217,50 @@ def test_append_one_is_allocate_slots_for_one_token(caching: bool) -> None:
             assert fast.blocks_of(r) == slow.blocks_of(r)
         assert fast.pool.free_order() == slow.pool.free_order() and fast.pool.cached == slow.pool.cached
     assert refused  # the pool ran dry on the way
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_match_prefix_is_lookup_key_by_key(seed: int) -> None:
+    """``match_prefix`` (successor hints, dictionary only where a hint fails) returns the blocks that looking
+    every key up in ``cached`` until the first miss returns, while chains are cached, evicted and re-cached;
+    keys equal in value but distinct objects match too."""
+    import random
+
+    rng = random.Random(seed)
+    pool = BlockPool(40)
+    # Chains over a tree of prefixes: chain c shares its first blocks with chain c // 3.
+    base = 1 << 62  # large ints, so equal keys built twice are distinct objects
+    chains: list[list[int]] = []
+    for c in range(24):
+        parent = chains[c // 3][: rng.randint(0, 6)] if c else []
+        chains.append(parent + [base + 1000 * c + i for i in range(rng.randint(1, 12))])
+    held: list[list[int]] = []
+
+    def lookup(keys: list[int], limit: int) -> list[int]:
+        found = []
+        for key in keys[:limit]:
+            block = pool.cached.get(key)
+            if block is None:
+                break
+            found.append(block)
+        return found
+
+    for _ in range(2000):
+        chain = rng.choice(chains)
+        probe = [int(str(k)) if rng.random() < 0.3 else k for k in chain]
+        limit = rng.randint(0, len(chain))
+        assert pool.match_prefix(probe, limit) == lookup(probe, limit)
+        op = rng.random()
+        if op < 0.5:
+            hits = pool.match_prefix(chain, len(chain))
+            need = len(chain) - len(hits)
+            if need > pool.num_free - sum(1 for b in hits if pool.ref_cnt[b] == 0):
+                continue
+            pool.touch(hits)
+            blocks = hits + pool.allocate(need)
+            for block, key in zip(blocks[len(hits):], chain[len(hits):]):
+                pool.cache(block, key)
+            held.append(blocks)
+        elif held:
+            pool.release(reversed(held.pop(rng.randrange(len(held)))))
+        pool.check()

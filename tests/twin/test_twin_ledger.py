@@ -17,3 +17,19 @@ def test_add_steps_is_add_per_step_bit_for_bit() -> None:
     batched.add_steps(vectors[20:], steps_ns[20:])
     assert [x.hex() for x in one.terms_s.values()] == [x.hex() for x in batched.terms_s.values()]
     assert (one.steps, one.busy_ns) == (batched.steps, batched.busy_ns)
+
+
+def test_add_steps_short_and_long_batches_mix_bit_for_bit() -> None:
+    """Short batches are added one by one, long ones by a cumulative sum: the same bits either way."""
+    rng = np.random.default_rng(1)
+    names = tuple(f"t{i}" for i in range(5))
+    vectors = [rng.random(5) * 10.0 ** rng.integers(-12, 6, 5) for _ in range(80)]
+    one, batched = Ledger(names), Ledger(names)
+    for v in vectors:
+        one.add(v, 1)
+    start = 0
+    for size in (3, 17, 1, 29, 16, 14):
+        batched.add_steps(vectors[start:start + size], [1] * size)
+        start += size
+    assert start == len(vectors)
+    assert [x.hex() for x in one.terms_s.values()] == [x.hex() for x in batched.terms_s.values()]

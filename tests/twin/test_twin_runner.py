@@ -193,6 +193,33 @@ def test_fast_forward_gives_byte_identical_results(tmp_path, sections):
     assert on.ledger == off.ledger
 
 
+def test_fast_forward_runs_resume_past_pull_starts(tmp_path, monkeypatch):
+    """A decode worker's run woken by a new pull goes on past the step boundary where the pull starts
+    (shortened when the pull leaves fewer free blocks): results identical to step-by-step simulation."""
+    from twin.worker import Worker
+
+    outcomes: list[str] = []
+    resumable = Worker._resumable
+
+    def counting(self, decode_run, m):
+        k = decode_run.k
+        ok = resumable(self, decode_run, m)
+        outcomes.append("cut" if not ok else "shortened" if decode_run.k < k else "resumed")
+        return ok
+
+    monkeypatch.setattr(Worker, "_resumable", counting)
+    sections = {"system": {"kind": "disaggregated", "prefill": {"workers": 1},
+                           "decode": {"workers": 1, "num_blocks": 110}},
+                "workload": {"kind": "lmbenchmark_multiround", "num_users": 12, "num_rounds": 2, "qps": 12.0,
+                             "shared_system_prompt": 64, "user_history_prompt": 200, "answer_len": 120}}
+    on = run(small_config(**sections), out=tmp_path / "on")
+    assert {"cut", "resumed", "shortened"} <= set(outcomes)
+    off = run(small_config(run={"fast_forward": False}, **sections), out=tmp_path / "off")
+    for name in ("requests.csv", "timeseries.csv"):
+        assert (tmp_path / "on" / name).read_bytes() == (tmp_path / "off" / name).read_bytes(), name
+    assert on.summary["itl_s"] == off.summary["itl_s"] and on.ledger == off.ledger
+
+
 def test_host_tier_demotes_evicted_prefix_and_loads_it_back(tmp_path):
     # 20 GPU blocks of 16 tokens. s1 caches the 160-token system prompt (10 blocks); s2's 300-token prompt
     # reuses 10 freed blocks: block 10 (partial, no key) and 9, 8 ... 1, whose keys are demoted to the host

@@ -74,3 +74,26 @@ def test_block_keys_match_the_definition_on_random_sequences() -> None:
             if rng.random() < 0.5:  # keys filled in increments, as a session's context grows
                 assert seq.block_keys(block_size) == _reference_keys(list(seq.segments), block_size)
         assert seq.block_keys(block_size) == _reference_keys(list(seq.segments), block_size)
+
+
+def test_block_ids_number_keys_in_first_use_order_and_follow_cuts():
+    """Numbered keys are equal exactly when the keys are; sequences sharing a table share numbers, and
+    a cut drops the numbers of the blocks it drops (later blocks are numbered afresh)."""
+    from twin.tokens import KeyTable
+
+    src, table = SourceTable(), KeyTable()
+    sys_id, a, b = src.get("sys"), src.get("a"), src.get("b")
+    x = TokenSequence([(sys_id, 0, 8), (a, 0, 8)])
+    y = TokenSequence([(sys_id, 0, 8), (b, 0, 4)])
+    assert x.block_ids(4, table) == [1, 2, 3, 4]
+    assert y.block_ids(4, table) == [1, 2, 5]  # the two system blocks are the same keys
+    assert len(table) == 5
+    z = x.copy()
+    x.truncate(9)
+    assert x.block_ids(4, table) == [1, 2]
+    x.extend(b, 0, 4)  # block 2 now holds a's first token and three of b's: a new key, numbered next
+    assert x.block_ids(4, table)[:2] == [1, 2] and len(x.block_keys(4)) == 3
+    assert x.block_keys(4)[2] != y.block_keys(4)[2] and x.block_ids(4, table)[2] == 6
+    assert z.block_ids(4, table) == [1, 2, 3, 4]
+    for seq in (x, y, z):
+        assert table.number(seq.block_keys(4)) == seq.block_ids(4, table)
