@@ -449,11 +449,13 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _row_cost(row: dict[str, str]) -> int:
-    """Rough simulation cost of a row (requests x output tokens), to start the longest rows first."""
+    """Rough simulation cost of a row (concurrency x output tokens), to start the longest rows first;
+    read through :func:`row_spec`, so disaggregated rows count their client concurrency too."""
     try:
-        return int(row.get("batch_size") or 1) * (int(row["osl"]) + int(row["isl"]) // 64)
-    except (KeyError, ValueError):
+        spec = row_spec(row)
+    except Skip:
         return 0
+    return spec.concurrency * (spec.osl + spec.isl // 64)
 
 
 def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, limit: int | None = None,
