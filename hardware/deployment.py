@@ -312,7 +312,9 @@ class Deployment:
     def kv_capacity_blocks(self, block_size: int, gpu_memory_utilization: float, *,
                            max_num_batched_tokens: int | None = None,
                            max_num_seqs: int | None = None) -> int:
-        """floor((HBM x utilisation - weights - reserve) / bytes per block); ValueError if nothing fits.
+        """floor((HBM x utilisation - weights - reserve) / bytes per block), or with the engine's ``free``
+        rule (TensorRT-LLM) floor((HBM - weights - reserve) x utilisation / bytes per block); ValueError if
+        nothing fits.
 
         Per-request state (Mamba, sliding windows) is not subtracted here: it is taken from the same pool
         per admitted request (state_blocks_per_request).
@@ -322,16 +324,21 @@ class Deployment:
         per_block = self.bytes_per_block(block_size)
         if per_block <= 0:
             raise ValueError(f"{self.model.name} has no full-attention KV cache: block capacity is undefined")
-        budget = self.gpu.hbm_bytes * gpu_memory_utilization
         weights = self.weight_bytes_per_gpu
         reserve = self.reserve_bytes(max_num_batched_tokens, max_num_seqs)
-        free = budget - weights - reserve
+        hbm = self.gpu.hbm_bytes
+        if self.engine.kv_memory_rule == "free":
+            free = (hbm - weights - reserve) * gpu_memory_utilization
+            how = (f"(HBM {hbm / 2**30:.1f} GiB - weights {weights / 2**30:.2f} GiB - reserve "
+                   f"{reserve / 2**30:.2f} GiB) x {gpu_memory_utilization}")
+        else:
+            free = hbm * gpu_memory_utilization - weights - reserve
+            how = (f"HBM {hbm / 2**30:.1f} GiB x {gpu_memory_utilization} - weights {weights / 2**30:.2f} GiB "
+                   f"- reserve {reserve / 2**30:.2f} GiB")
         blocks = math.floor(free / per_block) if free > 0 else 0
         if blocks <= 0:
             raise ValueError(
                 f"{self.model.name} does not fit on {self.gpu.name} (tp={self.tp}, pp={self.pp}, "
-                f"ep={self.ep}, {self.weight_dtype} weights): HBM {self.gpu.hbm_bytes / 2**30:.1f} GiB x "
-                f"{gpu_memory_utilization} = {budget / 2**30:.2f} GiB, weights {weights / 2**30:.2f} GiB, "
-                f"reserve {reserve / 2**30:.2f} GiB, left {free / 2**30:.2f} GiB < one block "
-                f"({per_block} B)")
+                f"ep={self.ep}, {self.weight_dtype} weights): {how} leaves {free / 2**30:.2f} GiB < one "
+                f"block ({per_block} B)")
         return blocks

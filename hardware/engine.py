@@ -12,6 +12,7 @@ from hardware.gpu import GPUSpec
 ENGINE_DIR = DATA_DIR / "engines"
 _GIB = 2**30
 CAPTURE_RULES = ("vllm", "sglang", "trtllm")
+KV_MEMORY_RULES = ("total", "free")
 
 
 @attrs.frozen(kw_only=True)
@@ -22,6 +23,10 @@ class EngineProfile:
     version: str = ""
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
+    kv_memory_rule: str = "total"
+    """What gpu_memory_utilization is a fraction of. total (vLLM gpu_memory_utilization, SGLang
+    mem_fraction_static): of the whole HBM, from which weights and the reserve are then taken; free
+    (TensorRT-LLM kv_cache_config.free_gpu_memory_fraction): of what is left after weights and the reserve."""
     capture_rule: str = "vllm"
     batch_rule: str = "vllm"
     step_host_s: float = 0.0
@@ -32,6 +37,7 @@ class EngineProfile:
     host_overlap: bool = False          # async scheduling: host work of a step hides under its GPU work
     chunked_prefill: bool = True        # the engine's default: a prompt may be split across steps
     mixed_prefill: bool = True          # a step with prefill work also carries the running decodes
+    reserve_full_kv: bool = False       # admission sets aside KV for prompt + all output (TRT-LLM GUARANTEED_NO_EVICT)
     runtime_reserve_bytes: int = 1 << 30
 
     def __attrs_post_init__(self) -> None:
@@ -41,6 +47,9 @@ class EngineProfile:
         if self.batch_rule not in CAPTURE_RULES:
             raise ValueError(f"engine {self.name!r}: unknown batch_rule {self.batch_rule!r}; "
                              f"valid: {', '.join(CAPTURE_RULES)}")
+        if self.kv_memory_rule not in KV_MEMORY_RULES:
+            raise ValueError(f"engine {self.name!r}: unknown kv_memory_rule {self.kv_memory_rule!r}; "
+                             f"valid: {', '.join(KV_MEMORY_RULES)}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"engine {self.name!r}: gpu_memory_utilization must be in (0, 1], "
                              f"got {self.gpu_memory_utilization}")

@@ -90,6 +90,11 @@ class SchedulerConfig:
     mixed_prefill: bool | None = None
     """Whether a step with prefill work also carries the running decodes (null: the engine's default; vLLM
     and TRT-LLM mix them, SGLang runs prefill batches alone unless --enable-mixed-chunk)."""
+    reserve_full_kv: bool | None = None
+    """Admit a request only when the KV blocks of its prompt plus all its output tokens can be set aside
+    beside those of every running request, so nothing is ever preempted (TensorRT-LLM's default capacity
+    policy GUARANTEED_NO_EVICT); false: allocate as tokens arrive and preempt when full (vLLM, SGLang;
+    TRT-LLM MAX_UTILIZATION). Null: the engine's default."""
 
 
 @attrs.frozen(kw_only=True)

@@ -37,6 +37,9 @@ class SchedulerLimits:
     mixed_prefill: bool = True
     """False: prefill first (SGLang): a step that has prefill work (a prompt being chunked, or a waiting
     request that can be admitted) carries only that; the running decodes wait for a step without it."""
+    reserve_full_kv: bool = False
+    """Admission sets aside the blocks of prompt + all output tokens of every running request (TRT-LLM's
+    GUARANTEED_NO_EVICT): a request waits until its own full need fits beside them."""
 
 
 @attrs.define
@@ -312,10 +315,18 @@ class Scheduler:
         limits = self.limits
         kv = self.kv
         waiting = self.waiting
+        reserved = -1  # blocks set aside for the running requests' whole lives (reserve_full_kv), summed once
         while len(waiting) and budget > 0 and len(self.running) < limits.max_num_seqs:
             req = waiting.peek()
             if req.queued_ns >= cutoff:
                 break  # arrived after this step was formed (a tie is a client answering the step that ended)
+            if limits.reserve_full_kv:
+                if reserved < 0:
+                    reserved = sum(cdiv(r.total_tokens, kv.block_size) for r in self.running)
+                need = cdiv(req.total_tokens, kv.block_size)
+                if reserved + need > kv.num_blocks:
+                    break  # FCFS: the head waits, and so does everyone behind it
+                reserved += need
             hits = kv.get_computed_blocks(req)
             host = kv.host_hits(req, len(hits))
             num_computed = (len(hits) + host) * kv.block_size

@@ -55,12 +55,14 @@ def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max
                     max_num_batched_tokens: int | None = None, retain_finished_kv: bool = False) -> Scheduler:
     s = config.scheduler
     assert s.max_num_batched_tokens is not None and s.max_num_seqs is not None and s.mixed_prefill is not None
+    assert s.reserve_full_kv is not None
     assert config.kv_cache.block_size is not None
     limits = SchedulerLimits(max_num_batched_tokens=max_num_batched_tokens or s.max_num_batched_tokens,
                              max_num_seqs=max_num_seqs or s.max_num_seqs,
                              long_prefill_token_threshold=s.long_prefill_token_threshold,
                              chunked_prefill=s.chunked_prefill,
                              mixed_prefill=s.mixed_prefill,
+                             reserve_full_kv=s.reserve_full_kv,
                              lookahead=load_engine(config.engine.name).host_overlap)
     kv = KVCacheManager(num_blocks, config.kv_cache.block_size, config.kv_cache.prefix_caching,
                         host_tier(config, dep))
@@ -145,6 +147,7 @@ def resolve(config: TwinConfig) -> TwinConfig:
         max_num_batched_tokens=s.max_num_batched_tokens or engine.default_max_num_batched_tokens(gpu),
         max_num_seqs=s.max_num_seqs or engine.default_max_num_seqs(gpu),
         mixed_prefill=engine.mixed_prefill if s.mixed_prefill is None else s.mixed_prefill,
+        reserve_full_kv=engine.reserve_full_kv if s.reserve_full_kv is None else s.reserve_full_kv,
     )
     kv = config.kv_cache
     kv_cache = attrs.evolve(

@@ -303,9 +303,9 @@ def _inferencemax_trtllm(spec: "RowSpec", conc: int) -> dict[str, Any]:
     """InferenceMAX's trtllm-serve launch flags (SemiAnalysisAI/InferenceX benchmarks/*_h200_trt*.sh).
 
     gpt-oss: --max_batch_size CONC --max_num_tokens 20000; DeepSeek-R1/V3: --max_num_tokens = max(8192,
-    CONC + ISL + 64 rounded up to 64), engine-default batch size; Llama-3.1-70B: --max_num_tokens
-    $MAX_MODEL_LEN, taken here as ISL + OSL (the workflow's value is not in the row; it is at least that).
-    Not modelled: the 70B 1k/1k TP < 8 runs' batch_wait_timeout_iters 20 / batch_wait_max_tokens_ratio 0.9.
+    CONC + ISL + 64 rounded up to 64), engine-default batch size; Llama-3.1-70B (measured 2025-10-29,
+    70b_fp8_h200_trt_slurm.sh as of 1b563c8, 2025-09-18): --max_num_tokens 16384. Not modelled: the 70B
+    1k/1k TP < 8 runs' batch_wait_timeout_iters 20 / batch_wait_max_tokens_ratio 0.9.
     """
     model = spec.model.lower()
     if "gpt-oss" in model:
@@ -313,8 +313,22 @@ def _inferencemax_trtllm(spec: "RowSpec", conc: int) -> dict[str, Any]:
     if "deepseek" in model:
         return {"max_num_batched_tokens": max(8192, cdiv(conc + spec.isl + 64, 64) * 64)}
     if "llama-3.1-70b" in model:
-        return {"max_num_batched_tokens": spec.isl + spec.osl}
+        return {"max_num_batched_tokens": 16384}
     return {}
+
+
+def harness_kv(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> dict[str, Any]:
+    """KV-cache settings the row's harness launched the engine with: ``kv_dtype`` (model section) and
+    ``gpu_memory_utilization`` (in the engine's own meaning, see EngineProfile.kv_memory_rule).
+
+    InferenceMAX Llama-3.1-70B FP8 (70b_fp8_{h100,h200}_slurm.sh, 70b_fp8_h200_trt_slurm.sh as of
+    2025-09-18): FP8 KV cache (vLLM kv-cache-dtype fp8, TRT-LLM kv_cache_config.dtype fp8), vLLM
+    --gpu-memory-utilization 0.9.
+    """
+    out: dict[str, Any] = {}
+    if proto is INFERENCEMAX and spec.mode == "agg" and "llama-3.1-70b" in spec.model.lower():
+        out["kv_dtype"] = "fp8"
+    return out
 
 
 # Disaggregated rows ran on NVIDIA Dynamo deployments (tensorrtllm-runtime / sglang images); Dynamo's
@@ -358,6 +372,11 @@ def row_config(row: dict[str, str], *, waves: int | None = None) -> dict[str, An
     limits = deployment_limits(row, spec, proto)
     if limits:
         cfg["scheduler"] = limits
+    kv = harness_kv(row, spec, proto)
+    if "kv_dtype" in kv:
+        cfg["model"]["kv_dtype"] = kv["kv_dtype"]
+    if "gpu_memory_utilization" in kv:
+        cfg["kv_cache"] = {"gpu_memory_utilization": kv["gpu_memory_utilization"]}
     if spec.mode == "agg":
         assert spec.agg is not None
         cfg["system"] = {"kind": "colocated", "tp": spec.agg.tp, "ep": spec.agg.ep, "attention_dp": spec.agg.dp}

@@ -104,6 +104,19 @@ def test_weight_bytes_and_capacity_known_case() -> None:
     assert dep.kv_capacity_blocks(16, 0.9) == expected == 27792
 
 
+def test_free_memory_rule_takes_the_fraction_after_weights() -> None:
+    """TensorRT-LLM's free_gpu_memory_fraction applies to what weights and the reserve leave over."""
+    import attrs
+    dep = attrs.evolve(_llama8b(), engine=attrs.evolve(load_engine("vllm"), kv_memory_rule="free"))
+    weights = 8030261248 * 2
+    reserve = 8192 * (2 * 4096 + 3 * 14336) * 2 + 2 * 1024 * 128256 * 4 + 2**30
+    expected = int((80 * 2**30 - weights - reserve) * 0.9 // (16 * 131072))
+    assert dep.kv_capacity_blocks(16, 0.9) == expected == 28699   # 907 blocks more than the total rule (27792)
+    assert load_engine("trtllm").kv_memory_rule == "free"
+    with pytest.raises(ValueError, match="kv_memory_rule 'half'"):
+        attrs.evolve(load_engine("vllm"), kv_memory_rule="half")
+
+
 def test_model_too_big_raises_with_numbers() -> None:
     dep = Deployment(gpu=load_gpu("h100_sxm"), model=load_model("meta-llama/Llama-3.1-70B"),
                      engine=load_engine("vllm"), tp=1)

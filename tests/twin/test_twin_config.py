@@ -56,6 +56,9 @@ def test_overrides_and_engine_defaults_resolution():
     assert r.scheduler.mixed_prefill is True
     assert resolve(load_config(None, ["engine.name=sglang"])).scheduler.mixed_prefill is False
     assert resolve(load_config(None, ["engine.name=sglang", "scheduler.mixed_prefill=true"])).scheduler.mixed_prefill
+    assert r.scheduler.reserve_full_kv is False
+    assert resolve(load_config(None, ["engine.name=trtllm"])).scheduler.reserve_full_kv is True
+    assert not resolve(load_config(None, ["engine.name=trtllm", "scheduler.reserve_full_kv=false"])).scheduler.reserve_full_kv
 
 
 def test_config_round_trips_through_its_dict():

@@ -74,6 +74,26 @@ def test_preemption_from_the_tail_and_no_admission_in_that_step():
     assert [r.id for r in sched.waiting] == [2, 3]
 
 
+def test_reserving_the_full_need_admits_later_and_never_preempts():
+    """TRT-LLM's GUARANTEED_NO_EVICT on the scenario above: a (4 + 8 tokens) sets aside 3 of the 4
+    blocks, so b (3 more) waits until a is done, and c (1 block, would fit) waits behind b (FCFS)."""
+    sched = make_scheduler(num_blocks=4, block_size=4, max_num_batched_tokens=64, reserve_full_kv=True)
+    a, b, c = make_request(1, 4, 8), make_request(2, 4, 8), make_request(3, 2, 1)
+    for r in (a, b, c):
+        sched.add_request(r, 0)
+    assert step(sched) == ([(1, 4)], [], [])
+    assert [r.id for r in sched.waiting] == [2, 3]
+    for _ in range(6):
+        assert step(sched) == ([(1, 1)], [], [])
+    assert sched.kv.blocks_of(a) == [0, 1, 2]  # allocated as tokens arrive, never beyond the reservation
+    assert step(sched) == ([(1, 1)], [], [1])
+    # a is done: b takes 3 blocks' worth of reservation and c the fourth
+    assert step(sched) == ([(2, 4), (3, 2)], [], [3])
+    while sched.has_work:
+        assert step(sched)[1] == []
+    assert sched.preemptions == 0 and b.status is Status.FINISHED
+
+
 def test_resumed_request_recomputes_what_the_cache_lost():
     sched = make_scheduler(num_blocks=4, block_size=4, max_num_batched_tokens=64)
     a, b = make_request(1, 4, 6), make_request(2, 4, 8)

@@ -170,4 +170,6 @@ def test_inferencemax_trtllm_rows_get_the_launch_flags_of_their_script() -> None
     r1 = row_config(row(model_path="deepseek-ai/DeepSeek-R1", gemm_quant_mode="fp8", **base))
     assert r1["scheduler"]["max_num_batched_tokens"] == (16 + 8192 + 64 + 63) // 64 * 64 == 8320
     l70 = row_config(row(model_path="meta-llama/Llama-3.1-70B", gemm_quant_mode="fp8", **{**base, "isl": "1024"}))
-    assert l70["scheduler"]["max_num_batched_tokens"] == 1024 + 1024
+    assert l70["scheduler"]["max_num_batched_tokens"] == 16384
+    assert l70["model"]["kv_dtype"] == "fp8"
+    assert "kv_dtype" not in oss["model"]
