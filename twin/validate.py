@@ -296,7 +296,22 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
         out.update(max_num_seqs=conc, max_num_batched_tokens=8192)
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "trtllm":
         out.update(_inferencemax_trtllm(spec, conc))
+    elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "sglang":
+        out.update(_inferencemax_sglang(spec))
     return out
+
+
+def _inferencemax_sglang(spec: "RowSpec") -> dict[str, Any]:
+    """InferenceMAX's SGLang launch flags: DeepSeek-R1/V3 (dsr1_fp8_h200.sh, 41aff0a): --chunked-prefill-size
+    and --max-prefill-tokens 32768, --max-running-requests 512 at 1k/1k else 256; Qwen3.5 (f65d6b4):
+    --chunked-prefill-size 16384, --max-running-requests 128. GLM-5: engine defaults."""
+    model = spec.model.lower()
+    if "deepseek" in model:
+        return {"max_num_batched_tokens": 32768,
+                "max_num_seqs": 512 if (spec.isl, spec.osl) == (1024, 1024) else 256}
+    if "qwen3.5" in model:
+        return {"max_num_batched_tokens": 16384, "max_num_seqs": 128}
+    return {}
 
 
 def _inferencemax_trtllm(spec: "RowSpec", conc: int) -> dict[str, Any]:
@@ -317,17 +332,82 @@ def _inferencemax_trtllm(spec: "RowSpec", conc: int) -> dict[str, Any]:
     return {}
 
 
+def _inferencemax_kv(spec: "RowSpec") -> dict[str, Any]:
+    """KV dtype and memory fraction of InferenceMAX's launch scripts, by model and engine, as of the rows'
+    measurement dates (SemiAnalysisAI/InferenceX; the fraction in the engine's own meaning):
+    Llama-3.1-70B (70b_fp8_*_slurm.sh, 9596d23): FP8 KV, vLLM 0.9; gpt-oss TRT-LLM (9596d23, d22bf9c):
+    free_gpu_memory_fraction 0.85; DeepSeek-R1/V3 TRT-LLM (dsr1_fp8_h200_trt_slurm.sh): FP8 KV, 0.75;
+    DeepSeek SGLang (41aff0a): mem-fraction-static 0.82; Qwen3.5 SGLang (f65d6b4): FP8 KV, 0.8; GLM-5
+    SGLang (ebb48d4): 0.85; Kimi-K2.5 vLLM (749096c, 79a42e2): 0.95; MiniMax-M2.5 vLLM (a363463, 1d5cae1,
+    0f78cf4): 0.95 on H200, 0.9 on H100. Everything else: the engine's defaults.
+    """
+    model, backend = spec.model.lower(), spec.backend
+    if "llama-3.1-70b" in model:
+        return {"kv_dtype": "fp8"}
+    if "gpt-oss" in model and backend == "trtllm":
+        return {"gpu_memory_utilization": 0.85}
+    if "deepseek" in model and backend == "trtllm":
+        return {"kv_dtype": "fp8", "gpu_memory_utilization": 0.75}
+    if "deepseek" in model and backend == "sglang":
+        return {"gpu_memory_utilization": 0.82}
+    if "qwen3.5" in model and backend == "sglang":
+        return {"kv_dtype": "fp8", "gpu_memory_utilization": 0.8}
+    if "glm-5" in model and backend == "sglang":
+        return {"gpu_memory_utilization": 0.85}
+    if "kimi-k2" in model and backend == "vllm":
+        return {"gpu_memory_utilization": 0.95}
+    if "minimax" in model and backend == "vllm":
+        return {"gpu_memory_utilization": 0.95 if spec.gpu == "h200_sxm" else 0.9}
+    return {}
+
+
+def _measured(row: dict[str, str]) -> str:
+    """The measurement date (YYYY-MM-DD) named in ``silicon_data_source``, or ''."""
+    m = re.search(r"measured=(\d{4}-\d\d-\d\d)", row.get("silicon_data_source", ""))
+    return m.group(1) if m else ""
+
+
+def harness_skip(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> str | None:
+    """Why the twin cannot reproduce how a row was run, read from its harness (None: it can).
+
+    InferenceMAX gpt-oss-120b H100 vLLM, measured 2025-12-05 / 2025-12-08 (silicon_concurrency 512):
+    gptoss_fp4_h100_docker.sh as of 25506e8 sent 512 concurrent requests to a server capped at
+    --max-num-seqs $CONC, whose value the row does not keep. InferenceMAX DeepSeek-R1 TRT-LLM, measured
+    2026-01-14: the run that merge bf34567 triggered queued only the dsr1-*-trt-mtp configurations
+    (dsr1_fp8_h200_trt_mtp_slurm.sh: MTP speculative decoding, 3 draft tokens, or 1 with attention DP),
+    and speculative decoding is not modelled. (Sources: InferenceX history, research notes of 2026-11-29.)
+    """
+    if proto is not INFERENCEMAX:
+        return None
+    model, day = spec.model.lower(), _measured(row)
+    if "gpt-oss" in model and spec.backend == "vllm" and spec.gpu == "h100_sxm" and day in ("2025-12-05", "2025-12-08"):
+        return ("harness: the client ran 512 requests at once against a server capped at --max-num-seqs CONC "
+                "(gptoss_fp4_h100_docker.sh, 25506e8), and that cap is not in the row")
+    if "deepseek" in model and spec.backend == "trtllm" and day == "2026-01-14":
+        return "harness: MTP speculative decoding (dsr1_fp8_h200_trt_mtp_slurm.sh, bf34567) is not modelled"
+    return None
+
+
 def harness_kv(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> dict[str, Any]:
     """KV-cache settings the row's harness launched the engine with: ``kv_dtype`` (model section) and
     ``gpu_memory_utilization`` (in the engine's own meaning, see EngineProfile.kv_memory_rule).
 
     InferenceMAX Llama-3.1-70B FP8 (70b_fp8_{h100,h200}_slurm.sh, 70b_fp8_h200_trt_slurm.sh as of
     2025-09-18): FP8 KV cache (vLLM kv-cache-dtype fp8, TRT-LLM kv_cache_config.dtype fp8), vLLM
-    --gpu-memory-utilization 0.9.
+    --gpu-memory-utilization 0.9. aiconfigurator's generated TRT-LLM configs (every
+    extra_engine_args.<version>.yaml.j2 template): free_gpu_memory_fraction 0.80. aiconfigurator's quant
+    defaults for dense and MoE models (cli/templates/trtllm/{dense,moe}_default.yaml) pair FP8 GEMMs with
+    kvcache_quant_mode fp8, which its generator passes to every engine as kv_cache_dtype: a gap-analysis
+    row with precision fp8 ran an FP8 KV cache (DeepSeek's template keeps float16; no such row here).
     """
     out: dict[str, Any] = {}
-    if proto is INFERENCEMAX and spec.mode == "agg" and "llama-3.1-70b" in spec.model.lower():
+    if proto is GENAI_PERF and spec.backend == "trtllm":
+        out["gpu_memory_utilization"] = 0.8
+    if proto is GENAI_PERF and row.get("precision", "").strip().lower() == "fp8" \
+            and "deepseek" not in spec.model.lower():
         out["kv_dtype"] = "fp8"
+    if proto is INFERENCEMAX and spec.mode == "agg":
+        out.update(_inferencemax_kv(spec))
     return out
 
 
@@ -358,6 +438,9 @@ def row_config(row: dict[str, str], *, waves: int | None = None) -> dict[str, An
     """
     spec = row_spec(row)
     proto = protocol(row)
+    reason = harness_skip(row, spec, proto)
+    if reason:
+        raise Skip(reason)
     conc = spec.per_rank_concurrency if spec.mode == "agg" else spec.concurrency
     per_slot = (waves if waves is not None else proto.waves) + proto.warmup_waves
     cfg: dict[str, Any] = {

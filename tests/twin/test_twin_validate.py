@@ -173,3 +173,29 @@ def test_inferencemax_trtllm_rows_get_the_launch_flags_of_their_script() -> None
     assert l70["scheduler"]["max_num_batched_tokens"] == 16384
     assert l70["model"]["kv_dtype"] == "fp8"
     assert "kv_dtype" not in oss["model"]
+
+
+def test_harness_kv_settings_and_skips_follow_the_rows_scripts() -> None:
+    im = dict(system="h200_sxm", isl="1024", osl="1024", batch_size="16",
+              silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=16; measured=2026-03-25T16:34:14Z")
+    r1 = row_config(row(model_path="deepseek-ai/DeepSeek-R1", backend="sglang", gemm_quant_mode="fp8", tp_size="8", **im))
+    assert r1["kv_cache"] == {"gpu_memory_utilization": 0.82} and "kv_dtype" not in r1["model"]
+    assert r1["scheduler"] == {"max_num_batched_tokens": 32768, "max_num_seqs": 512}
+    trt = row_config(row(model_path="deepseek-ai/DeepSeek-R1", backend="trtllm", gemm_quant_mode="fp8", tp_size="8", **im))
+    assert trt["kv_cache"] == {"gpu_memory_utilization": 0.75} and trt["model"]["kv_dtype"] == "fp8"
+    # the 2026-01-14 DeepSeek TRT-LLM runs were the MTP configurations; the Dec-2025 gpt-oss H100 ones ran 512 clients
+    mtp = dict(im, silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=16; measured=2026-01-14")
+    with pytest.raises(Skip, match="MTP speculative decoding"):
+        row_config(row(model_path="deepseek-ai/DeepSeek-R1", backend="trtllm", gemm_quant_mode="fp8", tp_size="8", **mtp))
+    oss = dict(im, system="h100_sxm", batch_size="512",
+               silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=512; measured=2025-12-08T00:00:00.000Z")
+    with pytest.raises(Skip, match="512 requests at once"):
+        row_config(row(model_path="openai/gpt-oss-120b", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", tp_size="8", **oss))
+    # aiconfigurator's gap analysis: TRT-LLM at free fraction 0.8, and precision fp8 means an FP8 KV cache too
+    gap = dict(silicon_data_source="source_file=/x/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/q.csv; "
+                                   "silicon_concurrency=4")
+    q = row_config(row(model_path="Qwen/Qwen3-32B", backend="trtllm", precision="fp8", gemm_quant_mode="fp8", **gap))
+    assert q["kv_cache"] == {"gpu_memory_utilization": 0.8} and q["model"]["kv_dtype"] == "fp8"
+    bf = row_config(row(model_path="meta-llama/Llama-3.1-8B", backend="trtllm", **gap))
+    assert "kv_dtype" not in bf["model"]
+
