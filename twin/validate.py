@@ -168,6 +168,37 @@ def _parallel(row: dict[str, str], prefix: str, notes: list[str], *, per_rank: i
     return Parallel(tp=tp, dp=dp, ep=ep)
 
 
+def _inferencemax_parallel(row: dict[str, str], par: Parallel, isl: int, osl: int, conc: int,
+                           notes: list[str]) -> Parallel:
+    """Expert / attention-DP layout the InferenceMAX script ran where the export's columns say otherwise
+    (each correction recorded in ``notes``; InferenceX history at the measured dates):
+
+    * TRT-LLM DeepSeek-R1/V3 and gpt-oss measured 2025-11-02 (dsr1_fp8_h200_trt_slurm.sh,
+      gptoss_fp4_h200_trt_slurm.sh at 9596d23): --ep_size $TP, and DeepSeek turned attention DP on for
+      8k/1k at CONC > 32 (the export says ep 1).
+    * vLLM MiniMax-M2.5 on or after 2026-03-13 (5e2c705, minimaxm2.5_fp8_*.sh): --enable-expert-parallel
+      always (H200: the test is EP_SIZE >= 1 with EP_SIZE defaulting to 1), so EP spans the TP group; the
+      2026-03-28 H100 export's tp 4 / dp 4 / ep 16 encodes the tp 4 / ep 4 search-space entry (the script
+      has no DP flag).
+    """
+    model, backend, day = row["model_path"].lower(), row["backend"].strip(), _measured(row)
+    gpus = par.tp * par.dp
+    fixed = par
+    if backend == "trtllm" and day == "2025-11-02" and ("deepseek" in model or "gpt-oss" in model):
+        fixed = Parallel(tp=par.tp, dp=par.dp, ep=gpus)
+        if "deepseek" in model and (isl, osl) == (8192, 1024) and conc > 32:
+            fixed = Parallel(tp=1, dp=gpus, ep=gpus)
+    elif backend == "vllm" and "minimax" in model and day >= "2026-03-13":
+        if par.dp > 1 and par.ep > par.tp:
+            fixed = Parallel(tp=par.tp, dp=1, ep=par.tp)
+        else:
+            fixed = Parallel(tp=par.tp, dp=par.dp, ep=gpus)
+    if fixed != par:
+        notes.append(f"harness layout tp {fixed.tp} / dp {fixed.dp} / ep {fixed.ep} "
+                     f"(export: tp {par.tp} / dp {par.dp} / ep {par.ep})")
+    return fixed
+
+
 def weight_format(row: dict[str, str]) -> str:
     """The row's weight format on the checkpoint it names (hardware.ModelSpec.weight_dtype_for).
 
@@ -218,6 +249,8 @@ def row_spec(row: dict[str, str]) -> RowSpec:
             raise Skip("pipeline parallelism (pp_size > 1) is not modelled")
         per_rank = _int(row, "batch_size", 0) or None
         par = _parallel(row, "", notes, per_rank=per_rank, total=silicon_concurrency(row))
+        if protocol(row) is INFERENCEMAX:
+            par = _inferencemax_parallel(row, par, isl, osl, conc, notes)
         if par.dp > 1 and silicon_concurrency(row) is None and per_rank:
             conc = per_rank * par.dp
         return RowSpec(mode=mode, concurrency=conc, agg=par, notes=tuple(notes), **common)  # type: ignore[arg-type]

@@ -199,3 +199,23 @@ def test_harness_kv_settings_and_skips_follow_the_rows_scripts() -> None:
     bf = row_config(row(model_path="meta-llama/Llama-3.1-8B", backend="trtllm", **gap))
     assert "kv_dtype" not in bf["model"]
 
+
+def test_inferencemax_layouts_follow_the_scripts_where_the_export_differs() -> None:
+    def spec(model: str, backend: str, day: str, **kw: str) -> tuple[int, int, int]:
+        src = f"source_file=2026-04-06.csv; silicon_concurrency={kw.get('batch_size', '16')}; measured={day}"
+        s = row_spec(row(model_path=model, backend=backend, system="h200_sxm", silicon_data_source=src,
+                         **{"isl": "1024", "osl": "1024", "batch_size": "16", "gemm_quant_mode": "fp8", **kw}))
+        assert s.agg is not None
+        return s.agg.tp, s.agg.dp, s.agg.ep
+    # 2025-11-02 TRT-LLM scripts passed --ep_size $TP; DeepSeek 8k/1k above CONC 32 ran attention DP
+    assert spec("deepseek-ai/DeepSeek-R1", "trtllm", "2025-11-02T00:00:00.000Z", tp_size="8") == (8, 1, 8)
+    assert spec("deepseek-ai/DeepSeek-R1", "trtllm", "2025-11-02T00:00:00.000Z", tp_size="8", isl="8192",
+                batch_size="64") == (1, 8, 8)
+    assert spec("openai/gpt-oss-120b", "trtllm", "2025-11-02T00:00:00.000Z", tp_size="4",
+                gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4") == (4, 1, 4)
+    # MiniMax vLLM from 2026-03-13 always passed --enable-expert-parallel; before, the export is right
+    assert spec("MiniMaxAI/MiniMax-M2.5", "vllm", "2026-03-27T07:59:49Z", tp_size="8") == (8, 1, 8)
+    assert spec("MiniMaxAI/MiniMax-M2.5", "vllm", "2026-03-28", tp_size="4", attention_dp_size="4",
+                moe_tp_size="1", moe_ep_size="16") == (4, 1, 4)
+    assert spec("MiniMaxAI/MiniMax-M2.5", "vllm", "2026-03-01T00:00:00.000Z", tp_size="4") == (4, 1, 1)
+
