@@ -90,6 +90,10 @@ class SchedulerConfig:
     mixed_prefill: bool | None = None
     """Whether a step with prefill work also carries the running decodes (null: the engine's default; vLLM
     and TRT-LLM mix them, SGLang runs prefill batches alone unless --enable-mixed-chunk)."""
+    batch_wait_iters: int = attrs.field(default=0, validator=non_negative)
+    """TensorRT-LLM batch_wait_timeout_iters: while decodes run, hold new prompts back for up to this many
+    steps until they and the decodes fill batch_wait_max_tokens_ratio of the token budget (0: off)."""
+    batch_wait_max_tokens_ratio: float = attrs.field(default=0.0, validator=non_negative)
     reserve_full_kv: bool | None = None
     """Admit a request only when the KV blocks of its prompt plus all its output tokens can be set aside
     beside those of every running request, so nothing is ever preempted (TensorRT-LLM's default capacity

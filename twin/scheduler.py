@@ -37,6 +37,11 @@ class SchedulerLimits:
     mixed_prefill: bool = True
     """False: prefill first (SGLang): a step that has prefill work (a prompt being chunked, or a waiting
     request that can be admitted) carries only that; the running decodes wait for a step without it."""
+    batch_wait_iters: int = 0
+    batch_wait_max_tokens_ratio: float = 0.0
+    """TRT-LLM batch waiting (PyExecutor._waiting_requests): in a step that has decodes and could admit
+    new prompts, the prompts are held back unless they and the step's other tokens reach this fraction of
+    max_num_batched_tokens or they have already been held batch_wait_iters steps in a row."""
     reserve_full_kv: bool = False
     """Admission sets aside the blocks of prompt + all output tokens of every running request (TRT-LLM's
     GUARANTEED_NO_EVICT): a request waits until its own full need fits beside them."""
@@ -167,6 +172,8 @@ class Scheduler:
         """Start of that step: with lookahead, when the step now being formed was formed."""
         self._step_start_ns = NO_TIME
         """Start of the step being scheduled (becomes ``_last_step_start_ns`` when it is applied)."""
+        self._batch_wait_count = 0
+        """Steps in a row that held new prompts back (batch waiting)."""
 
     # ----------------------------------------------------------------------------------------- intake
     def fits_ever(self, req: Request) -> bool:
@@ -270,7 +277,8 @@ class Scheduler:
             stats = self._stats(scheduled.items())
         else:
             n_before = len(scheduled)
-            self._admit(scheduled, budget, now, cutoff)
+            if not self._hold_prompts(budget, cutoff, fast_n + sum(1 for _, n in others if n == 1)):
+                self._admit(scheduled, budget, now, cutoff)
             if not scheduled and cutoff != _NO_CUTOFF:
                 # Nothing was in the step formed ahead: the engine idles one loop turn and then sees them.
                 self._admit(scheduled, budget, now, _NO_CUTOFF)
@@ -362,6 +370,49 @@ class Scheduler:
             self.running.append(req)
             scheduled[req] = num_new
             budget -= num_new
+
+    def _hold_prompts(self, budget: int, cutoff: int, decodes: int) -> bool:
+        """Batch waiting: whether this step keeps the admissible prompts waiting (and counts the hold)."""
+        limits = self.limits
+        if not (limits.batch_wait_iters or limits.batch_wait_max_tokens_ratio) or not decodes:
+            return False
+        prompt_tokens = self._admissible_tokens(budget, cutoff)
+        if not prompt_tokens:
+            return False  # nothing to hold: the count is left as it is
+        step_tokens = limits.max_num_batched_tokens - budget + prompt_tokens
+        if self._batch_wait_count >= limits.batch_wait_iters or \
+                step_tokens >= limits.batch_wait_max_tokens_ratio * limits.max_num_batched_tokens:
+            self._batch_wait_count = 0
+            return False
+        self._batch_wait_count += 1
+        return True
+
+    def _admissible_tokens(self, budget: int, cutoff: int) -> int:
+        """Prompt tokens :meth:`_admit` would schedule now, found without allocating anything (KV room is
+        checked only through the full-need reservation, as TRT-LLM's capacity scheduler does)."""
+        limits = self.limits
+        kv = self.kv
+        seats = limits.max_num_seqs - len(self.running)
+        reserved = sum(cdiv(r.total_tokens, kv.block_size) for r in self.running) if limits.reserve_full_kv else 0
+        total = 0
+        for req in self.waiting:
+            if seats <= 0 or budget <= 0 or req.queued_ns >= cutoff:
+                break
+            if limits.reserve_full_kv:
+                reserved += cdiv(req.total_tokens, kv.block_size)
+                if reserved > kv.num_blocks:
+                    break
+            num_new = req.num_tokens - len(kv.get_computed_blocks(req)) * kv.block_size
+            if 0 < limits.long_prefill_token_threshold < num_new:
+                num_new = limits.long_prefill_token_threshold
+            if num_new > budget:
+                if not limits.chunked_prefill and num_new <= limits.max_num_batched_tokens:
+                    break
+                num_new = budget
+            total += num_new
+            budget -= num_new
+            seats -= 1
+        return total
 
     def _preempt(self, req: Request) -> None:
         self.kv.free(req)

@@ -63,6 +63,8 @@ def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max
                              chunked_prefill=s.chunked_prefill,
                              mixed_prefill=s.mixed_prefill,
                              reserve_full_kv=s.reserve_full_kv,
+                             batch_wait_iters=s.batch_wait_iters,
+                             batch_wait_max_tokens_ratio=s.batch_wait_max_tokens_ratio,
                              lookahead=load_engine(config.engine.name).host_overlap)
     kv = KVCacheManager(num_blocks, config.kv_cache.block_size, config.kv_cache.prefix_caching,
                         host_tier(config, dep))

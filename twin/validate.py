@@ -352,8 +352,8 @@ def _inferencemax_trtllm(spec: "RowSpec", conc: int) -> dict[str, Any]:
 
     gpt-oss: --max_batch_size CONC --max_num_tokens 20000; DeepSeek-R1/V3: --max_num_tokens = max(8192,
     CONC + ISL + 64 rounded up to 64), engine-default batch size; Llama-3.1-70B (measured 2025-10-29,
-    70b_fp8_h200_trt_slurm.sh as of 1b563c8, 2025-09-18): --max_num_tokens 16384. Not modelled: the 70B
-    1k/1k TP < 8 runs' batch_wait_timeout_iters 20 / batch_wait_max_tokens_ratio 0.9.
+    70b_fp8_h200_trt_slurm.sh as of 1b563c8, 2025-09-18): --max_num_tokens 16384, and for 1k/1k at TP < 8
+    batch_wait_timeout_iters 20 / batch_wait_max_tokens_ratio 0.9.
     """
     model = spec.model.lower()
     if "gpt-oss" in model:
@@ -361,7 +361,10 @@ def _inferencemax_trtllm(spec: "RowSpec", conc: int) -> dict[str, Any]:
     if "deepseek" in model:
         return {"max_num_batched_tokens": max(8192, cdiv(conc + spec.isl + 64, 64) * 64)}
     if "llama-3.1-70b" in model:
-        return {"max_num_batched_tokens": 16384}
+        assert spec.agg is not None
+        wait = {"batch_wait_iters": 20, "batch_wait_max_tokens_ratio": 0.9} \
+            if (spec.isl, spec.osl) == (1024, 1024) and spec.agg.tp < 8 else {}
+        return {"max_num_batched_tokens": 16384, **wait}
     return {}
 
 

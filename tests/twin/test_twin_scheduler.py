@@ -94,6 +94,22 @@ def test_reserving_the_full_need_admits_later_and_never_preempts():
     assert sched.preemptions == 0 and b.status is Status.FINISHED
 
 
+def test_batch_waiting_holds_small_prompts_while_decodes_run():
+    """TRT-LLM batch waiting (2 steps, 0.5 x 64 = 32 tokens): a 4-token prompt beside one decode waits two
+    steps and goes in the third; a 40-token prompt fills the threshold and goes at once; with no decode
+    running nothing is held."""
+    sched = make_scheduler(num_blocks=64, max_num_batched_tokens=64, batch_wait=(2, 0.5))
+    a = make_request(1, 4, 20)
+    sched.add_request(a, 0)
+    assert step(sched) == ([(1, 4)], [], [])          # idle engine: no decode to wait beside
+    sched.add_request(make_request(2, 4, 3), 1)
+    assert step(sched) == ([(1, 1)], [], [])
+    assert step(sched) == ([(1, 1)], [], [])
+    assert step(sched) == ([(1, 1), (2, 4)], [], [])  # held twice: the third step admits it
+    sched.add_request(make_request(3, 40, 3), 2)
+    assert step(sched) == ([(1, 1), (2, 1), (3, 40)], [], [])  # 42 tokens >= 32: no hold
+
+
 def test_resumed_request_recomputes_what_the_cache_lost():
     sched = make_scheduler(num_blocks=4, block_size=4, max_num_batched_tokens=64)
     a, b = make_request(1, 4, 6), make_request(2, 4, 8)

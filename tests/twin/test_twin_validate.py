@@ -171,6 +171,10 @@ def test_inferencemax_trtllm_rows_get_the_launch_flags_of_their_script() -> None
     assert r1["scheduler"]["max_num_batched_tokens"] == (16 + 8192 + 64 + 63) // 64 * 64 == 8320
     l70 = row_config(row(model_path="meta-llama/Llama-3.1-70B", gemm_quant_mode="fp8", **{**base, "isl": "1024"}))
     assert l70["scheduler"]["max_num_batched_tokens"] == 16384
+    assert l70["scheduler"]["batch_wait_iters"] == 20 and l70["scheduler"]["batch_wait_max_tokens_ratio"] == 0.9
+    l70_tp8 = row_config(row(model_path="meta-llama/Llama-3.1-70B", gemm_quant_mode="fp8", tp_size="8",
+                             **{**base, "isl": "1024"}))
+    assert "batch_wait_iters" not in l70_tp8["scheduler"]   # the script's branch: 1k/1k at TP < 8 only
     assert l70["model"]["kv_dtype"] == "fp8"
     assert "kv_dtype" not in oss["model"]
 
