@@ -98,7 +98,8 @@ class SchedulerConfig:
     """Admit a request only when the KV blocks of its prompt plus all its output tokens can be set aside
     beside those of every running request, so nothing is ever preempted (TensorRT-LLM's default capacity
     policy GUARANTEED_NO_EVICT); false: allocate as tokens arrive and preempt when full (vLLM, SGLang;
-    TRT-LLM MAX_UTILIZATION). Null: the engine's default."""
+    TRT-LLM MAX_UTILIZATION). Null: the engine's default. Applies where the scheduler admits requests;
+    a disaggregated decode worker's KV pulls reserve what transfer.decode_headroom_blocks says."""
 
 
 @attrs.frozen(kw_only=True)
