@@ -307,7 +307,14 @@ class Scheduler:
         prev = self._last_step_end_ns
         if prev == NO_TIME:
             return 0
-        cohort.join(self.running, prev, budget)
+        running = self.running
+        if not len(cohort) and not len(self.waiting) and running:
+            newest = running[-1]
+            if newest.prompt_tokens + newest.num_output_tokens - newest.num_computed_tokens == 1:
+                # Most likely a pure-decode step, which fast-forward plans from a full list: joining the
+                # cohort only to disband it at once would cost more than the step.
+                return 0
+        cohort.join(running, prev, budget)
         n = len(cohort)
         if not n:
             return 0

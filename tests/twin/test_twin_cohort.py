@@ -52,7 +52,8 @@ def test_cohort_gives_byte_identical_results(tmp_path, sections):
     cfg = _config(**sections)
     lazy: list[int] = []
     on = _run(cfg, tmp_path / "on", True, lazy)
-    assert max(lazy) > 1  # the cohort carried decodes
+    if "system" not in sections:  # decode workers run pure-decode steps, which leave the cohort out
+        assert max(lazy) > 1  # the cohort carried decodes
     off = _run(cfg, tmp_path / "off", False)
     for name in ("requests.csv", "timeseries.csv", "token_times.json"):
         assert (tmp_path / "on" / name).read_bytes() == (tmp_path / "off" / name).read_bytes(), name
