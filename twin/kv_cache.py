@@ -370,10 +370,12 @@ class KVCacheManager:
         full = min(num_tokens // self.block_size, len(req.block_keys))
         done = self._num_hashed[req.id]
         if full > done:
+            blocks = self.req_blocks[req.id]
+            keys = req.block_keys
             cached = self.pool.cached
             block_key = self.pool.block_key
-            # BlockPool.cache, inlined: this runs once per prompt block
-            for key, block in zip(req.block_keys[done:full], self.req_blocks[req.id][done:full]):
+            for i in range(done, full):  # BlockPool.cache, inlined: this runs once per prompt block
+                key, block = keys[i], blocks[i]
                 if key not in cached and block_key[block] is None:
                     cached[key] = block
                     block_key[block] = key
