@@ -111,22 +111,24 @@ class BlockPool:
         block_key = self.block_key
         cached = self.cached
         on_evict = self.on_evict
+        append = out.append
         evicted = 0
         while need:
-            block = popleft()
-            if dead[block]:
-                dead[block] -= 1
-                continue
-            key = block_key[block]
-            if key is not None:
-                block_key[block] = None
-                del cached[key]
-                evicted += 1
-                if on_evict is not None:
-                    on_evict(block, key)
-            ref[block] = 1
-            out.append(block)
-            need -= 1
+            # The next `need` entries at once; dead ones among them leave as many to take in another round.
+            for block in [popleft() for _ in range(need)]:
+                if dead[block]:
+                    dead[block] -= 1
+                    continue
+                key = block_key[block]
+                if key is not None:
+                    block_key[block] = None
+                    del cached[key]
+                    evicted += 1
+                    if on_evict is not None:
+                        on_evict(block, key)
+                ref[block] = 1
+                append(block)
+            need = n - len(out)
         self.evictions += evicted
         return out
 
