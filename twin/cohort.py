@@ -23,6 +23,10 @@ from twin.kv_cache import KVCacheManager
 from twin.request import Request
 
 
+_REBASE_AFTER = 1 << 16
+"""Updates after which the cohort counts from zero again (:meth:`DecodeCohort._rebase`)."""
+
+
 class _Member:
     __slots__ = ("req", "seq", "base", "synced")
 
@@ -145,6 +149,8 @@ class DecodeCohort:
         self.gaps.append(now - prev_end)
         done = self._finishes.pop(self.updates, None)
         if not done:
+            if self.updates >= _REBASE_AFTER:
+                self._rebase()
             return []
         size = self.kv.block_size
         for m in done:  # in running order: members joined in that order
@@ -186,6 +192,24 @@ class DecodeCohort:
         self.members.clear()
         self._reset()
         return out
+
+    def _rebase(self) -> None:
+        """Count updates from zero again, with every member brought up to date (bounds the step lists of
+        a cohort that never empties)."""
+        self.sync()
+        u = self.updates
+        size = self.kv.block_size
+        for m in self.members.values():
+            m.base += u
+            m.synced = 0
+        self._base_sum += u * len(self.members)
+        # A member's phase (base % size) moves by u: the list of phase p becomes that of (p + u) % size.
+        shift = u % size
+        self._phases = self._phases[-shift:] + self._phases[:-shift] if shift else self._phases
+        self._finishes = {at - u: entry for at, entry in self._finishes.items()}
+        self.updates = 0
+        self.ends.clear()
+        self.gaps.clear()
 
     def _reset(self) -> None:
         self.updates = 0

@@ -66,3 +66,15 @@ def test_systems_turn_the_cohort_on_with_fast_forward_only():
     assert Simulation(_config(run={"fast_forward": False})).workers[0].sched.cohort is None
     prefill_first = Simulation(_config(engine={"name": "sglang"}))
     assert prefill_first.workers[0].sched.cohort is None  # its decodes sit out prefill steps
+
+
+def test_cohort_rebasing_its_update_count_changes_nothing(tmp_path, monkeypatch):
+    import twin.cohort
+
+    monkeypatch.setattr(twin.cohort, "_REBASE_AFTER", 5)  # rebase every few steps instead of every 65,536
+    cfg = _config(run={"fast_forward": False})
+    on = _run(cfg, tmp_path / "on", True)
+    off = _run(cfg, tmp_path / "off", False)
+    for name in ("requests.csv", "timeseries.csv", "token_times.json"):
+        assert (tmp_path / "on" / name).read_bytes() == (tmp_path / "off" / name).read_bytes(), name
+    assert on.ledger == off.ledger
