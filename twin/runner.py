@@ -37,12 +37,13 @@ _RUN_GC_THRESHOLD = (100_000, 50, 100)
 
 @contextmanager
 def _roomy_gc() -> Iterator[None]:
-    """Collect cycles less often while the event loop runs (the thresholds are restored after it).
+    """Collect cycles less often while a run goes (the thresholds are restored after it).
 
-    The loop allocates many short-lived objects (events, per-step lists) while the requests and their
-    block keys live long; with CPython's default thresholds (700, 10, 10) the collector rescans those
-    long-lived objects hundreds of times, 5-8 % of a run's time. A larger young generation collects the
-    same garbage far less often. Results never depend on when the collector runs.
+    The event loop allocates many short-lived objects (events, per-step lists) while the requests and
+    their block keys live long; with CPython's default thresholds (700, 10, 10) the collector rescans
+    those long-lived objects hundreds of times, 5-8 % of a run's time, and a full collection while the
+    results are gathered costs as much again on long runs. A larger young generation collects the same
+    garbage far less often. Results never depend on when the collector runs.
     """
     saved = gc.get_threshold()
     gc.set_threshold(*_RUN_GC_THRESHOLD)
@@ -106,14 +107,17 @@ class Simulation:
 
     # --------------------------------------------------------------------------------------- run
     def run(self) -> Results:
+        with _roomy_gc():
+            return self._run()
+
+    def _run(self) -> Results:
         cfg = self.config
         start = time.perf_counter()
         until: simpy.Event = self.driver.all_done
         if cfg.run.max_sim_s is not None:
             until = simpy.AnyOf(self.env, [until, self.env.timeout(to_ns(cfg.run.max_sim_s))])
         try:
-            with _roomy_gc():
-                self.env.run(until=until)
+            self.env.run(until=until)
         except RuntimeError as exc:  # SimPy: no events left but the until-event never fired
             if "No scheduled events left" in str(exc):
                 raise StallError(self._stall_report(self.driver.pending_requests)) from None
