@@ -35,7 +35,7 @@ class _Member:
         self.seq = seq
         """Join order: the members' running order."""
         self.base = base
-        """Computed tokens minus the cohort's update count (constant while a member)."""
+        """Computed tokens minus the cohort's update count (constant until the count is rebased)."""
         self.synced = synced
         """Update count up to which ``req``'s fields are current."""
 
@@ -53,7 +53,7 @@ class DecodeCohort:
         self.record_token_times = record_token_times
         self.members: dict[Request, _Member] = {}
         self.updates = 0
-        """Steps applied since the cohort was last empty."""
+        """Steps applied since the cohort was last empty (or rebased)."""
         self.ends: list[int] = []
         """End time of each applied step (``ends[u - 1]`` for update u)."""
         self.gaps: list[int] = []
