@@ -137,7 +137,7 @@ class DecodeCohort:
         u = self.updates
         for m, allocates in events:
             if allocates:
-                kv.req_blocks[m.req.id].extend(pool.allocate(1))
+                kv.req_blocks[m.req.id].append(pool.allocate_one())
             if caching:
                 kv.cache_computed(m.req, m.base + u + 1)
 

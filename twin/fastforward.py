@@ -122,7 +122,7 @@ class DecodeRun:
         for i, idx, kind in events:
             req = self.reqs[idx]
             if kind == 0:
-                kv.req_blocks[req.id].extend(pool.allocate(1))
+                kv.req_blocks[req.id].append(pool.allocate_one())
             else:
                 kv.cache_computed(req, self.c0[idx] + i)
         self.scheduled = m
