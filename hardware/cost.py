@@ -152,6 +152,7 @@ class CostModel:
         self._cache: dict[BatchShape, tuple[Mapping[str, float], int]] = {}
         self._token_cache: dict[tuple[int, int, int], dict[str, float]] = {}
         self._decode_bases: dict[int, tuple[bool, dict[str, float]]] = {}
+        self._batch_bases: dict[tuple[int, int, int], dict[str, float]] = {}
         self._build()
 
     # --- set-up ---------------------------------------------------------------------------------
@@ -366,12 +367,27 @@ class CostModel:
     def _terms(self, s: BatchShape) -> dict[str, float]:
         if self.kv_bucket_tokens > 0:
             s = self._bucketed(s)
-        t: dict[str, float] = dict.fromkeys(TERMS, 0.0)
-        if s.new_tokens > 0:
-            self._fill_batch_terms(t, s)
-            t["attention"] = attn = self._attention_s(s)
-            self._fill_context_terms(t, s.sum_kv, s.num_reqs, attn)
+        if s.new_tokens <= 0:
+            return dict.fromkeys(self._enabled, 0.0)
+        t = self._batch_base(s).copy()
+        t["attention"] = attn = self._attention_s(s)
+        self._fill_context_terms(t, s.sum_kv, s.num_reqs, attn)
+        if len(t) == len(self._enabled):  # every term enabled: ``t`` holds them in TERMS order already
+            return t
         return {name: t[name] for name in self._enabled}
+
+    def _batch_base(self, s: BatchShape) -> dict[str, float]:
+        """Every term in TERMS order, zero but for those set by the batch's token and request counts
+        (memoised on those counts, which are all they depend on; the caller fills in the rest on a copy)."""
+        key = (s.new_tokens, s.num_reqs, s.num_decode)
+        t = self._batch_bases.get(key)
+        if t is None:
+            t = dict.fromkeys(TERMS, 0.0)
+            self._fill_batch_terms(t, s)
+            if len(self._batch_bases) >= _CACHE_LIMIT:
+                self._batch_bases.clear()
+            self._batch_bases[key] = t
+        return t
 
     def _fill_batch_terms(self, t: dict[str, float], s: BatchShape) -> None:
         """Terms set by the batch's token and request counts alone (for a pure-decode batch: by its size)."""

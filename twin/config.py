@@ -162,7 +162,8 @@ class RunConfig:
     """Requests arriving before this time are kept in the table but left out of the summary."""
     check_invariants: bool = True
     fast_forward: bool = True
-    """Jump through pure-decode stretches in one event (identical results; off = step by step)."""
+    """Jump through pure-decode stretches in one event and advance the decodes of mixed steps as one
+    cohort (identical results; off = every request step by step)."""
     fast_forward_max_steps: int = attrs.field(default=128, validator=positive)
 
 

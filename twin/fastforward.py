@@ -122,7 +122,7 @@ class DecodeRun:
         for i, idx, kind in events:
             req = self.reqs[idx]
             if kind == 0:
-                kv.req_blocks[req.id].extend(pool.allocate(1))
+                kv.req_blocks[req.id].append(pool.allocate_one())
             else:
                 kv.cache_computed(req, self.c0[idx] + i)
         self.scheduled = m
@@ -221,7 +221,7 @@ def plan_decode_run(sched: Scheduler, out: SchedulerOutput, start_ns: int, price
                     max_steps: int) -> DecodeRun | None:
     """A run of pure-decode steps starting with ``out``, or None when nothing longer than one step is safe."""
     stats = out.stats
-    if (out.preempted or out.host_load_s or len(sched.waiting) or max_steps < 2
+    if (out.lazy or out.preempted or out.host_load_s or len(sched.waiting) or max_steps < 2
             or stats.num_decode != stats.num_reqs):
         return None
     running = sched.running

@@ -111,24 +111,52 @@ class BlockPool:
         block_key = self.block_key
         cached = self.cached
         on_evict = self.on_evict
+        append = out.append
         evicted = 0
         while need:
-            block = popleft()
-            if dead[block]:
-                dead[block] -= 1
-                continue
-            key = block_key[block]
-            if key is not None:
-                block_key[block] = None
-                del cached[key]
-                evicted += 1
-                if on_evict is not None:
-                    on_evict(block, key)
-            ref[block] = 1
-            out.append(block)
-            need -= 1
+            # The next `need` entries at once; dead ones among them leave as many to take in another round.
+            for block in [popleft() for _ in range(need)]:
+                if dead[block]:
+                    dead[block] -= 1
+                    continue
+                key = block_key[block]
+                if key is not None:
+                    block_key[block] = None
+                    del cached[key]
+                    evicted += 1
+                    if on_evict is not None:
+                        on_evict(block, key)
+                ref[block] = 1
+                append(block)
+            need = n - len(out)
         self.evictions += evicted
         return out
+
+    def allocate_one(self) -> int:
+        """``allocate(1)[0]`` without building a list: most allocations are a decode's next block."""
+        if self._fresh < self.num_blocks:
+            block = self._fresh
+            self._fresh += 1
+            self.ref_cnt[block] = 1
+            return block
+        if not self._num_queued:
+            raise InvariantError("allocate(1) with no free block")
+        self._num_queued -= 1
+        popleft = self._queue.popleft
+        dead = self._dead
+        block = popleft()
+        while dead[block]:
+            dead[block] -= 1
+            block = popleft()
+        key = self.block_key[block]
+        if key is not None:  # evicted as in allocate
+            self.block_key[block] = None
+            del self.cached[key]
+            self.evictions += 1
+            if self.on_evict is not None:
+                self.on_evict(block, key)
+        self.ref_cnt[block] = 1
+        return block
 
     def touch(self, blocks: Iterable[int]) -> None:
         """Take a reference on cache-hit blocks, pulling free ones out of the free queue."""
@@ -357,7 +385,7 @@ class KVCacheManager:
             # allocate_slots(req, 1) with a full last block: exactly one new block, then registration.
             if computed > capacity or self.pool.num_free < 1:
                 return False
-            blocks.extend(self.pool.allocate(1))
+            blocks.append(self.pool.allocate_one())
             if self.enable_prefix_caching:
                 self.cache_computed(req, min(computed + 1, req.num_tokens))
             return True

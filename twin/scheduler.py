@@ -19,6 +19,7 @@ from typing import Iterable, Iterator, Protocol
 import attrs
 
 from hardware import BatchShape
+from twin.cohort import DecodeCohort
 from twin.errors import InvariantError
 from twin.kv_cache import KVCacheManager, cdiv
 from twin.request import NO_TIME, Request, Status
@@ -54,10 +55,12 @@ class SchedulerOutput:
     stats: BatchShape
     host_load_s: float = 0.0
     """Time to load host-tier hits into GPU blocks before this step can run."""
+    lazy: int = 0
+    """Decodes of the scheduler's cohort (``running[:lazy]``, one token each) not listed in ``scheduled``."""
 
     @property
     def empty(self) -> bool:
-        return not self.scheduled
+        return not self.scheduled and not self.lazy
 
 
 class WaitingQueue(Protocol):
@@ -147,7 +150,8 @@ class Scheduler:
     """Continuous-batching scheduler of one worker."""
 
     def __init__(self, limits: SchedulerLimits, kv: KVCacheManager, policy: str = "fcfs",
-                 record_token_times: bool = False, retain_finished_kv: bool = False) -> None:
+                 record_token_times: bool = False, retain_finished_kv: bool = False,
+                 lazy_decodes: bool = False) -> None:
         if policy not in QUEUE_POLICIES:
             raise ValueError(f"unknown queue policy {policy!r}; expected one of {sorted(QUEUE_POLICIES)}")
         self.limits = limits
@@ -174,6 +178,9 @@ class Scheduler:
         """Start of the step being scheduled (becomes ``_last_step_start_ns`` when it is applied)."""
         self._batch_wait_count = 0
         """Steps in a row that held new prompts back (batch waiting)."""
+        self.cohort = DecodeCohort(kv, record_token_times) if lazy_decodes and limits.mixed_prefill else None
+        """Running decodes advanced as a group (:mod:`twin.cohort`); None: every request step by step.
+        Prefill-first steps leave the decodes out, so they keep it off."""
 
     # ----------------------------------------------------------------------------------------- intake
     def fits_ever(self, req: Request) -> bool:
@@ -232,6 +239,12 @@ class Scheduler:
         others: list[tuple[Request, int]] = []  # every other entry of `scheduled`, in order
         i = 0
         n_running = len(running)
+        lazy = self._schedule_cohort(budget) if self.cohort is not None else 0
+        if lazy:
+            assert self.cohort is not None
+            fast_n, fast_kv = lazy, self.cohort.context()
+            budget -= lazy
+            i = lazy
         while i < n_running and budget > 0:
             req = running[i]
             computed = req.num_computed_tokens
@@ -274,20 +287,74 @@ class Scheduler:
             break
 
         if preempted:  # victims may have left `scheduled`: sum it afresh
+            assert not lazy, "a step with a cohort never preempts (checked by _schedule_cohort)"
             stats = self._stats(scheduled.items())
         else:
             n_before = len(scheduled)
             if not self._hold_prompts(budget, cutoff, fast_n + sum(1 for _, n in others if n == 1)):
                 self._admit(scheduled, budget, now, cutoff)
-            if not scheduled and cutoff != _NO_CUTOFF:
+            if not scheduled and not lazy and cutoff != _NO_CUTOFF:
                 # Nothing was in the step formed ahead: the engine idles one loop turn and then sees them.
                 self._admit(scheduled, budget, now, _NO_CUTOFF)
             others.extend(itertools.islice(scheduled.items(), n_before, None))
             stats = self._stats(others, fast_n, fast_kv)
         if stats.new_tokens > limits.max_num_batched_tokens or len(running) > limits.max_num_seqs:
             raise InvariantError(f"step over limits: {stats.new_tokens} tokens, {len(running)} running")
+        if lazy and not scheduled and not len(self.waiting):
+            # Pure decode with nothing waiting: listed in full, so that fast-forward can plan from it.
+            assert self.cohort is not None
+            scheduled = dict.fromkeys(self.cohort.disband(), 1)
+            lazy = 0
         return SchedulerOutput(scheduled=list(scheduled.items()), preempted=preempted, stats=stats,
-                               host_load_s=self.host_load_s)
+                               host_load_s=self.host_load_s, lazy=lazy)
+
+    def _schedule_cohort(self, budget: int) -> int:
+        """The cohort's part of a step: running decodes join it, and its block events of this step are
+        applied. Returns its size, or 0 after disbanding it when the step might preempt (the allocations
+        of the cohort and of the requests behind it could exceed the free blocks): preemption then takes
+        the regular path with every request's state up to date."""
+        cohort = self.cohort
+        assert cohort is not None
+        prev = self._last_step_end_ns
+        if prev == NO_TIME:
+            return 0
+        running = self.running
+        if not len(cohort) and not len(self.waiting) and running:
+            newest = running[-1]
+            if newest.prompt_tokens + newest.num_output_tokens - newest.num_computed_tokens == 1:
+                # Most likely a pure-decode step, which fast-forward plans from a full list: joining the
+                # cohort only to disband it at once would cost more than the step.
+                return 0
+        cohort.join(running, prev, budget)
+        n = len(cohort)
+        if not n:
+            return 0
+        events = cohort.block_events()
+        need = sum(1 for _, allocates in events if allocates) + self._tail_blocks(n, budget - n)
+        if need > self.kv.pool.num_free:
+            cohort.disband()
+            return 0
+        cohort.apply(events)
+        return n
+
+    def _tail_blocks(self, start: int, budget: int) -> int:
+        """Blocks that the running requests from ``start`` on would take this step (the budget shared out
+        as :meth:`schedule` does when no allocation fails)."""
+        kv = self.kv
+        threshold = self.limits.long_prefill_token_threshold
+        need = 0
+        for req in itertools.islice(self.running, start, None):
+            if budget <= 0:
+                break
+            num_new = req.prompt_tokens + req.num_output_tokens - req.num_computed_tokens
+            if 0 < threshold < num_new:
+                num_new = threshold
+            num_new = min(num_new, budget)
+            if num_new <= 0:
+                continue
+            need += kv.blocks_needed(req, num_new)
+            budget -= num_new
+        return need
 
     def _schedule_prefill_only(self, now: int, cutoff: int) -> SchedulerOutput | None:
         """A prefill-first step: the running prompts still being prefilled get their next chunks, then
@@ -457,6 +524,10 @@ class Scheduler:
         prev = self._last_step_end_ns
         same = 0  # requests whose previous token came at the previous step end: one shared gap
         sampled = 0
+        if out.lazy:
+            assert self.cohort is not None
+            finished = self.cohort.advance(now, prev)  # ahead of the others in running order
+            same = sampled = out.lazy
         for req, q in out.scheduled:
             computed = req.num_computed_tokens + q
             req.num_computed_tokens = computed
@@ -489,6 +560,11 @@ class Scheduler:
         self.mark_applied(self._step_start_ns, now)
         self.finish(finished, now)
         return finished
+
+    def sync(self) -> None:
+        """Bring the cohort's requests up to date (for readers of their fields)."""
+        if self.cohort is not None:
+            self.cohort.sync()
 
     def mark_applied(self, start_ns: int, end_ns: int) -> None:
         """The last step applied ran [start_ns, end_ns) (inter-token gaps, lookahead cutoff)."""

@@ -69,7 +69,7 @@ def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max
     kv = KVCacheManager(num_blocks, config.kv_cache.block_size, config.kv_cache.prefix_caching,
                         host_tier(config, dep))
     return Scheduler(limits, kv, s.policy, record_token_times=config.metrics.record_token_times,
-                     retain_finished_kv=retain_finished_kv)
+                     retain_finished_kv=retain_finished_kv, lazy_decodes=config.run.fast_forward)
 
 
 def host_tier(config: TwinConfig, dep: Deployment) -> HostTier | None:

@@ -112,6 +112,7 @@ class Worker:
         """Bring a fast-forwarded worker's state to what step-by-step simulation shows now (for readers)."""
         if self.run is not None:
             self.run.sync(now_ns(self.env))
+        self.sched.sync()
 
     def quiet(self) -> bool:
         """Whether nothing but an outside event can change the batch (extended by decode workers)."""

@@ -255,3 +255,13 @@ def test_decode_step_is_step_of_the_pure_decode_shape(model: str, gpu: str, engi
                                                        sum_q_kv=sum_kv, sum_q_sq=n))
             assert terms == list(ref_terms.values()) and ns == ref_ns, (n, sum_kv)
             assert [t.hex() for t in terms] == [t.hex() for t in ref_terms.values()]
+
+
+def test_mixed_steps_sharing_token_counts_are_priced_as_by_a_fresh_model() -> None:
+    """The batch terms memoised per (tokens, requests, decodes) leave every other term to each step."""
+    shapes = [BatchShape.from_requests([1] * 7 + [25], [300 + 40 * i] * 7 + [25 + 100 * i]) for i in range(4)]
+    shared = CostModel(dep(engine=load_engine("vllm")))
+    for shape in shapes:
+        fresh = CostModel(dep(engine=load_engine("vllm"))).step(shape)
+        assert shared.step(shape) == fresh
+        assert list(fresh[0]) == list(shared.term_names)  # in TERMS order, every term present

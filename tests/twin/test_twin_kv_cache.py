@@ -20,6 +20,9 @@ def test_pool_allocates_from_head_and_frees_to_tail():
     assert pool.allocate(4) == [2, 3, 4, 1]
     with pytest.raises(InvariantError):
         pool.allocate(2)
+    assert pool.allocate_one() == 0
+    with pytest.raises(InvariantError):
+        pool.allocate_one()
 
 
 def test_scripted_sequence_block_ids_and_eviction_order():
@@ -149,8 +152,9 @@ class _ReferencePool:
 
 @pytest.mark.parametrize("seed,slack", [(0, 1024), (1, 1024), (2, 0), (3, 1)])
 def test_pool_matches_reference_block_for_block(seed: int, slack: int) -> None:
-    """Random allocate / touch / release / cache sequences: same ids, free order, cache and evictions as
-    the one-block-at-a-time ordered-dictionary pool (small ``slack`` exercises free-queue compaction)."""
+    """Random allocate (and allocate_one) / touch / release / cache sequences: same ids, free order, cache
+    and evictions as the one-block-at-a-time ordered-dictionary pool (small ``slack`` exercises free-queue
+    compaction)."""
     import random
 
     rng = random.Random(seed)
@@ -165,7 +169,7 @@ def test_pool_matches_reference_block_for_block(seed: int, slack: int) -> None:
         op = rng.random()
         if op < 0.35 and pool.num_free:
             k = rng.randint(1, min(pool.num_free, 12))
-            got = pool.allocate(k)
+            got = [pool.allocate_one()] if k == 1 and len(held) % 2 else pool.allocate(k)  # both paths
             assert got == ref.allocate(k)
             held.append(got)
         elif op < 0.55 and held:

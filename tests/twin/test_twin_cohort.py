@@ -1,0 +1,86 @@
+"""Lazy decodes (twin.cohort): the same outputs as advancing every request step by step."""
+
+import pytest
+
+from twin.config import load_config
+from twin.runner import Simulation
+from twin.cohort import DecodeCohort
+
+
+def _config(**sections):
+    base = {
+        "workload": {"kind": "synthetic", "num_requests": 60, "arrival": {"kind": "poisson", "rate_per_s": 40.0},
+                     "input_tokens": {"low": 50, "high": 900}, "output_tokens": {"low": 5, "high": 120}},
+        "scheduler": {"max_num_batched_tokens": 256},
+        "metrics": {"sample_interval_s": 0.25, "record_token_times": True},
+    }
+    base.update(sections)
+    return load_config(base)
+
+
+def _run(cfg, out, cohort: bool, lazy_steps: list[int] | None = None):
+    """Run ``cfg`` with every worker's cohort on or off (``lazy_steps`` collects each step's cohort size)."""
+    sim = Simulation(cfg)
+    for w in sim.workers:
+        sched = w.sched
+        sched.cohort = DecodeCohort(sched.kv, sched.record_token_times) if cohort else None
+        if lazy_steps is not None:
+            def counting(now, schedule=sched.schedule):
+                result = schedule(now)
+                lazy_steps.append(result.lazy)
+                return result
+
+            sched.schedule = counting
+    res = sim.run()
+    res.write(out)
+    return res
+
+
+@pytest.mark.parametrize("sections", [
+    {},  # mixed steps: decodes plus a 256-token prefill chunk
+    {"run": {"fast_forward": False}},  # every step through the cohort (the systems leave it off here)
+    {"kv_cache": {"num_blocks": 120}},  # preemption: the cohort disbands before a step that could preempt
+    {"kv_cache": {"num_blocks": 120}, "scheduler": {"max_num_batched_tokens": 256, "policy": "priority"}},
+    {"kv_cache": {"block_size": 1, "num_blocks": 6000}},  # every step fills a block
+    {"kv_cache": {"prefix_caching": False}},
+    {"scheduler": {"max_num_batched_tokens": 256, "long_prefill_token_threshold": 64}},
+    # TensorRT-LLM: full-need reservation (KV-bound queueing) and batch waiting
+    {"engine": {"name": "trtllm"}, "kv_cache": {"num_blocks": 60},
+     "scheduler": {"max_num_batched_tokens": 1024, "chunked_prefill": False}},
+    {"engine": {"name": "trtllm"},
+     "scheduler": {"max_num_batched_tokens": 1024, "chunked_prefill": False, "batch_wait_iters": 4,
+                   "batch_wait_max_tokens_ratio": 0.8}},
+    {"system": {"kind": "disaggregated", "prefill": {"workers": 1}, "decode": {"workers": 2, "num_blocks": 200}},
+     "workload": {"kind": "lmbenchmark_multiround", "num_users": 10, "num_rounds": 3, "qps": 8.0,
+                  "shared_system_prompt": 120, "user_history_prompt": 300, "answer_len": 60}},
+])
+def test_cohort_gives_byte_identical_results(tmp_path, sections):
+    cfg = _config(**sections)
+    lazy: list[int] = []
+    on = _run(cfg, tmp_path / "on", True, lazy)
+    if "system" not in sections:  # decode workers run pure-decode steps, which leave the cohort out
+        assert max(lazy) > 1  # the cohort carried decodes
+    off = _run(cfg, tmp_path / "off", False)
+    for name in ("requests.csv", "timeseries.csv", "token_times.json"):
+        assert (tmp_path / "on" / name).read_bytes() == (tmp_path / "off" / name).read_bytes(), name
+    assert on.summary["itl_s"] == off.summary["itl_s"]
+    assert on.ledger == off.ledger
+
+
+def test_systems_turn_the_cohort_on_with_fast_forward_only():
+    assert Simulation(_config()).workers[0].sched.cohort is not None
+    assert Simulation(_config(run={"fast_forward": False})).workers[0].sched.cohort is None
+    prefill_first = Simulation(_config(engine={"name": "sglang"}))
+    assert prefill_first.workers[0].sched.cohort is None  # its decodes sit out prefill steps
+
+
+def test_cohort_rebasing_its_update_count_changes_nothing(tmp_path, monkeypatch):
+    import twin.cohort
+
+    monkeypatch.setattr(twin.cohort, "_REBASE_AFTER", 5)  # rebase every few steps instead of every 65,536
+    cfg = _config(run={"fast_forward": False})
+    on = _run(cfg, tmp_path / "on", True)
+    off = _run(cfg, tmp_path / "off", False)
+    for name in ("requests.csv", "timeseries.csv", "token_times.json"):
+        assert (tmp_path / "on" / name).read_bytes() == (tmp_path / "off" / name).read_bytes(), name
+    assert on.ledger == off.ledger
