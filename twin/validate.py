@@ -305,8 +305,12 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
     batch cap is the row's concurrency c: TRT-LLM and vLLM agg: max_batch_size c, max_num_tokens = c + ISL
     + 1500 (TRT-LLM rounded up to its 32-token block), TRT-LLM chunked prefill off (template default);
     SGLang agg: max_running_requests c, max_prefill_tokens = ISL + 1500. The rule file also turns on SGLang's
-    mixed chunks, but these rows behave prefill-first (TTFT of 4096x512 within 5 % prefill-first, half the
-    measured value mixed), so the engine's default is kept and the doubt recorded here. InferenceMAX
+    mixed chunks (--enable-mixed-chunk, rule added 2026-01-30): the SGLang 0.5.1 rows (2025) behave
+    prefill-first (TTFT of 4096x512 within 5 % prefill-first, half the measured value mixed) and keep the
+    engine's default; the 0.5.6 rows (H200 Llama-3.1-8B, Qwen3-235B; measurement date not in the rows, the
+    same source's 0.5.6 runs are of 2026-01-23) run mixed: over their 70 rows TPOT / TTFT MAPE 31.0 / 120.0 %
+    prefill-first against 21.8 / 66.1 % mixed (Qwen3-235B alone 12.7 / 40.4 against 12.2 / 50.3 %), so
+    which rule those runs had is the doubt recorded here; the 0.5.8 rows (6, KV-bound) were not re-examined. InferenceMAX
     launches vLLM with --max-num-seqs CONC and --max-num-batched-tokens 8192; its SGLang / TRT-LLM settings
     are left at the engine defaults. An engine whose profile has chunked prefill off by default (TRT-LLM)
     gets it off here.
@@ -323,6 +327,8 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
                        chunked_prefill=False)
         elif spec.backend == "sglang":
             out.update(max_num_seqs=conc, max_num_batched_tokens=spec.isl + 1500)
+            if row.get("backend_version", "").startswith("0.5.6"):
+                out["mixed_prefill"] = True
         elif spec.backend == "vllm":
             out.update(max_num_seqs=conc, max_num_batched_tokens=conc + spec.isl + 1500)
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "vllm":

@@ -202,6 +202,10 @@ def test_harness_kv_settings_and_skips_follow_the_rows_scripts() -> None:
     assert q["kv_cache"] == {"gpu_memory_utilization": 0.8} and q["model"]["kv_dtype"] == "fp8"
     bf = row_config(row(model_path="meta-llama/Llama-3.1-8B", backend="trtllm", **gap))
     assert "kv_dtype" not in bf["model"]
+    # SGLang gap rows: 0.5.6 runs with mixed chunks (the generator's benchmark rule), 0.5.1 prefill first
+    s056 = row_config(row(model_path="meta-llama/Llama-3.1-8B", backend="sglang", backend_version="0.5.6.post2", **gap))
+    s051 = row_config(row(model_path="meta-llama/Llama-3.1-8B", backend="sglang", backend_version="0.5.1.post1", **gap))
+    assert s056["scheduler"]["mixed_prefill"] is True and "mixed_prefill" not in s051["scheduler"]
 
 
 def test_inferencemax_layouts_follow_the_scripts_where_the_export_differs() -> None:
