@@ -397,24 +397,16 @@ class Scheduler:
                 break  # arrived after this step was formed (a tie is a client answering the step that ended)
             if limits.reserve_full_kv:
                 if reserved < 0:
-                    reserved = sum(cdiv(r.total_tokens, kv.block_size) for r in self.running)
-                need = cdiv(req.total_tokens, kv.block_size)
-                if reserved + need > kv.num_blocks:
+                    reserved = self._reserved_blocks()
+                reserved += cdiv(req.total_tokens, kv.block_size)
+                if reserved > kv.num_blocks:
                     break  # FCFS: the head waits, and so does everyone behind it
-                reserved += need
             hits = kv.get_computed_blocks(req)
             host = kv.host_hits(req, len(hits))
             num_computed = (len(hits) + host) * kv.block_size
-            num_new = req.num_tokens - num_computed
-            if 0 < limits.long_prefill_token_threshold < num_new:
-                num_new = limits.long_prefill_token_threshold
-            if num_new > budget:
-                # Without chunked prefill a prompt waits for a step with room for all of it; a preempted
-                # request whose prompt plus output outgrew the whole budget is chunked anyway (else it
-                # could never resume).
-                if not limits.chunked_prefill and num_new <= limits.max_num_batched_tokens:
-                    break
-                num_new = budget
+            num_new = self._prompt_chunk(req.num_tokens - num_computed, budget)
+            if num_new is None:
+                break
             # Host hits need GPU blocks (loaded, not computed): allocated with the new tokens.
             if not kv.allocate_slots(req, host * kv.block_size + num_new, hits):
                 break
@@ -438,6 +430,25 @@ class Scheduler:
             scheduled[req] = num_new
             budget -= num_new
 
+    def _reserved_blocks(self) -> int:
+        """Blocks the running requests' whole lives take (prompt + all output: reserve_full_kv)."""
+        size = self.kv.block_size
+        return sum(cdiv(r.total_tokens, size) for r in self.running)
+
+    def _prompt_chunk(self, num_new: int, budget: int) -> int | None:
+        """Tokens an admitted request computes this step out of its ``num_new`` uncached ones, or None when
+        it must wait (the whole prompt does not fit and chunked prefill is off)."""
+        limits = self.limits
+        if 0 < limits.long_prefill_token_threshold < num_new:
+            num_new = limits.long_prefill_token_threshold
+        if num_new > budget:
+            # Without chunked prefill a prompt waits for a step with room for all of it; a preempted request
+            # whose prompt plus output outgrew the whole budget is chunked anyway (else it could never resume).
+            if not limits.chunked_prefill and num_new <= limits.max_num_batched_tokens:
+                return None
+            num_new = budget
+        return num_new
+
     def _hold_prompts(self, budget: int, cutoff: int, decodes: int) -> bool:
         """Batch waiting: whether this step keeps the admissible prompts waiting (and counts the hold)."""
         limits = self.limits
@@ -460,7 +471,7 @@ class Scheduler:
         limits = self.limits
         kv = self.kv
         seats = limits.max_num_seqs - len(self.running)
-        reserved = sum(cdiv(r.total_tokens, kv.block_size) for r in self.running) if limits.reserve_full_kv else 0
+        reserved = self._reserved_blocks() if limits.reserve_full_kv else 0
         total = 0
         for req in self.waiting:
             if seats <= 0 or budget <= 0 or req.queued_ns >= cutoff:
@@ -469,13 +480,10 @@ class Scheduler:
                 reserved += cdiv(req.total_tokens, kv.block_size)
                 if reserved > kv.num_blocks:
                     break
-            num_new = req.num_tokens - len(kv.get_computed_blocks(req)) * kv.block_size
-            if 0 < limits.long_prefill_token_threshold < num_new:
-                num_new = limits.long_prefill_token_threshold
-            if num_new > budget:
-                if not limits.chunked_prefill and num_new <= limits.max_num_batched_tokens:
-                    break
-                num_new = budget
+            num_new = self._prompt_chunk(req.num_tokens - len(kv.get_computed_blocks(req)) * kv.block_size,
+                                         budget)
+            if num_new is None:
+                break
             total += num_new
             budget -= num_new
             seats -= 1
