@@ -19,7 +19,8 @@ from typing import Callable, Iterable
 import numpy as np
 
 from hardware import kernels, load_calibration, load_gpu
-from hardware.calibrate import ENGINES, GEMM_DTYPES, GPUS, KV_BYTES, MOE_DTYPES, SSM_TABLES, gdn_rows, read_table
+from hardware.calibrate import (ENGINES, GEMM_DTYPES, GPUS, KV_BYTES, MOE_DTYPES, SSM_TABLES, gdn_rows,
+                                moe_kernel_family, read_table)
 from hardware.calibration import Calibration
 from hardware.dtypes import COMPUTE_DTYPE, DTYPE_BYTES
 
@@ -94,7 +95,9 @@ def _gqa_ok(r: Row) -> bool:
 def predict_moe(cal: Calibration, gpu: str, r: Row) -> float:
     g = load_gpu(gpu)
     dtype = MOE_DTYPES[r["moe_dtype"]]
-    return kernels.moe_s(cal.moe_for(dtype), tokens=float(r["num_tokens"]), width=int(r["hidden_size"]),
+    family = moe_kernel_family(r.get("kernel_source", ""))
+    kernel = family if f"{dtype}_{family}" in cal.moe else "default"   # a one-kernel format's curve is its own
+    return kernels.moe_s(cal.moe_for(dtype, kernel), tokens=float(r["num_tokens"]), width=int(r["hidden_size"]),
                          inter=-(-int(r["inter_size"]) // int(r["moe_tp_size"])), topk=int(r["topk"]),
                          num_experts=int(r["num_experts"]), ep=int(r["moe_ep_size"]),
                          mats=2 if "nongated" in r.get("kernel_source", "") else 3,

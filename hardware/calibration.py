@@ -152,7 +152,16 @@ class Calibration:
                 return self.gemm[key]
         return self.gemm["bf16"]
 
-    def moe_for(self, weight_dtype: str) -> Roofline:
+    def moe_for(self, weight_dtype: str, kernel: str = "default") -> Roofline:
+        """Grouped-expert curve for a weight format: the engine's default MoE kernel, falling back along
+        _FALLBACK, or a named kernel family (``marlin``: the curve fitted as ``<dtype>_marlin``, which must
+        exist; a run asking for a kernel the engine's tables never timed is an error, not a fallback)."""
+        if kernel != "default":
+            key = f"{weight_dtype}_{kernel}"
+            if key not in self.moe:
+                raise ValueError(f"calibration {self.name!r} has no {kernel} MoE curve for {weight_dtype} weights "
+                                 f"(fitted MoE curves: {', '.join(sorted(self.moe))})")
+            return self.moe[key]
         for key in _FALLBACK.get(weight_dtype, (weight_dtype, "bf16")):
             if key in self.moe:
                 return self.moe[key]

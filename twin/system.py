@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import attrs
 
 from hardware import CostModel, Deployment, load_engine, load_gpu, load_model
+from hardware.calibration import calibration_for_engine
 from twin.config import SystemSpec, TwinConfig, positive
 from twin.errors import ConfigError
 from twin.kv_cache import HostTier, KVCacheManager
@@ -30,10 +31,17 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
     if attention_dp != 1:
         parallel["attn_dp"] = attention_dp
     try:
-        return Deployment(gpu=load_gpu(gpu or config.hardware.gpu), model=load_model(config.model.name),
-                          engine=load_engine(config.engine.name), tp=tp, **parallel, **dtypes)  # type: ignore[arg-type]
+        dep = Deployment(gpu=load_gpu(gpu or config.hardware.gpu), model=load_model(config.model.name),
+                         engine=load_engine(config.engine.name), tp=tp, moe_kernel=config.engine.moe_kernel,
+                         **parallel, **dtypes)  # type: ignore[arg-type]
     except (ValueError, TypeError, NotImplementedError) as exc:
         raise ConfigError("system", str(exc)) from None
+    if dep.model.is_moe and dep.moe_kernel != "default":
+        try:
+            calibration_for_engine(dep.engine.name).moe_for(dep.weight_dtype, dep.moe_kernel)
+        except ValueError as exc:
+            raise ConfigError("engine.moe_kernel", str(exc)) from None
+    return dep
 
 
 def kv_blocks(config: TwinConfig, dep: Deployment, override: int | None = None) -> int:

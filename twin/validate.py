@@ -453,6 +453,20 @@ def harness_kv(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> dict[st
     return out
 
 
+def harness_moe_kernel(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> str:
+    """The routed-expert kernel family the row's harness selected (``default``: the engine's own).
+
+    InferenceMAX gpt-oss-120b on vLLM from cec542a9a (merged 2026-03-27T08:01:48Z, vLLM 0.18.0; the rows
+    measured 2026-03-27): gptoss_fp4_h100.sh:28 and gptoss_fp4_h200.sh:47 export VLLM_MXFP4_USE_MARLIN=1,
+    so the MXFP4 experts run vLLM's Marlin w4a16 kernel instead of OpenAI's triton_kernels (the opdb times
+    both: experiments/harness/inferencemax_flags.md). The 2025-11 scripts do not set it.
+    """
+    if proto is INFERENCEMAX and spec.backend == "vllm" and "gpt-oss" in spec.model.lower() \
+            and _measured(row) >= "2026-03-27":
+        return "marlin"
+    return "default"
+
+
 # Disaggregated rows ran on NVIDIA Dynamo deployments (tensorrtllm-runtime / sglang images); Dynamo's
 # benchmark driver (benchmarks/utils/aiperf.py) sends max(3 x concurrency, 10) requests of fixed length.
 DYNAMO = Protocol("dynamo-aiperf", 1.0, 3)
@@ -497,6 +511,9 @@ def row_config(row: dict[str, str], *, waves: int | None = None) -> dict[str, An
     limits = deployment_limits(row, spec, proto)
     if limits:
         cfg["scheduler"] = limits
+    kernel = harness_moe_kernel(row, spec, proto)
+    if kernel != "default":
+        cfg["engine"]["moe_kernel"] = kernel
     kv = harness_kv(row, spec, proto)
     if "kv_dtype" in kv:
         cfg["model"]["kv_dtype"] = kv["kv_dtype"]

@@ -265,3 +265,30 @@ def test_mixed_steps_sharing_token_counts_are_priced_as_by_a_fresh_model() -> No
         fresh = CostModel(dep(engine=load_engine("vllm"))).step(shape)
         assert shared.step(shape) == fresh
         assert list(fresh[0]) == list(shared.term_names)  # in TERMS order, every term present
+
+
+def test_moe_kernel_family_changes_only_the_routed_expert_term() -> None:
+    """A named MoE kernel family is priced with its own curve and touches nothing else in the ledger; a
+    family the calibration never fitted is an error, not a silent fallback."""
+    marlin = Roofline(compute_eff=0.1, mem_eff=0.9, floor_s=90e-6)
+    cal = attrs.evolve(CAL, moe={"bf16": GEMM, "fp4": GEMM, "fp4_marlin": marlin})
+    assert cal.moe_for("fp4") is GEMM and cal.moe_for("fp4", "marlin") is marlin
+    with pytest.raises(ValueError, match=r"no marlin MoE curve for bf16 weights \(fitted MoE curves: bf16, fp4, fp4_marlin\)"):
+        cal.moe_for("bf16", "marlin")
+    with pytest.raises(ValueError, match="moe_kernel must be one of default, marlin"):
+        Deployment(gpu=load_gpu("h100_sxm"), model=load_model("openai/gpt-oss-20b"), engine=load_engine("vllm"),
+                   moe_kernel="cutlass")
+
+    def oss(kernel: str) -> CostModel:
+        d = Deployment(gpu=load_gpu("h100_sxm"), model=load_model("openai/gpt-oss-20b"), engine=SERIAL,
+                       weight_dtype="fp4", moe_kernel=kernel)
+        return CostModel(d, calibration=cal, cuda_graph=False)
+
+    shape = BatchShape.from_requests([512, 1, 1], [512, 300, 1000])
+    base, other = oss("default").step_cost(shape), oss("marlin").step_cost(shape)
+    assert other.terms["moe_experts"] > base.terms["moe_experts"]
+    assert {k: v for k, v in base.terms.items() if k != "moe_experts"} == \
+        {k: v for k, v in other.terms.items() if k != "moe_experts"}
+    with pytest.raises(ValueError, match="no marlin MoE curve for fp4 weights"):
+        CostModel(Deployment(gpu=load_gpu("h100_sxm"), model=load_model("openai/gpt-oss-20b"), engine=SERIAL,
+                             weight_dtype="fp4", moe_kernel="marlin"), calibration=CAL)

@@ -112,3 +112,11 @@ def test_deferred_kind_is_listed_and_loads_on_first_use():
     with pytest.raises(ConfigError, match="'external'"):
         load_config(None, ["workload.kind=nothing"])
     assert type(load_config({"workload": {"kind": "external"}}).workload).__name__ == "ExternalWorkload"
+
+
+def test_moe_kernel_without_a_fitted_curve_is_a_config_error() -> None:
+    from twin.runner import Simulation
+    cfg = load_config({"model": {"name": "openai/gpt-oss-20b"}, "engine": {"name": "sglang", "moe_kernel": "marlin"},
+                       "workload": {"kind": "synthetic", "num_requests": 2}})
+    with pytest.raises(ConfigError, match=r"engine\.moe_kernel.*no marlin MoE curve"):
+        Simulation(cfg)

@@ -227,3 +227,16 @@ def test_inferencemax_layouts_follow_the_scripts_where_the_export_differs() -> N
                 moe_tp_size="1", moe_ep_size="16") == (4, 1, 4)
     assert spec("MiniMaxAI/MiniMax-M2.5", "vllm", "2026-03-01T00:00:00.000Z", tp_size="4") == (4, 1, 1)
 
+
+
+def test_vllm_gpt_oss_runs_of_the_marlin_script_price_marlin_experts() -> None:
+    """cec542a9a (2026-03-27) exports VLLM_MXFP4_USE_MARLIN=1 for InferenceMAX's vLLM gpt-oss runs; the
+    2025-11 scripts did not, and other engines / models keep their default MoE kernel."""
+    def cfg(day: str, **kw: str) -> dict:
+        src = f"source_file=2026-03-25.csv; silicon_concurrency=4; measured={day}"
+        return row_config(row(model_path="openai/gpt-oss-120b", system="h200_sxm", isl="1024", osl="1024",
+                              gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", tp_size="4", silicon_data_source=src,
+                              **kw))
+    assert cfg("2026-03-27T08:01:51Z")["engine"] == {"name": "vllm", "moe_kernel": "marlin"}
+    assert cfg("2025-11-02")["engine"] == {"name": "vllm"}
+    assert cfg("2026-03-27T08:01:51Z", backend="trtllm")["engine"] == {"name": "trtllm"}
