@@ -42,7 +42,10 @@ KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
 # per-tensor FP8 fit.
 HOST_BOUND_GEMM = {"vllm": {"fp8_block": 512}}
 # Linear-attention tables (gated DeltaNet) per engine: conv + scan kernels summed per configuration.
-SSM_TABLES = {"vllm": "vllm-0.24.0", "trtllm": "trtllm-1.3.0rc20"}
+# SGLang has no gdn table; its GDN layers call the same vendored flash-linear-attention Triton kernels as
+# vLLM's (sglang/srt/layers/attention/fla: chunk_gated_delta_rule, fused_recurrent_gated_delta_rule_update;
+# vllm/model_executor/layers/fla/ops), so it is fitted on vLLM's table.
+SSM_TABLES = {"vllm": "vllm-0.24.0", "trtllm": "trtllm-1.3.0rc20", "sglang": "vllm-0.24.0"}
 
 
 def read_table(data: Path, gpu: str, table: str, version: str) -> list[dict[str, str]]:
@@ -332,8 +335,10 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
             p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, start["ssm"])
             p["floor_s"] /= 2.0          # the ledger adds the floor twice (conv + scan kernels)
             out["ssm"] = p
+            borrowed = "" if SSM_TABLES[engine].startswith(engine) else \
+                f"; {engine} has no gdn table and runs the same vendored FLA Triton kernels"
             notes["ssm"] = (f"fitted on opdb gdn_perf {SSM_TABLES[engine]} (conv + gated-delta-rule kernels "
-                            f"summed; Mamba2 uses the same curve): {_summary(err)}")
+                            f"summed; Mamba2 uses the same curve{borrowed}): {_summary(err)}")
             log(f"{engine} ssm: {_summary(err)}")
     # all-reduce: graph-captured custom all-reduce; eager extra = median (eager - graph) at equal size
     ar_rows = _load(data, "custom_allreduce_perf", version)
