@@ -10,10 +10,12 @@ measured ones. A row the twin cannot represent is skipped with its reason, never
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import re
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from datetime import datetime, time, timedelta
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -199,6 +201,92 @@ def _inferencemax_parallel(row: dict[str, str], par: Parallel, isl: int, osl: in
     return fixed
 
 
+DISAGG_CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "harness" / "inferencemax_disagg.json"
+
+
+@functools.cache
+def _disagg_configs() -> dict[str, Any]:
+    """InferenceMAX's disaggregated config versions (experiments/harness/make_inferencemax_disagg.py)."""
+    return json.loads(DISAGG_CONFIGS.read_text())["configs"]
+
+
+def _inferencemax_disagg_row(row: dict[str, str]) -> bool:
+    """An InferenceMAX multinode (Dynamo) row: its source names the measured time and the image."""
+    source = row.get("silicon_data_source", "")
+    return row["mode"].strip() == "disagg" and "measured=" in source and "image=" in source
+
+
+def _measured_at(row: dict[str, str]) -> datetime:
+    """The row's measurement time; a date-only stamp (the 2026_04_06 export's T00:00:00.000Z, which repeats
+    runs the 2026_03_25 export stamps with their start time) stands for the end of that day."""
+    text = re.search(r"measured=([0-9T:.\-]+Z)", row["silicon_data_source"])
+    if text is None:
+        raise Skip("silicon_data_source has no measured=<ISO time>")
+    at = datetime.fromisoformat(text.group(1).replace("Z", "+00:00"))
+    if at.time() == time(0):
+        at += timedelta(days=1, seconds=-1)
+    return at
+
+
+def _disagg_key(row: dict[str, str]) -> str:
+    model = "dsr1" if "deepseek-r1" in row["model_path"].lower() else row["model_path"]
+    engine = {"trtllm": "trt", "sglang": "sglang"}.get(row["backend"].strip(), row["backend"].strip())
+    return f"{model}-{row.get('precision', '').strip()}-{row['system'].strip().split('_')[0]}-dynamo-{engine}"
+
+
+def _side_layout(par: Parallel, side: dict[str, Any], prefix: str, notes: list[str]) -> Parallel:
+    """The pool's layout by the config: dp-attn turns the worker's tp GPUs into attention-DP ranks."""
+    gpus = side["tp"]
+    fixed = Parallel(tp=1, dp=gpus, ep=side["ep"]) if side["dp_attn"] else Parallel(tp=gpus, dp=1, ep=side["ep"])
+    if fixed != par:
+        notes.append(f"{prefix}layout tp {fixed.tp} / dp {fixed.dp} / ep {fixed.ep} by the config's dp-attn "
+                     f"{str(side['dp_attn']).lower()} (row: tp {par.tp} / dp {par.dp} / ep {par.ep})")
+    return fixed
+
+
+def _inferencemax_disagg(row: dict[str, str], sides: dict[str, Parallel], isl: int, osl: int, conc: int,
+                         notes: list[str]) -> tuple[dict[str, Parallel], int, int]:
+    """Worker counts and layout of an InferenceMAX disaggregated row, from the nvidia-master.yaml version in
+    effect when it was measured (experiments/harness/inferencemax_disagg.json, one entry per search-space
+    item). A row matches an entry by ISL / OSL, its client concurrency (the entry's ``row_concurrency``)
+    and each pool's GPUs (tp) and EP; the export carries no dp-attn, so the config's layout is used.
+
+    Raises :class:`Skip` where the matched entries use MTP speculative decoding (not modelled) or disagree
+    on the deployment; with no match, 1 prefill + 1 decode worker are assumed as before, and noted.
+    """
+    key, at = _disagg_key(row), _measured_at(row)
+    versions = [v for v in _disagg_configs().get(key, [])
+                if datetime.fromisoformat(v["committed"]) <= at]
+    if not versions:
+        notes.append(f"no InferenceMAX config matched ({key} has no version before {at:%Y-%m-%d %H:%M}Z): "
+                     "1 prefill + 1 decode worker assumed")
+        return sides, 1, 1
+    version = versions[-1]
+    found = [e for e in version["entries"] if (e["isl"], e["osl"]) == (isl, osl)
+             and conc in (e["row_concurrency"] or [])
+             and all(e[s]["tp"] == sides[s].gpus and e[s]["ep"] == sides[s].ep for s in ("prefill", "decode"))]
+    where = f"{key} @ {version['commit'][:9]}"
+    if not found:
+        notes.append(f"no InferenceMAX config matched ({where}, {isl}/{osl}, concurrency {conc}): "
+                     "1 prefill + 1 decode worker assumed")
+        return sides, 1, 1
+    mtp = [e for e in found if e["spec_decoding"] != "none"]
+    if mtp and len(mtp) == len(found):
+        raise Skip(f"harness: MTP speculative decoding ({where}, {mtp[0]['source']}) is not modelled")
+    if mtp:
+        raise Skip(f"harness: matches an MTP and an STP entry of {where} ({', '.join(e['source'] for e in found)}); "
+                   "the row does not say which ran and speculative decoding is not modelled")
+    shapes = {json.dumps([e["prefill"], e["decode"]], sort_keys=True) for e in found}
+    if len(shapes) > 1:
+        raise Skip(f"harness: matches {len(found)} deployments of {where} "
+                   f"({', '.join(e['source'] for e in found)}); the row does not say which ran")
+    entry = found[0]
+    out = {s: _side_layout(sides[s], entry[s], f"{s} ", notes) for s in ("prefill", "decode")}
+    pw, dw = entry["prefill"]["num_worker"], entry["decode"]["num_worker"]
+    notes.append(f"workers {pw} prefill + {dw} decode from {entry['source']}")
+    return out, pw, dw
+
+
 def weight_format(row: dict[str, str]) -> str:
     """The row's weight format on the checkpoint it names (hardware.ModelSpec.weight_dtype_for).
 
@@ -261,7 +349,9 @@ def row_spec(row: dict[str, str]) -> RowSpec:
                 raise Skip(f"pipeline parallelism ({side}_pp_size > 1) is not modelled")
             sides[side] = _parallel(row, f"{side}_", notes, per_rank=None, total=None)
         pw, dw = _int(row, "prefill_num_workers", 0), _int(row, "decode_num_workers", 0)
-        if not pw or not dw:
+        if (not pw or not dw) and _inferencemax_disagg_row(row):
+            sides, pw, dw = _inferencemax_disagg(row, sides, isl, osl, conc, notes)
+        elif not pw or not dw:
             notes.append("worker counts not in the row: 1 prefill + 1 decode worker assumed")
         return RowSpec(mode=mode, concurrency=conc, prefill=sides["prefill"], decode=sides["decode"],
                        prefill_workers=pw or 1, decode_workers=dw or 1,

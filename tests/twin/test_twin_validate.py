@@ -240,3 +240,67 @@ def test_vllm_gpt_oss_runs_of_the_marlin_script_price_marlin_experts() -> None:
     assert cfg("2026-03-27T08:01:51Z")["engine"] == {"name": "vllm", "moe_kernel": "marlin"}
     assert cfg("2025-11-02")["engine"] == {"name": "vllm"}
     assert cfg("2026-03-27T08:01:51Z", backend="trtllm")["engine"] == {"name": "trtllm"}
+
+
+def _side(workers: int, tp: int, ep: int, dp_attn: bool) -> dict[str, object]:
+    return {"num_worker": workers, "tp": tp, "ep": ep, "dp_attn": dp_attn, "additional_settings": []}
+
+
+DISAGG = {"dsr1-fp8-h200-dynamo-trt": [
+    {"commit": "a" * 40, "committed": "2026-02-01T00:00:00+00:00", "image": "x", "entries": [
+        {"isl": 1024, "osl": 1024, "spec_decoding": "none", "conc_list": [16], "row_concurrency": [144],
+         "prefill": _side(1, 8, 8, True), "decode": _side(9, 8, 8, False), "source": "aaaaaaaaa:f.yaml:10"},
+        {"isl": 1024, "osl": 1024, "spec_decoding": "mtp", "conc_list": [64], "row_concurrency": [512],
+         "prefill": _side(1, 8, 8, True), "decode": _side(8, 8, 8, True), "source": "aaaaaaaaa:f.yaml:20"}]},
+    {"commit": "b" * 40, "committed": "2026-03-01T00:00:00+00:00", "image": "x", "entries": [
+        {"isl": 1024, "osl": 1024, "spec_decoding": "none", "conc_list": [16], "row_concurrency": [144],
+         "prefill": _side(2, 8, 8, False), "decode": _side(7, 8, 8, False), "source": "bbbbbbbbb:f.yaml:10"}]}]}
+
+
+def disagg_row(conc: int, measured: str) -> dict[str, str]:
+    """An InferenceMAX multinode row as the exports spell it: tp 8 / ep 8 per pool, no worker counts, no dp."""
+    side = {f"{s}_{k}": v for s in ("prefill", "decode")
+            for k, v in (("tp_size", "8"), ("pp_size", "1"), ("attention_dp_size", "1"), ("moe_tp_size", "1"),
+                         ("moe_ep_size", "8"))}
+    return row(id=f"x_deepseek_r1_h200_sxm_trtllm_fp8_disagg_1024x1024_c{conc}_tp8_0_ep8_0_1", mode="disagg",
+               backend="trtllm", model_path="deepseek-ai/DeepSeek-R1", system="h200_sxm", precision="fp8",
+               gemm_quant_mode="fp8", moe_quant_mode="fp8", isl="1024", osl="1024", batch_size="", tp_size="",
+               pp_size="", silicon_data_source=f"source_file=x.csv; silicon_concurrency={conc}; "
+                                               f"measured={measured}; image=tensorrtllm-runtime:0.8.1", **side)
+
+
+def test_inferencemax_disagg_rows_take_worker_counts_from_the_config_of_their_date(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The entry in effect at the measured time gives the worker counts; dp-attn true makes the pool's 8
+    GPUs attention-DP ranks (the export says dp 1); a date-only stamp stands for the end of its day."""
+    monkeypatch.setattr(validate_module, "_disagg_configs", lambda: DISAGG)
+    s = row_spec(disagg_row(144, "2026-02-14T06:57:35Z"))
+    assert (s.prefill_workers, s.decode_workers) == (1, 9)
+    assert s.prefill is not None and (s.prefill.tp, s.prefill.dp, s.prefill.ep) == (1, 8, 8)
+    assert s.decode is not None and (s.decode.tp, s.decode.dp, s.decode.ep) == (8, 1, 8)
+    assert s.notes[-1] == "workers 1 prefill + 9 decode from aaaaaaaaa:f.yaml:10"
+    assert any("dp-attn true (row: tp 8 / dp 1 / ep 8)" in n for n in s.notes)
+    cfg = row_config(disagg_row(144, "2026-02-14T06:57:35Z"))
+    assert cfg["system"]["prefill"] == {"workers": 8, "tp": 1, "ep": 8, "attention_dp": 8}
+    assert cfg["system"]["decode"] == {"workers": 9, "tp": 8, "ep": 8, "attention_dp": 1}
+    later = row_spec(disagg_row(144, "2026-03-01T00:00:00.000Z"))
+    assert (later.prefill_workers, later.decode_workers) == (2, 7) and "bbbbbbbbb" in later.notes[-1]
+
+
+def test_inferencemax_disagg_mtp_rows_are_skipped_and_unmatched_rows_keep_one_plus_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(validate_module, "_disagg_configs", lambda: DISAGG)
+    with pytest.raises(Skip, match=r"MTP speculative decoding \(dsr1-fp8-h200-dynamo-trt @ aaaaaaaaa, "
+                                   r"aaaaaaaaa:f.yaml:20\) is not modelled"):
+        row_config(disagg_row(512, "2026-02-14T06:57:35Z"))
+    s = row_spec(disagg_row(13, "2026-02-14T06:57:35Z"))
+    assert (s.prefill_workers, s.decode_workers) == (1, 1)
+    assert s.notes == ("no InferenceMAX config matched (dsr1-fp8-h200-dynamo-trt @ aaaaaaaaa, 1024/1024, "
+                       "concurrency 13): 1 prefill + 1 decode worker assumed",)
+
+
+def test_shipped_disagg_configs_cover_the_h200_trtllm_run_of_2026_03_23() -> None:
+    """experiments/harness/inferencemax_disagg.json: c16 x 9 decode workers, STP, 1 prefill (dp-attn)."""
+    s = row_spec(disagg_row(144 * 2, "2026-03-23T13:00:07Z"))
+    assert (s.prefill_workers, s.decode_workers) == (1, 9)
+    assert s.notes[-1].startswith("workers 1 prefill + 9 decode from f316a0ef6:.github/configs/nvidia-master.yaml:")
