@@ -557,16 +557,26 @@ def harness_moe_kernel(row: dict[str, str], spec: "RowSpec", proto: Protocol) ->
     return "default"
 
 
-# Disaggregated rows ran on NVIDIA Dynamo deployments (tensorrtllm-runtime / sglang images); Dynamo's
-# benchmark driver (benchmarks/utils/aiperf.py) sends max(3 x concurrency, 10) requests of fixed length.
+# Disaggregated rows of no known harness: Dynamo's own benchmark driver (benchmarks/utils/aiperf.py) sends
+# max(3 x concurrency, 10) requests of fixed length.
 DYNAMO = Protocol("dynamo-aiperf", 1.0, 3)
 
 
 def protocol(row: dict[str, str]) -> Protocol:
-    """The benchmark client of a row, from the harness its ``silicon_data_source`` names."""
+    """The benchmark client of a row, from the harness its ``silicon_data_source`` names.
+
+    InferenceMAX's multinode (Dynamo) runs are benchmarked by srt-slurm's sa-bench (the recipes named in
+    nvidia-master.yaml, experiments/harness/inferencemax_disagg.json): vLLM's benchmark_serving with
+    --dataset-name random --random-range-ratio 0.8 at --max-concurrency c, as the single-node runs. The
+    request count differs between sa-bench versions (5 x c after a separate 5 x c warm-up run, or 10 x c
+    after 2 x c warm-ups; ishandhanani/srt-slurm src/srtctl/benchmarks/scripts/sa-bench/bench.sh at
+    09211b6 and 2ef1b6d); the measurement dates do not say which, and the steady state is the same.
+    """
     if "aic-auto-gap-analysis" in row.get("silicon_data_source", ""):
         return GENAI_PERF
-    return DYNAMO if row.get("mode", "").strip() == "disagg" else INFERENCEMAX
+    if row.get("mode", "").strip() != "disagg" or _inferencemax_disagg_row(row):
+        return INFERENCEMAX
+    return DYNAMO
 
 
 def _lengths(value: int, low_frac: float) -> dict[str, int]:

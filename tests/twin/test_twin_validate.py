@@ -304,3 +304,12 @@ def test_shipped_disagg_configs_cover_the_h200_trtllm_run_of_2026_03_23() -> Non
     s = row_spec(disagg_row(144 * 2, "2026-03-23T13:00:07Z"))
     assert (s.prefill_workers, s.decode_workers) == (1, 9)
     assert s.notes[-1].startswith("workers 1 prefill + 9 decode from f316a0ef6:.github/configs/nvidia-master.yaml:")
+
+
+def test_inferencemax_multinode_rows_use_the_sa_bench_client() -> None:
+    """InferenceMAX's Dynamo runs are benchmarked by sa-bench (benchmark_serving, lengths in [0.8 L, L]);
+    a disaggregated row of no known harness keeps Dynamo's aiperf driver."""
+    im = row(mode="disagg", silicon_data_source="source_file=2026-03-25.csv; silicon_concurrency=64; "
+                                                "measured=2026-03-23T13:00:07Z; image=nvcr.io/x:1")
+    assert protocol(im) is INFERENCEMAX
+    assert protocol(row(mode="disagg", silicon_data_source="db-dump; silicon_concurrency=64")).name == "dynamo-aiperf"
