@@ -67,12 +67,59 @@ StepPrice = tuple[np.ndarray, int]
 _MEMO_LIMIT = 500_000
 
 
+class StepPrices:
+    """Step prices of one cost model, memoised: the workers built on the same cost model share them.
+
+    A price depends on the batch's shape alone, so every worker of a pool asks for many of the same ones
+    (decode stretches of the same size and context); one table for the pool computes each price once.
+    """
+
+    def __init__(self, cost_model: CostModel) -> None:
+        self.cost_model = cost_model
+        self._prices: dict[BatchShape, StepPrice] = {}
+        self._decode_prices: dict[int, dict[int, StepPrice]] = {}
+        """Decode step prices by batch size, then by context tokens (see :meth:`decode_costs`)."""
+        self._num_decode_prices = 0
+
+    def step_cost(self, shape: BatchShape) -> StepPrice:
+        """The step's term vector and duration (a vector, since the ledger adds vectors)."""
+        hit = self._prices.get(shape)
+        if hit is None:
+            terms, ns = self.cost_model.step(shape)
+            hit = np.fromiter(terms.values(), dtype=np.float64, count=len(terms)), ns
+            if len(self._prices) >= _MEMO_LIMIT:
+                self._prices.clear()
+            self._prices[shape] = hit
+        return hit
+
+    def decode_costs(self, n: int, sum_kvs: Iterable[int]) -> list[StepPrice]:
+        """Pure-decode steps of ``n`` requests attending each of ``sum_kvs`` tokens (by ``n``, then by
+        context: a decode stretch asks for context sizes ``n`` apart, and workers revisit the same ones)."""
+        memo = self._decode_prices.get(n)
+        if memo is None:
+            memo = self._decode_prices[n] = {}
+        out = []
+        for sum_kv in sum_kvs:
+            hit = memo.get(sum_kv)
+            if hit is None:
+                terms, ns = self.cost_model.decode_step(n, sum_kv)
+                hit = (np.array(terms, dtype=np.float64), ns)
+                if self._num_decode_prices >= _MEMO_LIMIT:
+                    self._decode_prices = {n: memo}
+                    memo.clear()
+                    self._num_decode_prices = 0
+                memo[sum_kv] = hit
+                self._num_decode_prices += 1
+            out.append(hit)
+        return out
+
+
 class Worker:
     """One serving instance (a colocated engine: prefill and decode share its batches)."""
 
     def __init__(self, env: simpy.Environment, wid: int, scheduler: Scheduler, cost_model: CostModel,
                  on_done: Callable[[Request], None], before_schedule: Callable[[], None] | None = None,
-                 fast_forward_steps: int = 0) -> None:
+                 fast_forward_steps: int = 0, prices: StepPrices | None = None) -> None:
         self.env = env
         self.wid = wid
         self.sched = scheduler
@@ -84,10 +131,8 @@ class Worker:
         """Most decode steps planned in one jump (0 or 1: step by step)."""
         self.priority = LATE + wid
         self.ledger = Ledger(tuple(cost_model.term_names))
-        self._prices: dict[BatchShape, StepPrice] = {}
-        self._decode_prices: dict[int, dict[int, StepPrice]] = {}
-        """Decode step prices by batch size, then by context tokens (see :meth:`decode_costs`)."""
-        self._num_decode_prices = 0
+        self.prices = prices if prices is not None else StepPrices(cost_model)
+        """Step prices of ``cost_model`` (a table shared with the other workers built on it, if given)."""
         self.blocked = False
         """True while the worker has work but could schedule none of it (reported by the stall detector)."""
         self.run: DecodeRun | None = None
@@ -130,39 +175,8 @@ class Worker:
 
     # ---------------------------------------------------------------------------------------- process
     def step_cost(self, shape: BatchShape) -> StepPrice:
-        """The step's term vector and duration (memoised per worker: the ledger adds vectors)."""
-        hit = self._prices.get(shape)
-        if hit is None:
-            hit = self._price(shape)
-            if len(self._prices) >= _MEMO_LIMIT:
-                self._prices.clear()
-            self._prices[shape] = hit
-        return hit
-
-    def decode_costs(self, n: int, sum_kvs: Iterable[int]) -> list[StepPrice]:
-        """Pure-decode steps of ``n`` requests attending each of ``sum_kvs`` tokens (memoised per ``n``:
-        a decode stretch asks for context sizes ``n`` apart, and workers revisit the same ones)."""
-        memo = self._decode_prices.get(n)
-        if memo is None:
-            memo = self._decode_prices[n] = {}
-        out = []
-        for sum_kv in sum_kvs:
-            hit = memo.get(sum_kv)
-            if hit is None:
-                terms, ns = self.cost_model.decode_step(n, sum_kv)
-                hit = (np.array(terms, dtype=np.float64), ns)
-                if self._num_decode_prices >= _MEMO_LIMIT:
-                    self._decode_prices = {n: memo}
-                    memo.clear()
-                    self._num_decode_prices = 0
-                memo[sum_kv] = hit
-                self._num_decode_prices += 1
-            out.append(hit)
-        return out
-
-    def _price(self, shape: BatchShape) -> StepPrice:
-        terms, ns = self.cost_model.step(shape)
-        return np.fromiter(terms.values(), dtype=np.float64, count=len(terms)), ns
+        """The step's term vector and duration."""
+        return self.prices.step_cost(shape)
 
     def _run(self) -> ProcessGen:
         env = self.env
@@ -184,9 +198,9 @@ class Worker:
                 continue
             run = None
             if self.fast_forward_steps > 1 and self.quiet():
-                run = plan_decode_run(sched, out, now, self, self.fast_forward_steps)
+                run = plan_decode_run(sched, out, now, self.prices, self.fast_forward_steps)
             if run is None:
-                vector, step_ns = self.step_cost(out.stats)
+                vector, step_ns = self.prices.step_cost(out.stats)
                 extra = None
                 if out.host_load_s:
                     extra = {"kv_host_load": out.host_load_s}
