@@ -265,13 +265,14 @@ class BlockPool:
         if len(queued) != len(live) or len(live) != self._num_queued:
             raise InvariantError(f"free queue holds {len(live)} live entries ({len(queued)} distinct), "
                                  f"counted {self._num_queued}")
-        for block in range(self._fresh):
-            in_free = block in queued
-            if (self.ref_cnt[block] == 0) != in_free:
-                raise InvariantError(f"block {block}: ref_cnt={self.ref_cnt[block]} but in_free_queue={in_free}")
+        unreferenced = {block for block, count in enumerate(self.ref_cnt[:self._fresh]) if count == 0}
+        if unreferenced != queued:  # name the first block in the wrong place
+            block = min(unreferenced ^ queued)
+            raise InvariantError(f"block {block}: ref_cnt={self.ref_cnt[block]} but in_free_queue={block in queued}")
+        block_key = self.block_key
         for key, block in self.cached.items():
-            if self.block_key[block] != key:
-                raise InvariantError(f"cached key {key} points at block {block} holding {self.block_key[block]}")
+            if block_key[block] != key:
+                raise InvariantError(f"cached key {key} points at block {block} holding {block_key[block]}")
 
 
 def cdiv(a: int, b: int) -> int:
@@ -380,11 +381,13 @@ class KVCacheManager:
         """
         pool = self.pool
         need = self.blocks_needed(req, num_new_tokens, len(computed_blocks))
-        # Hit blocks with no reference sit in the free queue; taking them shrinks what is allocatable.
-        ref = pool.ref_cnt
-        free_hits = [ref[b] for b in computed_blocks].count(0) if computed_blocks else 0
-        if need > pool.num_free - free_hits:
-            return False
+        # Hit blocks with no reference sit in the free queue; taking them shrinks what is allocatable (they
+        # are counted only when that could matter: room for the new blocks beside all hits is room enough).
+        free = pool.num_free
+        if need > free - len(computed_blocks):
+            ref = pool.ref_cnt
+            if need > free - [ref[b] for b in computed_blocks].count(0):
+                return False
         blocks = self.req_blocks.get(req.id)
         if blocks is None:
             blocks = self.req_blocks[req.id] = []
