@@ -22,18 +22,31 @@ from twin.sim import LATE, ProcessGen, StepEnd, now_ns, to_ns
 
 
 class Ledger:
-    """Seconds spent per cost term on one worker (a vector in the cost model's term order), and steps."""
+    """Seconds spent per cost term on one worker (a vector in the cost model's term order), and steps.
+
+    Step vectors wait in a list and are added in batches, in step order, by one cumulative sum, which adds
+    row after row exactly as the additions one by one (a plain sum over the rows would add in pairs and
+    round differently); a numpy addition per step costs more than the step's share of a long batch.
+    """
+
+    batch = 4096
+    """Step vectors kept waiting before they are added."""
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
         self._acc = np.zeros(len(names))
+        self._waiting: list[np.ndarray] = []
+        """Step vectors not added to ``_acc`` yet, in step order."""
         self._extra: dict[str, float] = {}
         """Terms the twin adds beyond the cost model (``kv_host_load``: host-tier loads before a step)."""
         self.steps = 0
         self.busy_ns = 0
 
     def add(self, vector: np.ndarray, step_ns: int, extra: Mapping[str, float] | None = None) -> None:
-        self._acc += vector
+        waiting = self._waiting
+        waiting.append(vector)
+        if len(waiting) >= self.batch:
+            self._flush()
         if extra:
             for name, value in extra.items():
                 self._extra[name] = self._extra.get(name, 0.0) + value
@@ -41,23 +54,23 @@ class Ledger:
         self.busy_ns += step_ns
 
     def add_steps(self, vectors: Sequence[np.ndarray], steps_ns: Sequence[int]) -> None:
-        """:meth:`add` for consecutive steps without extras: the same additions, in step order.
-
-        Many steps go through one cumulative sum, which adds row after row exactly as the additions one
-        by one (a plain sum over the rows would add in pairs and round differently); for a few steps,
-        building its array costs more than it saves.
-        """
-        if len(vectors) > 16:
-            self._acc = np.add.accumulate(np.array([self._acc, *vectors]), axis=0)[-1]
-        else:
-            acc = self._acc
-            for vector in vectors:
-                acc += vector
+        """:meth:`add` for consecutive steps without extras: the same additions, in step order."""
+        waiting = self._waiting
+        waiting += vectors
+        if len(waiting) >= self.batch:
+            self._flush()
         self.steps += len(vectors)
         self.busy_ns += sum(steps_ns)
 
+    def _flush(self) -> None:
+        """Add the waiting step vectors to the totals, row after row."""
+        if self._waiting:
+            self._acc = np.add.accumulate(np.array([self._acc, *self._waiting]), axis=0)[-1].copy()
+            self._waiting.clear()
+
     @property
     def terms_s(self) -> dict[str, float]:
+        self._flush()
         return {**{name: float(v) for name, v in zip(self.names, self._acc)}, **self._extra}
 
 
@@ -139,6 +152,10 @@ class Worker:
         self._wake: simpy.Event | None = None
         self._armed: simpy.Event | None = None
         """The segment end the fast-forwarded run in progress waits for."""
+        self._costed = 0
+        """Steps of that run costed so far; the armed segment end is the end of the last of them."""
+        self._segment = 0
+        """Steps costed in the run's latest segment (doubled for the next one)."""
         self.process = env.process(self._run())
 
     # ------------------------------------------------------------------------------- router interface
@@ -218,27 +235,22 @@ class Worker:
         unless the batch survives that step boundary (:meth:`_resumable`).
 
         Steps are costed in segments that double while the run survives (8, 16, 32 ...), so a run cut
-        early by an arrival has not paid for the cost of steps it never ran. Returns the requests that
-        finished and whether ``before_schedule`` already ran at the boundary where the run stopped.
+        early by an arrival has not paid for the cost of steps it never ran; the end of one segment costs
+        the next (:meth:`_on_segment_end`) and only the end of the last one wakes the worker. Returns the
+        requests that finished and whether ``before_schedule`` already ran at the boundary where the run
+        stopped.
         """
         env = self.env
         self.run = run
-        segment = 8
-        end: StepEnd | None = None
-        costed = 0
+        self._segment = 8
+        self._cost_segment(run, now_ns(env))
         while True:
-            if end is None or end.processed:
-                if end is not None:
-                    segment *= 2
-                costed = run.extend(len(run.ends) + segment)
-                end = self._segment_end(run.ends[costed - 1] - now_ns(env))
             if self._wake is None or self._wake.triggered:
                 self._wake = env.event()
-            yield self._wake  # triggered by the segment's end or by an outside event
-            if end.processed:
-                if costed == run.k:
-                    break
-                continue
+            yield self._wake  # triggered by the end of the run's last step or by an outside event
+            assert self._armed is not None
+            if self._armed.processed:  # the last segment's end (an earlier one arms the next at once)
+                break
             t = now_ns(env)
             m = bisect_left(run.ends, t) + 1  # the first step ending at or after t (ends increase)
             # Finish the step in progress in its own end-of-step slot (after every event of that instant).
@@ -250,27 +262,41 @@ class Worker:
                 # Cut short, the rest of the plan is dropped and the next schedule() starts afresh.
                 self._end_run(run, m)
                 return run.update_upto(m), True
-            if run.k < costed:  # fewer steps are safe now: the segment's end event is past the run
-                costed = run.k
-                end = self._segment_end(run.ends[costed - 1] - now_ns(env))
+            if run.k < self._costed:  # fewer steps are safe now: the segment's end event is past the run
+                self._costed = run.k
+                self._segment_end(run.ends[run.k - 1] - now_ns(env))
         self._wake = None
         self._end_run(run, run.k)
         return run.update_upto(run.k), False
 
-    def _segment_end(self, delay_ns: int) -> StepEnd:
-        """The end of a run's costed segment, which wakes the worker (a callback instead of waiting on
-        ``end | wake``: a condition event per segment costs more than the segment's steps).
+    def _cost_segment(self, run: DecodeRun, now: int) -> None:
+        """Cost the run's next ``_segment`` steps (at most to its end) and arm the end of the last one."""
+        self._costed = run.extend(len(run.ends) + self._segment)
+        self._segment_end(run.ends[self._costed - 1] - now)
 
-        Like the condition, the callback triggers the wake event while the end is processed, so the worker
-        resumes in an ordinary event of the same instant. An end that a shortened or cut run left behind
-        wakes nobody."""
+    def _segment_end(self, delay_ns: int) -> StepEnd:
+        """The end of a run's costed segment, handled by a callback (instead of waiting on ``end | wake``:
+        a condition event per segment costs more than the segment's steps)."""
         end = StepEnd(self.env, delay_ns, self.priority)
         end.callbacks.append(self._on_segment_end)  # type: ignore[union-attr]
         self._armed = end
         return end
 
     def _on_segment_end(self, end: simpy.Event) -> None:
-        if end is self._armed:
+        """A segment ended: cost the next, twice as long, or after the run's last step wake the worker.
+
+        Like a condition, the callback triggers the wake event while the end is processed, so the worker
+        resumes in an ordinary event of the same instant. Costing the next segment here instead, without
+        waking the worker, changes nothing it would see: nothing else runs between the end and that wake
+        event. An end that a shortened or cut run left behind does nothing."""
+        if end is not self._armed:
+            return
+        run = self.run
+        assert run is not None
+        if self._costed < run.k:
+            self._segment *= 2
+            self._cost_segment(run, now_ns(self.env))
+        else:
             self.wake()
 
     def _resumable(self, run: DecodeRun, m: int) -> bool:
