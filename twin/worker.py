@@ -65,7 +65,8 @@ class Ledger:
     def _flush(self) -> None:
         """Add the waiting step vectors to the totals, row after row."""
         if self._waiting:
-            self._acc = np.add.accumulate(np.array([self._acc, *self._waiting]), axis=0)[-1].copy()
+            rows = np.concatenate([self._acc, *self._waiting]).reshape(-1, len(self.names))
+            self._acc = np.add.accumulate(rows, axis=0)[-1].copy()
             self._waiting.clear()
 
     @property
