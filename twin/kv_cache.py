@@ -426,10 +426,17 @@ class KVCacheManager:
     def cache_computed(self, req: Request, num_tokens: int) -> None:
         """Register the full blocks among the first ``num_tokens`` tokens of ``req`` in the prefix cache."""
         full = min(num_tokens // self.block_size, len(req.block_keys))
-        done = self._num_hashed[req.id]
+        rid = req.id
+        done = self._num_hashed[rid]
         if full > done:
-            self.pool.cache_run(req.block_keys[done:full], self.req_blocks[req.id][done:full])
-            self._num_hashed[req.id] = full
+            if full == done + 1:  # a decode filled its last block: BlockPool.cache_run for one pair, inlined
+                pool = self.pool
+                key, block = req.block_keys[done], self.req_blocks[rid][done]
+                if pool.block_key[block] is None and pool.cached.setdefault(key, block) is block:
+                    pool.block_key[block] = key
+            else:
+                self.pool.cache_run(req.block_keys[done:full], self.req_blocks[rid][done:full])
+            self._num_hashed[rid] = full
 
     def free(self, req: Request) -> None:
         """Release all of ``req``'s blocks, tail first; cached ones stay findable until evicted."""
