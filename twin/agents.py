@@ -56,6 +56,9 @@ class SessionDriver:
         self.active = 0
         self.in_wait = 0
         """Sessions sleeping through a tool / think wait (or a pacing interval) right now."""
+        self._prefixes: dict[tuple[str, int], TokenSequence] = {}
+        """Shared prefixes by (group, tokens), their block keys computed: each session starts from a copy
+        instead of hashing (and numbering) the same blocks again."""
         order = sorted(range(len(sessions)), key=lambda i: (start_ns[i], i))
         self._plan = [(start_ns[i], sessions[i]) for i in order]
         self._slots = simpy.Resource(env, capacity=max_concurrent) if max_concurrent else None
@@ -105,9 +108,10 @@ class SessionDriver:
         if context is not None:
             seq = context
         else:
-            seq = TokenSequence()
             if session.prefix_group is not None and session.prefix_tokens:
-                seq.extend(sources.get(("group", session.prefix_group)), 0, session.prefix_tokens)
+                seq = self._prefix(session.prefix_group, session.prefix_tokens)
+            else:
+                seq = TokenSequence()
         base = len(seq)
         stream_len = 0
         epoch = 0
@@ -163,6 +167,20 @@ class SessionDriver:
                 self.in_wait -= 1
         self.sessions_finished += 1
         self.active -= 1
+
+    def _prefix(self, group: str, tokens: int) -> TokenSequence:
+        """A new sequence holding the first ``tokens`` tokens of prefix group ``group``, with the keys of
+        its full blocks computed (and numbered) when the first session of the group starts."""
+        shared = self._prefixes.get((group, tokens))
+        if shared is None:
+            shared = TokenSequence()
+            shared.extend(self.sources.get(("group", group)), 0, tokens)
+            if self.keys is None:
+                shared.block_keys(self.block_size)
+            else:
+                shared.block_ids(self.block_size, self.keys)
+            self._prefixes[(group, tokens)] = shared
+        return shared.copy()
 
     def _extend_hashed(self, seq: TokenSequence, call: Call, sid: str, k: int) -> None:
         """A prompt whose block identities are given (Mooncake ``hash_ids``), re-blocked to the engine's size."""

@@ -138,13 +138,12 @@ class DecodeRun:
         steps = m - a + 1
         itl = sched.itl_counts
         n = len(self.reqs)
-        # Gaps after a request's first token in this range are step durations, the same for all requests.
-        inner_max = 0
-        for i in range(a + 1, m + 1):
-            d = ends[i - 1] - ends[i - 2]
+        # Gaps after a request's first token in this range are the durations of steps a+1 .. m (each end
+        # is the previous one plus the step's duration), the same for all requests.
+        inner = self.ns[a:m]
+        for d in inner:
             itl[d] = itl.get(d, 0) + n
-            if d > inner_max:
-                inner_max = d
+        inner_max = max(inner, default=0)
         first_end = ends[a - 1]
         last_end = ends[m - 1]
         prev = sched._last_step_end_ns

@@ -15,7 +15,7 @@ Semantics follow vLLM v1's ``BlockPool`` / ``KVCacheManager``:
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from typing import Callable, Iterable, Sequence
 
 from twin.errors import InvariantError
@@ -25,9 +25,9 @@ from twin.request import Request
 class BlockPool:
     """Blocks ``0 .. num_blocks-1`` with reference counts, an LRU free queue and a key -> block map.
 
-    The free queue is a deque of block ids with lazy removal: taking a free block out of the middle (a
-    cache hit) only counts its entry as dead (``_dead``); ``allocate`` drops dead entries as it meets them
-    at the head. A block's live entry, if any, is its newest one, so its dead entries all lie ahead of
+    The free queue is a list of block ids read from ``_head`` on, with lazy removal: taking a free block
+    out of the middle (a cache hit) only counts its entry as dead (``_dead``); ``allocate`` drops dead
+    entries as it meets them at the head. A block's live entry, if any, is its newest one, so its dead entries all lie ahead of
     it: the first entry met with a zero dead count is live. The order of live entries is the LRU order
     an ordered dictionary would keep (vLLM's doubly linked free list), at a fraction of the cost per block.
     """
@@ -45,8 +45,11 @@ class BlockPool:
         self._fresh = 0
         """Blocks from here on were never allocated: they head the free queue, in id order (kept implicit,
         so a pool of a million blocks costs nothing until it is used)."""
-        self._queue: deque[int] = deque()
-        """Entries of blocks freed after use, oldest first (behind the never-used ones); some are dead."""
+        self._queue: list[int] = []
+        """Entries of blocks freed after use, oldest first from ``_head`` on (behind the never-used ones);
+        some are dead. Entries before ``_head`` were taken; they are cut off once they are the larger part
+        (a list read by slices costs less per block than a deque popped one entry at a time)."""
+        self._head = 0
         self._dead = [0] * num_blocks
         """Per block: how many of its entries in ``_queue`` are dead (it left the queue after they were
         pushed)."""
@@ -72,7 +75,7 @@ class BlockPool:
         """The live entries of the free queue, head first."""
         dead = self._dead.copy()
         live = []
-        for block in self._queue:
+        for block in itertools.islice(self._queue, self._head, None):
             if dead[block]:
                 dead[block] -= 1
             else:
@@ -105,7 +108,8 @@ class BlockPool:
         if not need:
             return out
         self._num_queued -= need
-        popleft = self._queue.popleft
+        queue = self._queue
+        head = self._head
         dead = self._dead
         ref = self.ref_cnt
         block_key = self.block_key
@@ -115,7 +119,9 @@ class BlockPool:
         evicted = 0
         while need:
             # The next `need` entries at once; dead ones among them leave as many to take in another round.
-            for block in [popleft() for _ in range(need)]:
+            chunk = queue[head:head + need]
+            head += need
+            for block in chunk:
                 if dead[block]:
                     dead[block] -= 1
                     continue
@@ -129,6 +135,7 @@ class BlockPool:
                 ref[block] = 1
                 append(block)
             need = n - len(out)
+        self._advance(head)
         self.evictions += evicted
         return out
 
@@ -142,12 +149,15 @@ class BlockPool:
         if not self._num_queued:
             raise InvariantError("allocate(1) with no free block")
         self._num_queued -= 1
-        popleft = self._queue.popleft
+        queue = self._queue
+        head = self._head
         dead = self._dead
-        block = popleft()
+        block = queue[head]
         while dead[block]:
             dead[block] -= 1
-            block = popleft()
+            head += 1
+            block = queue[head]
+        self._advance(head + 1)
         key = self.block_key[block]
         if key is not None:  # evicted as in allocate
             self.block_key[block] = None
@@ -170,12 +180,20 @@ class BlockPool:
             ref[block] += 1
         if left:
             self._num_queued -= left
-            if len(self._queue) > 2 * self._num_queued + self.compact_slack:
+            if len(self._queue) - self._head > 2 * self._num_queued + self.compact_slack:
                 self._compact()
+
+    def _advance(self, head: int) -> None:
+        """The free queue's entries before ``head`` are taken; cut them off once they are the larger part."""
+        if head > 4096 and 2 * head > len(self._queue):
+            del self._queue[:head]
+            head = 0
+        self._head = head
 
     def _compact(self) -> None:
         """Drop the dead entries of the free queue (bounds its length when hits outnumber allocations)."""
-        self._queue = deque(self._live_queue())
+        self._queue = self._live_queue()
+        self._head = 0
         self._dead = [0] * self.num_blocks
 
     def release(self, blocks: Iterable[int]) -> None:
@@ -194,9 +212,18 @@ class BlockPool:
 
     def cache(self, block: int, key: int) -> None:
         """Register a computed full block under its key (a block already holding the key wins)."""
-        if key not in self.cached and self.block_key[block] is None:
-            self.cached[key] = block
-            self.block_key[block] = key
+        self.cache_run((key,), (block,))
+
+    def cache_run(self, keys: Iterable[int], blocks: Iterable[int]) -> None:
+        """:meth:`cache` for each (key, block) pair in turn: a request registers its full blocks in runs."""
+        block_key = self.block_key
+        setdefault = self.cached.setdefault
+        for key, block in zip(keys, blocks):
+            # One dictionary access for "not cached yet, so cache it": setdefault stores ``block`` and returns
+            # that very object only when ``key`` was absent. (Were ``key`` held by a block equal to ``block``,
+            # that block would hold ``key``; but ``block`` holds no key.)
+            if block_key[block] is None and setdefault(key, block) is block:
+                block_key[block] = key
 
     def match_prefix(self, keys: Sequence[int], limit: int) -> list[int]:
         """Blocks holding ``keys[0]``, ``keys[1]`` ... for as long as every key is cached (at most ``limit``).
@@ -238,13 +265,14 @@ class BlockPool:
         if len(queued) != len(live) or len(live) != self._num_queued:
             raise InvariantError(f"free queue holds {len(live)} live entries ({len(queued)} distinct), "
                                  f"counted {self._num_queued}")
-        for block in range(self._fresh):
-            in_free = block in queued
-            if (self.ref_cnt[block] == 0) != in_free:
-                raise InvariantError(f"block {block}: ref_cnt={self.ref_cnt[block]} but in_free_queue={in_free}")
+        unreferenced = {block for block, count in enumerate(self.ref_cnt[:self._fresh]) if count == 0}
+        if unreferenced != queued:  # name the first block in the wrong place
+            block = min(unreferenced ^ queued)
+            raise InvariantError(f"block {block}: ref_cnt={self.ref_cnt[block]} but in_free_queue={block in queued}")
+        block_key = self.block_key
         for key, block in self.cached.items():
-            if self.block_key[block] != key:
-                raise InvariantError(f"cached key {key} points at block {block} holding {self.block_key[block]}")
+            if block_key[block] != key:
+                raise InvariantError(f"cached key {key} points at block {block} holding {block_key[block]}")
 
 
 def cdiv(a: int, b: int) -> int:
@@ -353,11 +381,13 @@ class KVCacheManager:
         """
         pool = self.pool
         need = self.blocks_needed(req, num_new_tokens, len(computed_blocks))
-        # Hit blocks with no reference sit in the free queue; taking them shrinks what is allocatable.
-        ref = pool.ref_cnt
-        free_hits = [ref[b] for b in computed_blocks].count(0) if computed_blocks else 0
-        if need > pool.num_free - free_hits:
-            return False
+        # Hit blocks with no reference sit in the free queue; taking them shrinks what is allocatable (they
+        # are counted only when that could matter: room for the new blocks beside all hits is room enough).
+        free = pool.num_free
+        if need > free - len(computed_blocks):
+            ref = pool.ref_cnt
+            if need > free - [ref[b] for b in computed_blocks].count(0):
+                return False
         blocks = self.req_blocks.get(req.id)
         if blocks is None:
             blocks = self.req_blocks[req.id] = []
@@ -396,18 +426,17 @@ class KVCacheManager:
     def cache_computed(self, req: Request, num_tokens: int) -> None:
         """Register the full blocks among the first ``num_tokens`` tokens of ``req`` in the prefix cache."""
         full = min(num_tokens // self.block_size, len(req.block_keys))
-        done = self._num_hashed[req.id]
+        rid = req.id
+        done = self._num_hashed[rid]
         if full > done:
-            blocks = self.req_blocks[req.id]
-            keys = req.block_keys
-            cached = self.pool.cached
-            block_key = self.pool.block_key
-            for i in range(done, full):  # BlockPool.cache, inlined: this runs once per prompt block
-                key, block = keys[i], blocks[i]
-                if key not in cached and block_key[block] is None:
-                    cached[key] = block
-                    block_key[block] = key
-            self._num_hashed[req.id] = full
+            if full == done + 1:  # a decode filled its last block: BlockPool.cache_run for one pair, inlined
+                pool = self.pool
+                key, block = req.block_keys[done], self.req_blocks[rid][done]
+                if pool.block_key[block] is None and pool.cached.setdefault(key, block) is block:
+                    pool.block_key[block] = key
+            else:
+                self.pool.cache_run(req.block_keys[done:full], self.req_blocks[rid][done:full])
+            self._num_hashed[rid] = full
 
     def free(self, req: Request) -> None:
         """Release all of ``req``'s blocks, tail first; cached ones stay findable until evicted."""

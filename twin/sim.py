@@ -36,7 +36,9 @@ class StepEnd(simpy.Event):
     """
 
     def __init__(self, env: simpy.Environment, delay_ns: int, priority: int = LATE) -> None:
-        super().__init__(env)
+        # simpy.Event.__init__ inlined (a worker creates one of these per step or segment)
+        self.env = env
+        self.callbacks = []
         self._ok = True
         self._value = None
-        env.schedule(self, EventPriority(priority), delay_ns)
+        env.schedule(self, priority, delay_ns)  # type: ignore[arg-type]  # EventPriority is a NewType of int

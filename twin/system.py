@@ -137,13 +137,15 @@ class Colocated(SystemSpec):
 
     def build(self, env: simpy.Environment, config: TwinConfig,
               on_done: Callable[[Request], None]) -> ColocatedSystem:
-        from twin.worker import Worker
+        from twin.worker import StepPrices, Worker
 
         dep = make_deployment(config, self.tp, ep=self.ep, attention_dp=self.attention_dp)
         blocks = kv_blocks(config, dep)
         cm = cost_model(config, dep)
+        prices = StepPrices(cm)
         workers = [Worker(env, wid, build_scheduler(config, blocks, dep), cm, on_done,
-                          fast_forward_steps=fast_forward_steps(config)) for wid in range(self.replicas)]
+                          fast_forward_steps=fast_forward_steps(config), prices=prices)
+                   for wid in range(self.replicas)]
         return ColocatedSystem(workers, config.router.build())  # type: ignore[attr-defined]
 
 

@@ -22,18 +22,31 @@ from twin.sim import LATE, ProcessGen, StepEnd, now_ns, to_ns
 
 
 class Ledger:
-    """Seconds spent per cost term on one worker (a vector in the cost model's term order), and steps."""
+    """Seconds spent per cost term on one worker (a vector in the cost model's term order), and steps.
+
+    Step vectors wait in a list and are added in batches, in step order, by one cumulative sum, which adds
+    row after row exactly as the additions one by one (a plain sum over the rows would add in pairs and
+    round differently); a numpy addition per step costs more than the step's share of a long batch.
+    """
+
+    batch = 4096
+    """Step vectors kept waiting before they are added."""
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
         self._acc = np.zeros(len(names))
+        self._waiting: list[np.ndarray] = []
+        """Step vectors not added to ``_acc`` yet, in step order."""
         self._extra: dict[str, float] = {}
         """Terms the twin adds beyond the cost model (``kv_host_load``: host-tier loads before a step)."""
         self.steps = 0
         self.busy_ns = 0
 
     def add(self, vector: np.ndarray, step_ns: int, extra: Mapping[str, float] | None = None) -> None:
-        self._acc += vector
+        waiting = self._waiting
+        waiting.append(vector)
+        if len(waiting) >= self.batch:
+            self._flush()
         if extra:
             for name, value in extra.items():
                 self._extra[name] = self._extra.get(name, 0.0) + value
@@ -41,23 +54,24 @@ class Ledger:
         self.busy_ns += step_ns
 
     def add_steps(self, vectors: Sequence[np.ndarray], steps_ns: Sequence[int]) -> None:
-        """:meth:`add` for consecutive steps without extras: the same additions, in step order.
-
-        Many steps go through one cumulative sum, which adds row after row exactly as the additions one
-        by one (a plain sum over the rows would add in pairs and round differently); for a few steps,
-        building its array costs more than it saves.
-        """
-        if len(vectors) > 16:
-            self._acc = np.add.accumulate(np.array([self._acc, *vectors]), axis=0)[-1]
-        else:
-            acc = self._acc
-            for vector in vectors:
-                acc += vector
+        """:meth:`add` for consecutive steps without extras: the same additions, in step order."""
+        waiting = self._waiting
+        waiting += vectors
+        if len(waiting) >= self.batch:
+            self._flush()
         self.steps += len(vectors)
         self.busy_ns += sum(steps_ns)
 
+    def _flush(self) -> None:
+        """Add the waiting step vectors to the totals, row after row."""
+        if self._waiting:
+            rows = np.concatenate([self._acc, *self._waiting]).reshape(-1, len(self.names))
+            self._acc = np.add.accumulate(rows, axis=0)[-1].copy()
+            self._waiting.clear()
+
     @property
     def terms_s(self) -> dict[str, float]:
+        self._flush()
         return {**{name: float(v) for name, v in zip(self.names, self._acc)}, **self._extra}
 
 
@@ -67,12 +81,59 @@ StepPrice = tuple[np.ndarray, int]
 _MEMO_LIMIT = 500_000
 
 
+class StepPrices:
+    """Step prices of one cost model, memoised: the workers built on the same cost model share them.
+
+    A price depends on the batch's shape alone, so every worker of a pool asks for many of the same ones
+    (decode stretches of the same size and context); one table for the pool computes each price once.
+    """
+
+    def __init__(self, cost_model: CostModel) -> None:
+        self.cost_model = cost_model
+        self._prices: dict[BatchShape, StepPrice] = {}
+        self._decode_prices: dict[int, dict[int, StepPrice]] = {}
+        """Decode step prices by batch size, then by context tokens (see :meth:`decode_costs`)."""
+        self._num_decode_prices = 0
+
+    def step_cost(self, shape: BatchShape) -> StepPrice:
+        """The step's term vector and duration (a vector, since the ledger adds vectors)."""
+        hit = self._prices.get(shape)
+        if hit is None:
+            terms, ns = self.cost_model.step(shape)
+            hit = np.fromiter(terms.values(), dtype=np.float64, count=len(terms)), ns
+            if len(self._prices) >= _MEMO_LIMIT:
+                self._prices.clear()
+            self._prices[shape] = hit
+        return hit
+
+    def decode_costs(self, n: int, sum_kvs: Iterable[int]) -> list[StepPrice]:
+        """Pure-decode steps of ``n`` requests attending each of ``sum_kvs`` tokens (by ``n``, then by
+        context: a decode stretch asks for context sizes ``n`` apart, and workers revisit the same ones)."""
+        memo = self._decode_prices.get(n)
+        if memo is None:
+            memo = self._decode_prices[n] = {}
+        out = []
+        for sum_kv in sum_kvs:
+            hit = memo.get(sum_kv)
+            if hit is None:
+                terms, ns = self.cost_model.decode_step(n, sum_kv)
+                hit = (np.array(terms, dtype=np.float64), ns)
+                if self._num_decode_prices >= _MEMO_LIMIT:
+                    self._decode_prices = {n: memo}
+                    memo.clear()
+                    self._num_decode_prices = 0
+                memo[sum_kv] = hit
+                self._num_decode_prices += 1
+            out.append(hit)
+        return out
+
+
 class Worker:
     """One serving instance (a colocated engine: prefill and decode share its batches)."""
 
     def __init__(self, env: simpy.Environment, wid: int, scheduler: Scheduler, cost_model: CostModel,
                  on_done: Callable[[Request], None], before_schedule: Callable[[], None] | None = None,
-                 fast_forward_steps: int = 0) -> None:
+                 fast_forward_steps: int = 0, prices: StepPrices | None = None) -> None:
         self.env = env
         self.wid = wid
         self.sched = scheduler
@@ -84,16 +145,18 @@ class Worker:
         """Most decode steps planned in one jump (0 or 1: step by step)."""
         self.priority = LATE + wid
         self.ledger = Ledger(tuple(cost_model.term_names))
-        self._prices: dict[BatchShape, StepPrice] = {}
-        self._decode_prices: dict[int, dict[int, StepPrice]] = {}
-        """Decode step prices by batch size, then by context tokens (see :meth:`decode_costs`)."""
-        self._num_decode_prices = 0
+        self.prices = prices if prices is not None else StepPrices(cost_model)
+        """Step prices of ``cost_model`` (a table shared with the other workers built on it, if given)."""
         self.blocked = False
         """True while the worker has work but could schedule none of it (reported by the stall detector)."""
         self.run: DecodeRun | None = None
         self._wake: simpy.Event | None = None
         self._armed: simpy.Event | None = None
         """The segment end the fast-forwarded run in progress waits for."""
+        self._costed = 0
+        """Steps of that run costed so far; the armed segment end is the end of the last of them."""
+        self._segment = 0
+        """Steps costed in the run's latest segment (doubled for the next one)."""
         self.process = env.process(self._run())
 
     # ------------------------------------------------------------------------------- router interface
@@ -130,39 +193,8 @@ class Worker:
 
     # ---------------------------------------------------------------------------------------- process
     def step_cost(self, shape: BatchShape) -> StepPrice:
-        """The step's term vector and duration (memoised per worker: the ledger adds vectors)."""
-        hit = self._prices.get(shape)
-        if hit is None:
-            hit = self._price(shape)
-            if len(self._prices) >= _MEMO_LIMIT:
-                self._prices.clear()
-            self._prices[shape] = hit
-        return hit
-
-    def decode_costs(self, n: int, sum_kvs: Iterable[int]) -> list[StepPrice]:
-        """Pure-decode steps of ``n`` requests attending each of ``sum_kvs`` tokens (memoised per ``n``:
-        a decode stretch asks for context sizes ``n`` apart, and workers revisit the same ones)."""
-        memo = self._decode_prices.get(n)
-        if memo is None:
-            memo = self._decode_prices[n] = {}
-        out = []
-        for sum_kv in sum_kvs:
-            hit = memo.get(sum_kv)
-            if hit is None:
-                terms, ns = self.cost_model.decode_step(n, sum_kv)
-                hit = (np.array(terms, dtype=np.float64), ns)
-                if self._num_decode_prices >= _MEMO_LIMIT:
-                    self._decode_prices = {n: memo}
-                    memo.clear()
-                    self._num_decode_prices = 0
-                memo[sum_kv] = hit
-                self._num_decode_prices += 1
-            out.append(hit)
-        return out
-
-    def _price(self, shape: BatchShape) -> StepPrice:
-        terms, ns = self.cost_model.step(shape)
-        return np.fromiter(terms.values(), dtype=np.float64, count=len(terms)), ns
+        """The step's term vector and duration."""
+        return self.prices.step_cost(shape)
 
     def _run(self) -> ProcessGen:
         env = self.env
@@ -184,9 +216,9 @@ class Worker:
                 continue
             run = None
             if self.fast_forward_steps > 1 and self.quiet():
-                run = plan_decode_run(sched, out, now, self, self.fast_forward_steps)
+                run = plan_decode_run(sched, out, now, self.prices, self.fast_forward_steps)
             if run is None:
-                vector, step_ns = self.step_cost(out.stats)
+                vector, step_ns = self.prices.step_cost(out.stats)
                 extra = None
                 if out.host_load_s:
                     extra = {"kv_host_load": out.host_load_s}
@@ -204,27 +236,22 @@ class Worker:
         unless the batch survives that step boundary (:meth:`_resumable`).
 
         Steps are costed in segments that double while the run survives (8, 16, 32 ...), so a run cut
-        early by an arrival has not paid for the cost of steps it never ran. Returns the requests that
-        finished and whether ``before_schedule`` already ran at the boundary where the run stopped.
+        early by an arrival has not paid for the cost of steps it never ran; the end of one segment costs
+        the next (:meth:`_on_segment_end`) and only the end of the last one wakes the worker. Returns the
+        requests that finished and whether ``before_schedule`` already ran at the boundary where the run
+        stopped.
         """
         env = self.env
         self.run = run
-        segment = 8
-        end: StepEnd | None = None
-        costed = 0
+        self._segment = 8
+        self._cost_segment(run, now_ns(env))
         while True:
-            if end is None or end.processed:
-                if end is not None:
-                    segment *= 2
-                costed = run.extend(len(run.ends) + segment)
-                end = self._segment_end(run.ends[costed - 1] - now_ns(env))
             if self._wake is None or self._wake.triggered:
                 self._wake = env.event()
-            yield self._wake  # triggered by the segment's end or by an outside event
-            if end.processed:
-                if costed == run.k:
-                    break
-                continue
+            yield self._wake  # triggered by the end of the run's last step or by an outside event
+            assert self._armed is not None
+            if self._armed.processed:  # the last segment's end (an earlier one arms the next at once)
+                break
             t = now_ns(env)
             m = bisect_left(run.ends, t) + 1  # the first step ending at or after t (ends increase)
             # Finish the step in progress in its own end-of-step slot (after every event of that instant).
@@ -236,27 +263,41 @@ class Worker:
                 # Cut short, the rest of the plan is dropped and the next schedule() starts afresh.
                 self._end_run(run, m)
                 return run.update_upto(m), True
-            if run.k < costed:  # fewer steps are safe now: the segment's end event is past the run
-                costed = run.k
-                end = self._segment_end(run.ends[costed - 1] - now_ns(env))
+            if run.k < self._costed:  # fewer steps are safe now: the segment's end event is past the run
+                self._costed = run.k
+                self._segment_end(run.ends[run.k - 1] - now_ns(env))
         self._wake = None
         self._end_run(run, run.k)
         return run.update_upto(run.k), False
 
-    def _segment_end(self, delay_ns: int) -> StepEnd:
-        """The end of a run's costed segment, which wakes the worker (a callback instead of waiting on
-        ``end | wake``: a condition event per segment costs more than the segment's steps).
+    def _cost_segment(self, run: DecodeRun, now: int) -> None:
+        """Cost the run's next ``_segment`` steps (at most to its end) and arm the end of the last one."""
+        self._costed = run.extend(len(run.ends) + self._segment)
+        self._segment_end(run.ends[self._costed - 1] - now)
 
-        Like the condition, the callback triggers the wake event while the end is processed, so the worker
-        resumes in an ordinary event of the same instant. An end that a shortened or cut run left behind
-        wakes nobody."""
+    def _segment_end(self, delay_ns: int) -> StepEnd:
+        """The end of a run's costed segment, handled by a callback (instead of waiting on ``end | wake``:
+        a condition event per segment costs more than the segment's steps)."""
         end = StepEnd(self.env, delay_ns, self.priority)
         end.callbacks.append(self._on_segment_end)  # type: ignore[union-attr]
         self._armed = end
         return end
 
     def _on_segment_end(self, end: simpy.Event) -> None:
-        if end is self._armed:
+        """A segment ended: cost the next, twice as long, or after the run's last step wake the worker.
+
+        Like a condition, the callback triggers the wake event while the end is processed, so the worker
+        resumes in an ordinary event of the same instant. Costing the next segment here instead, without
+        waking the worker, changes nothing it would see: nothing else runs between the end and that wake
+        event. An end that a shortened or cut run left behind does nothing."""
+        if end is not self._armed:
+            return
+        run = self.run
+        assert run is not None
+        if self._costed < run.k:
+            self._segment *= 2
+            self._cost_segment(run, now_ns(self.env))
+        else:
             self.wake()
 
     def _resumable(self, run: DecodeRun, m: int) -> bool:

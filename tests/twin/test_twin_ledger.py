@@ -20,13 +20,19 @@ def test_add_steps_is_add_per_step_bit_for_bit() -> None:
 
 
 def test_add_steps_short_and_long_batches_mix_bit_for_bit() -> None:
-    """Short batches are added one by one, long ones by a cumulative sum: the same bits either way."""
+    """Steps of any batch sizes, added in waiting batches of any length: the same bits as a running sum."""
     rng = np.random.default_rng(1)
     names = tuple(f"t{i}" for i in range(5))
     vectors = [rng.random(5) * 10.0 ** rng.integers(-12, 6, 5) for _ in range(80)]
+    acc = np.zeros(5)
+    for v in vectors:
+        acc += v
     one, batched = Ledger(names), Ledger(names)
+    one.batch = 1  # every step added as it comes
+    batched.batch = 7  # waiting batches that end inside add_steps calls
     for v in vectors:
         one.add(v, 1)
+    assert [x.hex() for x in one.terms_s.values()] == [float(x).hex() for x in acc]
     start = 0
     for size in (3, 17, 1, 29, 16, 14):
         batched.add_steps(vectors[start:start + size], [1] * size)
