@@ -21,7 +21,7 @@ import numpy as np
 from hardware import kernels, load_calibration, load_gpu
 from hardware.calibrate import (ENGINES, GEMM_DTYPES, GPUS, KV_BYTES, MOE_DTYPES, SSM_TABLES, gdn_rows,
                                 moe_kernel_family, read_table)
-from hardware.calibration import Calibration
+from hardware.calibration import Calibration, moe_curve_key
 from hardware.dtypes import COMPUTE_DTYPE, DTYPE_BYTES
 
 MAX_ROWS = 20000
@@ -96,7 +96,8 @@ def predict_moe(cal: Calibration, gpu: str, r: Row) -> float:
     g = load_gpu(gpu)
     dtype = MOE_DTYPES[r["moe_dtype"]]
     family = moe_kernel_family(r.get("kernel_source", ""))
-    kernel = family if f"{dtype}_{family}" in cal.moe else "default"   # a one-kernel format's curve is its own
+    # a format timed with one kernel family has only its plain curve, whichever family that is
+    kernel = family if moe_curve_key(dtype, family) in cal.moe else "default"
     return kernels.moe_s(cal.moe_for(dtype, kernel), tokens=float(r["num_tokens"]), width=int(r["hidden_size"]),
                          inter=-(-int(r["inter_size"]) // int(r["moe_tp_size"])), topk=int(r["topk"]),
                          num_experts=int(r["num_experts"]), ep=int(r["moe_ep_size"]),

@@ -24,7 +24,7 @@ import yaml
 from scipy.optimize import least_squares
 
 from hardware._data import read_yaml
-from hardware.calibration import CALIBRATION_DIR
+from hardware.calibration import CALIBRATION_DIR, moe_curve_key
 from hardware.dtypes import COMPUTE_DTYPE, DTYPE_BYTES
 from hardware.gpu import load_gpu
 
@@ -203,9 +203,6 @@ def gdn_features(rows: list[dict[str, str]]) -> tuple[np.ndarray, ...]:
     return flops, nbytes, M
 
 
-MARLIN_SUFFIX = "_marlin"
-
-
 def moe_kernel_family(kernel_source: str) -> str:
     """``marlin`` for the Marlin weight-only MoE kernels (w4a16: FP4 / INT4 weights dequantised to BF16 in
     the GEMM), ``default`` for every other kernel of an opdb ``kernel_source``."""
@@ -217,16 +214,16 @@ def moe_curve_subsets(rows: list[dict[str, str]], dtype: str) -> dict[str, list[
 
     A format timed with both Marlin and another kernel (vLLM's w4a16_mxfp4 table: OpenAI's triton_kernels
     at gpt-oss's shape, Marlin at a 896-expert shape) gets two curves, ``dtype`` (the engine's default
-    kernel) and ``dtype + '_marlin'``: one curve over both fits neither (at >= 4k tokens it put Marlin at
-    0.44x and the Triton kernel at 1.07x its measured time). A format timed with one kernel family keeps
-    the plain key, whichever it is (vLLM's and SGLang's int4_wo rows are all Marlin: Marlin is their INT4
-    MoE kernel).
+    kernel) and ``dtype + '_marlin'`` (moe_curve_key): one curve over both fits neither (at >= 4k tokens it
+    put Marlin at 0.44x and the Triton kernel at 1.07x its measured time). A format timed with one kernel
+    family keeps the plain key, whichever it is (vLLM's and SGLang's int4_wo rows are all Marlin: Marlin is
+    their INT4 MoE kernel).
     """
     marlin = [r for r in rows if moe_kernel_family(r.get("kernel_source", "")) == "marlin"]
     other = [r for r in rows if moe_kernel_family(r.get("kernel_source", "")) != "marlin"]
     if marlin and other:
-        return {dtype: other, dtype + MARLIN_SUFFIX: marlin}
-    return {dtype: rows} if rows else {}
+        return {moe_curve_key(dtype): other, moe_curve_key(dtype, "marlin"): marlin}
+    return {moe_curve_key(dtype): rows} if rows else {}
 
 
 def moe_features(rows: list[dict[str, str]], dtype: str) -> tuple[np.ndarray, ...]:
@@ -314,15 +311,15 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
     moe: dict[str, Any] = dict(start["moe"])
     for raw, dtype in MOE_DTYPES.items():
         of_dtype = [r for r in moe_rows if r["moe_dtype"] == raw]
-        for key, subset in moe_curve_subsets(of_dtype, dtype).items():
+        subsets = moe_curve_subsets(of_dtype, dtype)
+        for key, subset in subsets.items():
             rows = _sample(subset)
             flops, nbytes, m = moe_features(rows, dtype)
             peak, bw = _gpu_arrays(rows, lambda r: dtype)
             st = start["moe"].get(key, start["moe"].get(dtype, start["moe"]["bf16"]))
             p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, st)
             moe[key] = p
-            kernels = "" if key == dtype and len(subset) == len(of_dtype) else \
-                f" ({'Marlin' if key.endswith(MARLIN_SUFFIX) else 'non-Marlin'} kernels)"
+            kernels = "" if len(subsets) == 1 else f" ({'non-Marlin' if key == dtype else 'Marlin'} kernels)"
             notes[f"moe.{key}"] = f"fitted on {src} moe_perf {raw}{kernels} balanced: {_summary(err)}"
             log(f"{engine} moe {key}: {_summary(err)}")
     out["moe"] = moe

@@ -157,7 +157,7 @@ class Calibration:
         _FALLBACK, or a named kernel family (``marlin``: the curve fitted as ``<dtype>_marlin``, which must
         exist; a run asking for a kernel the engine's tables never timed is an error, not a fallback)."""
         if kernel != "default":
-            key = f"{weight_dtype}_{kernel}"
+            key = moe_curve_key(weight_dtype, kernel)
             if key not in self.moe:
                 raise ValueError(f"calibration {self.name!r} has no {kernel} MoE curve for {weight_dtype} weights "
                                  f"(fitted MoE curves: {', '.join(sorted(self.moe))})")
@@ -166,6 +166,12 @@ class Calibration:
             if key in self.moe:
                 return self.moe[key]
         return self.moe.get("bf16") or self.gemm_for(weight_dtype)
+
+
+def moe_curve_key(weight_dtype: str, kernel: str = "default") -> str:
+    """The key a MoE curve is fitted and looked up under: the weight format for the engine's default
+    kernel, ``<format>_<family>`` for a named kernel family (hardware.calibrate.moe_curve_subsets)."""
+    return weight_dtype if kernel == "default" else f"{weight_dtype}_{kernel}"
 
 
 def list_calibrations() -> list[str]:
