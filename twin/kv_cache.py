@@ -27,8 +27,8 @@ class BlockPool:
 
     The free queue is a list of block ids read from ``_head`` on, with lazy removal: taking a free block
     out of the middle (a cache hit) only counts its entry as dead (``_dead``); ``allocate`` drops dead
-    entries as it meets them at the head. A block's live entry, if any, is its newest one, so its dead entries all lie ahead of
-    it: the first entry met with a zero dead count is live. The order of live entries is the LRU order
+    entries as it meets them at the head. A block's live entry, if any, is its newest one, so its dead
+    entries all lie ahead of it: the first entry met with a zero dead count is live. The order of live entries is the LRU order
     an ordered dictionary would keep (vLLM's doubly linked free list), at a fraction of the cost per block.
     """
 
@@ -211,17 +211,20 @@ class BlockPool:
         self._num_queued += len(freed)
 
     def cache(self, block: int, key: int) -> None:
-        """Register a computed full block under its key (a block already holding the key wins)."""
-        self.cache_run((key,), (block,))
+        """Register a computed full block under its key (a block already holding the key wins).
+
+        One dictionary access for "not cached yet, so cache it": setdefault stores ``block`` and returns
+        that very object only when ``key`` was absent. (Were ``key`` held by a block equal to ``block``,
+        that block would hold ``key``; but ``block`` holds no key.)"""
+        if self.block_key[block] is None and self.cached.setdefault(key, block) is block:
+            self.block_key[block] = key
 
     def cache_run(self, keys: Iterable[int], blocks: Iterable[int]) -> None:
-        """:meth:`cache` for each (key, block) pair in turn: a request registers its full blocks in runs."""
+        """:meth:`cache` for each (key, block) pair in turn, inlined: a request registers its full blocks in
+        runs, once per prompt block."""
         block_key = self.block_key
         setdefault = self.cached.setdefault
         for key, block in zip(keys, blocks):
-            # One dictionary access for "not cached yet, so cache it": setdefault stores ``block`` and returns
-            # that very object only when ``key`` was absent. (Were ``key`` held by a block equal to ``block``,
-            # that block would hold ``key``; but ``block`` holds no key.)
             if block_key[block] is None and setdefault(key, block) is block:
                 block_key[block] = key
 
@@ -429,11 +432,8 @@ class KVCacheManager:
         rid = req.id
         done = self._num_hashed[rid]
         if full > done:
-            if full == done + 1:  # a decode filled its last block: BlockPool.cache_run for one pair, inlined
-                pool = self.pool
-                key, block = req.block_keys[done], self.req_blocks[rid][done]
-                if pool.block_key[block] is None and pool.cached.setdefault(key, block) is block:
-                    pool.block_key[block] = key
+            if full == done + 1:  # a decode filled its last block
+                self.pool.cache(self.req_blocks[rid][done], req.block_keys[done])
             else:
                 self.pool.cache_run(req.block_keys[done:full], self.req_blocks[rid][done:full])
             self._num_hashed[rid] = full

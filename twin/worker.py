@@ -192,10 +192,6 @@ class Worker:
         return len(self.sched.kv.get_computed_blocks(req)) * self.sched.kv.block_size
 
     # ---------------------------------------------------------------------------------------- process
-    def step_cost(self, shape: BatchShape) -> StepPrice:
-        """The step's term vector and duration."""
-        return self.prices.step_cost(shape)
-
     def _run(self) -> ProcessGen:
         env = self.env
         sched = self.sched
@@ -275,13 +271,12 @@ class Worker:
         self._costed = run.extend(len(run.ends) + self._segment)
         self._segment_end(run.ends[self._costed - 1] - now)
 
-    def _segment_end(self, delay_ns: int) -> StepEnd:
-        """The end of a run's costed segment, handled by a callback (instead of waiting on ``end | wake``:
-        a condition event per segment costs more than the segment's steps)."""
+    def _segment_end(self, delay_ns: int) -> None:
+        """Arm the end of a run's costed segment, handled by a callback (instead of waiting on ``end |
+        wake``: a condition event per segment costs more than the segment's steps)."""
         end = StepEnd(self.env, delay_ns, self.priority)
         end.callbacks.append(self._on_segment_end)  # type: ignore[union-attr]
         self._armed = end
-        return end
 
     def _on_segment_end(self, end: simpy.Event) -> None:
         """A segment ended: cost the next, twice as long, or after the run's last step wake the worker.
