@@ -216,13 +216,17 @@ def _inferencemax_disagg_row(row: dict[str, str]) -> bool:
     return row["mode"].strip() == "disagg" and "measured=" in source and "image=" in source
 
 
+_MEASURED = re.compile(r"measured=(\d{4}-\d\d-\d\d)(T[0-9:.]+Z)?")
+"""The measurement stamp in ``silicon_data_source``: a date, and the time of day where the export has it."""
+
+
 def _measured_at(row: dict[str, str]) -> datetime:
     """The row's measurement time; a date-only stamp (the 2026_04_06 export's T00:00:00.000Z, which repeats
     runs the 2026_03_25 export stamps with their start time) stands for the end of that day."""
-    text = re.search(r"measured=([0-9T:.\-]+Z)", row["silicon_data_source"])
-    if text is None:
+    m = _MEASURED.search(row["silicon_data_source"])
+    if m is None or m.group(2) is None:
         raise Skip("silicon_data_source has no measured=<ISO time>")
-    at = datetime.fromisoformat(text.group(1).replace("Z", "+00:00"))
+    at = datetime.fromisoformat(m.group(1) + m.group(2).replace("Z", "+00:00"))
     if at.time() == time(0):
         at += timedelta(days=1, seconds=-1)
     return at
@@ -257,15 +261,14 @@ def _inferencemax_disagg(row: dict[str, str], sides: dict[str, Parallel], isl: i
     key, at = _disagg_key(row), _measured_at(row)
     versions = [v for v in _disagg_configs().get(key, [])
                 if datetime.fromisoformat(v["committed"]) <= at]
-    if not versions:
-        notes.append(f"no InferenceMAX config matched ({key} has no version before {at:%Y-%m-%d %H:%M}Z): "
-                     "1 prefill + 1 decode worker assumed")
-        return sides, 1, 1
-    version = versions[-1]
-    found = [e for e in version["entries"] if (e["isl"], e["osl"]) == (isl, osl)
-             and conc in (e["row_concurrency"] or [])
-             and all(e[s]["tp"] == sides[s].gpus and e[s]["ep"] == sides[s].ep for s in ("prefill", "decode"))]
-    where = f"{key} @ {version['commit'][:9]}"
+    found: list[dict[str, Any]] = []
+    where = f"{key} has no version before {at:%Y-%m-%d %H:%M}Z"
+    if versions:
+        version = versions[-1]
+        found = [e for e in version["entries"] if (e["isl"], e["osl"]) == (isl, osl)
+                 and conc in (e["row_concurrency"] or [])
+                 and all(e[s]["tp"] == sides[s].gpus and e[s]["ep"] == sides[s].ep for s in ("prefill", "decode"))]
+        where = f"{key} @ {version['commit'][:9]}"
     if not found:
         notes.append(f"no InferenceMAX config matched ({where}, {isl}/{osl}, concurrency {conc}): "
                      "1 prefill + 1 decode worker assumed")
@@ -349,10 +352,11 @@ def row_spec(row: dict[str, str]) -> RowSpec:
                 raise Skip(f"pipeline parallelism ({side}_pp_size > 1) is not modelled")
             sides[side] = _parallel(row, f"{side}_", notes, per_rank=None, total=None)
         pw, dw = _int(row, "prefill_num_workers", 0), _int(row, "decode_num_workers", 0)
-        if (not pw or not dw) and _inferencemax_disagg_row(row):
-            sides, pw, dw = _inferencemax_disagg(row, sides, isl, osl, conc, notes)
-        elif not pw or not dw:
-            notes.append("worker counts not in the row: 1 prefill + 1 decode worker assumed")
+        if not pw or not dw:
+            if _inferencemax_disagg_row(row):
+                sides, pw, dw = _inferencemax_disagg(row, sides, isl, osl, conc, notes)
+            else:
+                notes.append("worker counts not in the row: 1 prefill + 1 decode worker assumed")
         return RowSpec(mode=mode, concurrency=conc, prefill=sides["prefill"], decode=sides["decode"],
                        prefill_workers=pw or 1, decode_workers=dw or 1,
                        prefill_batch=_int(row, "prefill_batch_size", 0), decode_batch=_int(row, "decode_batch_size", 0),
@@ -495,7 +499,7 @@ def _inferencemax_kv(spec: "RowSpec") -> dict[str, Any]:
 
 def _measured(row: dict[str, str]) -> str:
     """The measurement date (YYYY-MM-DD) named in ``silicon_data_source``, or ''."""
-    m = re.search(r"measured=(\d{4}-\d\d-\d\d)", row.get("silicon_data_source", ""))
+    m = _MEASURED.search(row.get("silicon_data_source", ""))
     return m.group(1) if m else ""
 
 
