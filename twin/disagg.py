@@ -20,7 +20,6 @@ import attrs
 import numpy as np
 import simpy
 
-from hardware import CostModel
 from twin.config import RouterSpec, SystemSpec, TransferConfig, TwinConfig, positive
 from twin.errors import ConfigError
 from twin.kv_cache import cdiv
@@ -67,12 +66,12 @@ class DecodeWorker(Worker):
     """A decode worker: its pull queue is served at every step boundary, before scheduling."""
 
     def __init__(self, system: DisaggSystem, env: simpy.Environment, wid: int, scheduler: Scheduler,
-                 cost: CostModel, on_done: Callable[[Request], None], prices: StepPrices | None = None) -> None:
+                 prices: StepPrices, on_done: Callable[[Request], None]) -> None:
         self.system = system
         self.pull_queue: deque[_Pending] = deque()
         self.pulls_in_flight = 0
-        super().__init__(env, wid, scheduler, cost, on_done, before_schedule=self.start_pulls,
-                         fast_forward_steps=fast_forward_steps(system.config), prices=prices)
+        super().__init__(env, wid, scheduler, prices, on_done, before_schedule=self.start_pulls,
+                         fast_forward_steps=fast_forward_steps(system.config))
 
     def quiet(self) -> bool:
         return not self.pull_queue
@@ -104,20 +103,20 @@ class DisaggSystem:
         self._layers = self.p_dep.layers_per_gpu
         p_blocks = kv_blocks(config, self.p_dep, spec.prefill.num_blocks)
         d_blocks = kv_blocks(config, self.d_dep, spec.decode.num_blocks)
-        p_cost, d_cost = cost_model(config, self.p_dep), cost_model(config, self.d_dep)
-        p_prices, d_prices = StepPrices(p_cost), StepPrices(d_cost)
+        p_prices = StepPrices(cost_model(config, self.p_dep))
+        d_prices = StepPrices(cost_model(config, self.d_dep))
         self.prefill = [
             Worker(env, i, build_scheduler(config, p_blocks, self.p_dep, max_num_seqs=spec.prefill.max_num_seqs,
                                            max_num_batched_tokens=spec.prefill.max_num_batched_tokens,
-                                           retain_finished_kv=True), p_cost, self._prefill_done,
-                   fast_forward_steps=fast_forward_steps(config), prices=p_prices)
+                                           retain_finished_kv=True), p_prices, self._prefill_done,
+                   fast_forward_steps=fast_forward_steps(config))
             for i in range(spec.prefill.workers)]
         base = spec.prefill.workers
         self.decode = [
             DecodeWorker(self, env, base + i,
                          build_scheduler(config, d_blocks, self.d_dep, max_num_seqs=spec.decode.max_num_seqs,
                                          max_num_batched_tokens=spec.decode.max_num_batched_tokens),
-                         d_cost, self._decode_done, d_prices)
+                         d_prices, self._decode_done)
             for i in range(spec.decode.workers)]
         self.workers: list[Worker] = [*self.prefill, *self.decode]
         self.prefill_router: Router = config.router.build()  # type: ignore[attr-defined]

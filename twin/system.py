@@ -141,10 +141,9 @@ class Colocated(SystemSpec):
 
         dep = make_deployment(config, self.tp, ep=self.ep, attention_dp=self.attention_dp)
         blocks = kv_blocks(config, dep)
-        cm = cost_model(config, dep)
-        prices = StepPrices(cm)
-        workers = [Worker(env, wid, build_scheduler(config, blocks, dep), cm, on_done,
-                          fast_forward_steps=fast_forward_steps(config), prices=prices)
+        prices = StepPrices(cost_model(config, dep))
+        workers = [Worker(env, wid, build_scheduler(config, blocks, dep), prices, on_done,
+                          fast_forward_steps=fast_forward_steps(config))
                    for wid in range(self.replicas)]
         return ColocatedSystem(workers, config.router.build())  # type: ignore[attr-defined]
 

@@ -131,22 +131,21 @@ class StepPrices:
 class Worker:
     """One serving instance (a colocated engine: prefill and decode share its batches)."""
 
-    def __init__(self, env: simpy.Environment, wid: int, scheduler: Scheduler, cost_model: CostModel,
+    def __init__(self, env: simpy.Environment, wid: int, scheduler: Scheduler, prices: StepPrices,
                  on_done: Callable[[Request], None], before_schedule: Callable[[], None] | None = None,
-                 fast_forward_steps: int = 0, prices: StepPrices | None = None) -> None:
+                 fast_forward_steps: int = 0) -> None:
         self.env = env
         self.wid = wid
         self.sched = scheduler
-        self.cost_model = cost_model
+        self.prices = prices
+        """Step prices of the worker's cost model (one table shared by the workers built on that model)."""
         self.on_done = on_done
         self.before_schedule = before_schedule
         """Called at every step boundary before scheduling (a decode worker starts its pulls there)."""
         self.fast_forward_steps = fast_forward_steps
         """Most decode steps planned in one jump (0 or 1: step by step)."""
         self.priority = LATE + wid
-        self.ledger = Ledger(tuple(cost_model.term_names))
-        self.prices = prices if prices is not None else StepPrices(cost_model)
-        """Step prices of ``cost_model`` (a table shared with the other workers built on it, if given)."""
+        self.ledger = Ledger(tuple(prices.cost_model.term_names))
         self.blocked = False
         """True while the worker has work but could schedule none of it (reported by the stall detector)."""
         self.run: DecodeRun | None = None
