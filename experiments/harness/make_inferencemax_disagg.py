@@ -87,19 +87,20 @@ def versions(repo: str, key: str) -> list[dict[str, Any]]:
     log = git(repo, "log", "--reverse", "--format=%H %cI", f"--since={SINCE}", f"--until={UNTIL}", "--", PATH)
     first = git(repo, "log", "-1", "--format=%H %cI", f"--before={SINCE}", "--", PATH).split()
     out: list[dict[str, Any]] = []
+    # the latest kept version's entries without their line numbers (a move alone is no new version)
+    last: list[dict[str, Any]] | None = None
     for line in [" ".join(first)] + log.splitlines():
         commit, date = line.split()
-        found = entries(git(repo, "show", f"{commit}:{PATH}"), commit, key)
+        text = git(repo, "show", f"{commit}:{PATH}")
+        found = entries(text, commit, key)
         if found is None:
             continue
         strip = [{k: v for k, v in e.items() if k != "source"} for e in found]
-        if out and out[-1]["_strip"] == strip:
+        if strip == last:
             continue
-        block = yaml.safe_load(git(repo, "show", f"{commit}:{PATH}"))[key]
-        out.append({"commit": commit, "committed": date, "image": block.get("image"), "entries": found,
-                    "_strip": strip})
-    for v in out:
-        del v["_strip"]
+        last = strip
+        block = yaml.safe_load(text)[key]
+        out.append({"commit": commit, "committed": date, "image": block.get("image"), "entries": found})
     return out
 
 
