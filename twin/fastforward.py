@@ -17,6 +17,7 @@ token).
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Iterable, Protocol
 
 import numpy as np
@@ -69,12 +70,12 @@ class DecodeRun:
         prices = self.pricer.decode_costs(n, range(first.sum_kv + max(done, 1) * n, first.sum_kv + m * n, n))
         if done == 0:
             prices.insert(0, self.pricer.step_cost(first))
-        ends = self.ends
-        for terms, d in prices:
-            self.terms.append(terms)
-            self.ns.append(d)
-            t += d
-            ends.append(t)
+        ns = [d for _, d in prices]
+        self.terms += [terms for terms, _ in prices]
+        self.ns += ns
+        ends = accumulate(ns, initial=t)  # each step ends its duration after the previous one
+        next(ends)
+        self.ends += ends
         return m
 
     def truncate(self, k: int) -> None:
