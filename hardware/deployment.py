@@ -20,7 +20,7 @@ from hardware.model import ModelSpec
 ACT_BYTES = 2          # activations are BF16
 LOGIT_BYTES = 4        # the sampler works on FP32 logits
 CONV_STATE_BYTES = 2   # Mamba / GDN convolution state is kept in the activation dtype
-MOE_KERNELS = ("default", "marlin")
+MOE_KERNELS = ("default", "marlin", "deepgemm")
 
 
 def _pos(inst: object, attr: "attrs.Attribute[int]", value: int) -> None:
@@ -61,15 +61,19 @@ class Deployment:
     kv_dtype: str = attrs.field(
         default=attrs.Factory(lambda self: self.model.default_kv_dtype, takes_self=True))
     moe_kernel: str = "default"
-    """Routed-expert kernel family: ``default`` (the engine's own kernel for the weight format) or
-    ``marlin`` (weight-only Marlin, e.g. vLLM with VLLM_MXFP4_USE_MARLIN=1); priced with that family's
-    fitted curve (Calibration.moe_for)."""
+    """Routed-expert kernel family: ``default`` (the engine's own kernel for the weight format),
+    ``marlin`` (weight-only Marlin, e.g. vLLM with VLLM_MXFP4_USE_MARLIN=1; priced with that family's
+    fitted curve, Calibration.moe_for) or ``deepgemm`` (block-FP8 only: DeepGEMM's contiguous-layout grouped
+    GEMM as vLLM's DeepGemmExperts launches it, over the worst-case padded row count whatever the batch;
+    priced with the engine's block-FP8 GEMM curve, hardware.kernels.deepgemm_moe_s)."""
 
     def __attrs_post_init__(self) -> None:
         check_dtype("weight_dtype", self.weight_dtype, WEIGHT_DTYPES)
         check_dtype("kv_dtype", self.kv_dtype, KV_DTYPES)
         if self.moe_kernel not in MOE_KERNELS:
             raise ValueError(f"moe_kernel must be one of {', '.join(MOE_KERNELS)}, got {self.moe_kernel!r}")
+        if self.moe_kernel == "deepgemm" and self.weight_dtype != "fp8_block":
+            raise ValueError(f"moe_kernel deepgemm runs block-FP8 weights only, got weight_dtype {self.weight_dtype!r}")
         m = self.model
         if m.num_heads % self.tp:
             raise ValueError(f"tp={self.tp} does not divide {m.name}'s {m.num_heads} attention heads")

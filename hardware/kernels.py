@@ -60,6 +60,36 @@ def moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, topk: int, n
     return roof.time_s(flops, nbytes, pairs / touched if touched > 0 else 0.0, peak_flops, bw_Bps)
 
 
+DEEPGEMM_M_ALIGN = 128
+"""Rows per expert segment in DeepGEMM's contiguous grouped layout on SM90 (deep_gemm
+get_m_alignment_for_contiguous_layout(), which vLLM's DeepGemmExperts aligns each expert's rows to)."""
+
+
+def deepgemm_moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, topk: int, num_experts: int,
+                   ep: int, mats: int, w_bytes_per_elem: float, peak_flops: float, bw_Bps: float) -> float:
+    """Routed experts as vLLM's DeepGemmExperts runs them: two m-grouped contiguous FP8 GEMMs over
+    M_sum = round_up(tokens x topk + local_experts x (align - 1), align) rows, the worst case vLLM sizes the
+    layout to when the per-expert counts are not on the CPU (deep_gemm_utils.compute_aligned_M). The
+    kernel walks every 128-row block of M_sum (padding blocks skip the MMAs but still run the K loop), so
+    its time does not follow the batch: priced as a dense GEMM of M_sum rows with the block-FP8 GEMM curve
+    `roof` (fitted on DeepGEMM / CUTLASS rows at m >= 512), weights of the touched experts read once. An
+    approximation both ways: a compute-bound step whose M_sum is mostly padding (prefill under EP, where the
+    other ranks' pairs are padding too) is over-priced, and the walk over padding blocks is priced by FLOPs,
+    not by its own (unmeasured) rate."""
+    if tokens <= 0:
+        return 0.0
+    local = -(-num_experts // ep)
+    align = DEEPGEMM_M_ALIGN
+    m_sum = -(-(tokens * topk + local * (align - 1)) // align) * align
+    touched = experts_touched(tokens, topk, num_experts, local)
+    total = 0.0
+    for n, k in (((mats - 1) * inter, width), (width, inter)):
+        flops = 2.0 * m_sum * n * k
+        nbytes = touched * n * k * w_bytes_per_elem + m_sum * (n + k) * ACT_BYTES
+        total += roof.time_s(flops, nbytes, m_sum, peak_flops, bw_Bps, roof.width_factor(n, k))
+    return total
+
+
 def allreduce_s(coll: Collective, *, nbytes: float, gpus: int, link_Bps: float, eager: bool = False) -> float:
     """Ring all-reduce, alpha-beta: alpha + 2 (g-1)/g x bytes / (link x efficiency)."""
     if gpus <= 1:

@@ -78,9 +78,11 @@ class ModelConfig:
 @attrs.frozen(kw_only=True)
 class EngineConfig:
     name: str = attrs.field(default="vllm", validator=_known("engine", "list_engines"))
-    moe_kernel: str = attrs.field(default="default", validator=one_of("default", "marlin"))
-    """Routed-expert kernel family: ``default`` (the engine's own kernel for the weight format) or ``marlin``
-    (weight-only Marlin: vLLM with VLLM_MXFP4_USE_MARLIN=1, or on GPUs without native FP8 / FP4)."""
+    moe_kernel: str = attrs.field(default="default", validator=one_of("default", "marlin", "deepgemm"))
+    """Routed-expert kernel family: ``default`` (the engine's own kernel for the weight format), ``marlin``
+    (weight-only Marlin: vLLM with VLLM_MXFP4_USE_MARLIN=1, or on GPUs without native FP8 / FP4) or
+    ``deepgemm`` (block-FP8 weights: vLLM's DeepGemmExperts, DeepGEMM's contiguous grouped GEMM over the
+    worst-case padded rows; hardware.kernels.deepgemm_moe_s)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -36,7 +36,7 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
                          **parallel, **dtypes)  # type: ignore[arg-type]
     except (ValueError, TypeError, NotImplementedError) as exc:
         raise ConfigError("system", str(exc)) from None
-    if dep.model.is_moe and dep.moe_kernel != "default":
+    if dep.model.is_moe and dep.moe_kernel not in ("default", "deepgemm"):
         try:
             calibration_for_engine(dep.engine.name).moe_for(dep.weight_dtype, dep.moe_kernel)
         except ValueError as exc:

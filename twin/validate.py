@@ -561,6 +561,42 @@ def harness_moe_kernel(row: dict[str, str], spec: "RowSpec", proto: Protocol) ->
     return "default"
 
 
+HOPPER = ("h100_sxm", "h100_pcie", "h200_sxm")
+
+
+def engine_moe_kernel(row: dict[str, str], spec: "RowSpec") -> str:
+    """The routed-expert kernel the row's engine version picks by default (``default``: the engine profile's).
+
+    vLLM 0.12 on Hopper with block-FP8 experts runs DeepGEMM's contiguous grouped GEMM at every batch size,
+    decode included (vllm-project/vllm at the 0.12 line):
+    * quantization/fp8.py get_fp8_moe_backend: block-quantized weights on SM90 with VLLM_USE_DEEP_GEMM and
+      VLLM_MOE_USE_DEEP_GEMM (both default on) and deep_gemm installed -> Fp8MoeBackend.DEEPGEMM; only
+      "TP size >= 8" turns it off by default (PR #29346, merged 2025-11-24; before it, not even that);
+    * utils/deep_gemm.py is_deep_gemm_e8m0_used() is true on Hopper by default since PR #26197 ("Enable E8M0
+      by Default on Hopper for DeepGEMM", Oct 2025), so TritonOrDeepGemmExperts picks DeepGemmExperts for
+      any M (``is_deep_gemm_e8m0_used() or _valid_deep_gemm(...)``: the M >= 128 shape test that would send
+      decode to Triton is short-circuited);
+    * fused_moe/deep_gemm_utils.py compute_aligned_M sizes the layout to M x topk + local_experts x 127 rows
+      when the per-expert counts are not on the CPU (no EP all-to-all), and DeepGEMM's SM90 contiguous
+      kernel walks every 128-row block of it (is_computation_valid only skips the MMAs of padding blocks).
+    The serving images carry DeepGEMM (ai-dynamo/dynamo container/deps/vllm/install_vllm.sh installs it with
+    vLLM's tools/install_deepgemm.sh). Applied to vLLM 0.12.x rows with block-FP8 experts on Hopper with
+    fewer than 8 GPUs per engine (both readings of the TP >= 8 rule, attention TP or the MoE group, agree
+    there). Later versions reorder the backend choice (Triton first for pure TP on Hopper in the vLLM 0.24
+    opdb tables) and are not changed here.
+    """
+    import hardware
+
+    if spec.backend != "vllm" or not row.get("backend_version", "").strip().startswith("0.12."):
+        return "default"
+    if spec.weight_dtype != "fp8_block" or spec.gpu not in HOPPER or not hardware.load_model(spec.model).is_moe:
+        return "default"
+    pars = [spec.agg] if spec.mode == "agg" else [spec.prefill, spec.decode]
+    if any(p is None or p.gpus >= 8 for p in pars):
+        return "default"
+    return "deepgemm"
+
+
 # Disaggregated rows of no known harness: Dynamo's own benchmark driver (benchmarks/utils/aiperf.py) sends
 # max(3 x concurrency, 10) requests of fixed length.
 DYNAMO = Protocol("dynamo-aiperf", 1.0, 3)
@@ -616,6 +652,8 @@ def row_config(row: dict[str, str], *, waves: int | None = None) -> dict[str, An
     if limits:
         cfg["scheduler"] = limits
     kernel = harness_moe_kernel(row, spec, proto)
+    if kernel == "default":
+        kernel = engine_moe_kernel(row, spec)
     if kernel != "default":
         cfg["engine"]["moe_kernel"] = kernel
     kv = harness_kv(row, spec, proto)

@@ -292,3 +292,45 @@ def test_moe_kernel_family_changes_only_the_routed_expert_term() -> None:
     with pytest.raises(ValueError, match="no marlin MoE curve for fp4 weights"):
         CostModel(Deployment(gpu=load_gpu("h100_sxm"), model=load_model("openai/gpt-oss-20b"), engine=SERIAL,
                              weight_dtype="fp4", moe_kernel="marlin"), calibration=CAL)
+
+
+def test_deepgemm_moe_prices_the_padded_contiguous_layout() -> None:
+    """moe_kernel deepgemm (vLLM's DeepGemmExperts): two grouped GEMMs over the worst-case padded rows
+    M_sum = round_up(T x topk + local_experts x 127, 128), priced with the block-FP8 GEMM curve, so a decode
+    step of 1 or 16 tokens costs nearly the same; only the routed-expert term changes; block-FP8 only."""
+    from hardware import kernels
+
+    fp8 = Roofline(compute_eff=0.5, mem_eff=0.8, floor_s=5e-6)
+    cal = attrs.evolve(CAL, gemm={"bf16": GEMM, "fp8_block": fp8}, moe={"bf16": GEMM, "fp8_block": GEMM})
+    gpu, model = load_gpu("h200_sxm"), load_model("Qwen/Qwen3-235B-A22B-FP8")   # 128 experts, top-8, 4096 x 1536
+    peak, bw = gpu.flops_for("fp8"), gpu.hbm_bw_Bps
+
+    def hand(tokens: int, tp: int, ep: int) -> float:
+        local, inter = 128 // ep, 1536 // tp
+        m_sum = -(-(tokens * 8 + local * 127) // 128) * 128
+        touched = kernels.experts_touched(tokens, 8, 128, local)
+        return sum(fp8.time_s(2.0 * m_sum * n * k, touched * n * k + m_sum * (n + k) * 2, m_sum, peak, bw)
+                   for n, k in ((2 * inter, 4096), (4096, inter)))
+
+    def moe(tokens: int, tp: int = 2, ep: int = 1) -> float:
+        return kernels.deepgemm_moe_s(fp8, tokens=tokens, width=4096, inter=1536 // tp, topk=8, num_experts=128,
+                                      ep=ep, mats=3, w_bytes_per_elem=1.0, peak_flops=peak, bw_Bps=bw)
+
+    assert moe(16) == pytest.approx(hand(16, 2, 1)) and moe(16, ep=2) == pytest.approx(hand(16, 2, 2))
+    assert moe(1) == pytest.approx(moe(16), rel=0.02)            # M_sum is 16,384 rows for both
+    assert moe(4000) > 2 * moe(16) and moe(0) == 0.0
+
+    def ledger(kernel: str) -> CostModel:
+        d = Deployment(gpu=gpu, model=model, engine=SERIAL, tp=2, weight_dtype="fp8_block", moe_kernel=kernel)
+        return CostModel(d, calibration=cal, cuda_graph=False)
+
+    shape = BatchShape.from_requests([1] * 16, [2000] * 16)
+    base, dg = ledger("default").step_cost(shape), ledger("deepgemm").step_cost(shape)
+    triton = kernels.moe_s(GEMM, tokens=16, width=4096, inter=768, topk=8, num_experts=128, ep=1, mats=3,
+                           w_bytes_per_elem=1.0, peak_flops=peak, bw_Bps=bw)
+    # the router GEMM stays in the term; the routed experts swap the fitted MoE curve for the padded layout
+    assert dg.terms["moe_experts"] - base.terms["moe_experts"] == pytest.approx(94 * (hand(16, 2, 1) - triton))
+    assert {k: v for k, v in base.terms.items() if k != "moe_experts"} == \
+        {k: v for k, v in dg.terms.items() if k != "moe_experts"}
+    with pytest.raises(ValueError, match="deepgemm runs block-FP8 weights only"):
+        Deployment(gpu=gpu, model=model, engine=SERIAL, tp=2, weight_dtype="bf16", moe_kernel="deepgemm")

@@ -242,6 +242,27 @@ def test_vllm_gpt_oss_runs_of_the_marlin_script_price_marlin_experts() -> None:
     assert cfg("2026-03-27T08:01:51Z", backend="trtllm")["engine"] == {"name": "trtllm"}
 
 
+def test_vllm_012_block_fp8_moe_on_hopper_runs_deepgemm_experts() -> None:
+    """vLLM 0.12 picks the DeepGEMM FP8 MoE backend on Hopper below TP 8 and, with E8M0 scales on by
+    default, runs DeepGemmExperts at every batch size (engine_moe_kernel's sources); other versions,
+    engines, GPUs, dense models and 8-GPU engines keep the default MoE kernel."""
+    def cfg(**kw: str) -> dict:
+        base = dict(model_path="Qwen/Qwen3-235B-A22B-FP8", system="h200_sxm", backend_version="0.12.0",
+                    precision="fp8", gemm_quant_mode="fp8", moe_quant_mode="fp8", tp_size="2", moe_tp_size="2",
+                    moe_ep_size="1", isl="1000", osl="100", batch_size="16",
+                    silicon_data_source="source_file=x.csv; silicon_concurrency=16")
+        base.update(kw)
+        return row_config(row(**base))
+    assert cfg()["engine"] == {"name": "vllm", "moe_kernel": "deepgemm"}
+    assert cfg(tp_size="1", moe_tp_size="2")["engine"]["moe_kernel"] == "deepgemm"       # DP 2 x TP 1
+    assert cfg(moe_tp_size="1", moe_ep_size="2")["engine"]["moe_kernel"] == "deepgemm"    # EP over the TP group
+    assert cfg(backend_version="0.18.0")["engine"] == {"name": "vllm"}
+    assert cfg(backend="sglang", backend_version="0.5.6.post2")["engine"] == {"name": "sglang"}
+    assert cfg(tp_size="8", moe_tp_size="8")["engine"] == {"name": "vllm"}
+    assert cfg(system="b200_sxm")["engine"] == {"name": "vllm"}
+    assert cfg(model_path="Qwen/Qwen3-32B", moe_tp_size="", moe_ep_size="")["engine"] == {"name": "vllm"}
+
+
 def _side(workers: int, tp: int, ep: int, dp_attn: bool) -> dict[str, object]:
     return {"num_worker": workers, "tp": tp, "ep": ep, "dp_attn": dp_attn, "additional_settings": []}
 
