@@ -245,31 +245,3 @@ def test_host_tier_demotes_evicted_prefix_and_loads_it_back(tmp_path):
     assert round((t["first_token_s"][2] - t["first_scheduled_s"][2]) * 1e9) == step + load_ns
     assert res.ledger["worker0"]["terms_s"]["kv_host_load"] == pytest.approx(load_ns / 1e9)
     assert res.summary["prefix_cache"]["host_hit_tokens"] == 144
-
-
-def test_a_run_restores_the_gc_thresholds_and_leaves_its_survivors_in_the_oldest_generation():
-    import gc
-
-    gc.collect()
-    saved = gc.get_threshold()
-    res = run(small_config())
-    assert gc.get_threshold() == saved
-    assert gc.get_freeze_count() == 0
-    # Nothing the run made waits in the young generations for a walk (only what collect() made since).
-    assert len(gc.get_objects(generation=0)) + len(gc.get_objects(generation=1)) < 1000
-    assert res.summary["requests"]["completed"] == 40
-
-
-def test_a_run_leaves_objects_the_caller_froze_frozen():
-    import gc
-
-    gc.collect()
-    marker: list[object] = [object()]
-    gc.freeze()
-    try:
-        run(small_config())
-        assert gc.get_freeze_count() > 0
-        assert not any(obj is marker for obj in gc.get_objects())  # still in the permanent generation
-    finally:
-        gc.unfreeze()
-    assert any(obj is marker for obj in gc.get_objects())
