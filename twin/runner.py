@@ -50,14 +50,6 @@ def _roomy_gc() -> Iterator[None]:
     try:
         yield
     finally:
-        if not gc.get_freeze_count():
-            # The run's survivors (requests, block tables, results) all sit in the young generations:
-            # with the thresholds restored, the next allocation would set off a collection that walks
-            # them all (0.3 s after a 10,000-request run) to find nothing. Move them to the oldest
-            # generation without walking them (freeze, then unfreeze: both only splice lists), where the
-            # next full collection sees them as it would have. Skipped when the caller froze objects.
-            gc.freeze()
-            gc.unfreeze()
         gc.set_threshold(*saved)
 
 
