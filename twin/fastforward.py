@@ -17,7 +17,6 @@ token).
 
 from __future__ import annotations
 
-from itertools import accumulate
 from typing import Iterable, Protocol
 
 import numpy as np
@@ -70,12 +69,12 @@ class DecodeRun:
         prices = self.pricer.decode_costs(n, range(first.sum_kv + max(done, 1) * n, first.sum_kv + m * n, n))
         if done == 0:
             prices.insert(0, self.pricer.step_cost(first))
-        ns = [d for _, d in prices]
-        self.terms += [terms for terms, _ in prices]
-        self.ns += ns
-        ends = accumulate(ns, initial=t)  # each step ends its duration after the previous one
-        next(ends)
-        self.ends += ends
+        ends = self.ends
+        for terms, d in prices:
+            self.terms.append(terms)
+            self.ns.append(d)
+            t += d
+            ends.append(t)
         return m
 
     def truncate(self, k: int) -> None:

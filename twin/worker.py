@@ -112,21 +112,20 @@ class StepPrices:
         memo = self._decode_prices.get(n)
         if memo is None:
             memo = self._decode_prices[n] = {}
-        sum_kvs = list(sum_kvs)  # distinct sizes (a range)
-        out: list[StepPrice | None] = list(map(memo.get, sum_kvs))
-        if None in out:
-            for i, sum_kv in enumerate(sum_kvs):
-                if out[i] is not None:
-                    continue
+        out = []
+        for sum_kv in sum_kvs:
+            hit = memo.get(sum_kv)
+            if hit is None:
                 terms, ns = self.cost_model.decode_step(n, sum_kv)
-                hit = out[i] = (np.array(terms, dtype=np.float64), ns)
+                hit = (np.array(terms, dtype=np.float64), ns)
                 if self._num_decode_prices >= _MEMO_LIMIT:
                     self._decode_prices = {n: memo}
                     memo.clear()
                     self._num_decode_prices = 0
                 memo[sum_kv] = hit
                 self._num_decode_prices += 1
-        return out  # type: ignore[return-value]  # every None was priced
+            out.append(hit)
+        return out
 
 
 class Worker:
