@@ -582,8 +582,22 @@ def engine_moe_kernel(row: dict[str, str], spec: "RowSpec") -> str:
     The serving images carry DeepGEMM (ai-dynamo/dynamo container/deps/vllm/install_vllm.sh installs it with
     vLLM's tools/install_deepgemm.sh). Applied to vLLM 0.12.x rows with block-FP8 experts on Hopper with
     fewer than 8 GPUs per engine (both readings of the TP >= 8 rule, attention TP or the MoE group, agree
-    there). Later versions reorder the backend choice (Triton first for pure TP on Hopper in the vLLM 0.24
-    opdb tables) and are not changed here.
+    there).
+
+    Later versions do not run DeepGEMM for these configurations by default (read from the v0.16.0 and v0.18.0
+    release sources on PyPI; the InferenceMAX MiniMax-M2.5 scripts set no VLLM_* variable and no
+    --moe-backend, and the vllm/vllm-openai images carry both DeepGEMM and FlashInfer, docker/Dockerfile
+    install_deepgemm.sh and flashinfer-cubin / flashinfer-jit-cache 0.6.3 resp. 0.6.6), so they keep the default:
+    * 0.16.0: fused_moe/oracle/fp8.py:154-166 tries AITER, FLASHINFER_TRTLLM, FLASHINFER_CUTLASS, DEEPGEMM, ...
+      in that order on every GPU (:317-338); FLASHINFER_TRTLLM is Blackwell-only (flashinfer_trtllm_moe.py:30-33)
+      and FlashInferExperts accepts block-FP8 on SM90
+      (flashinfer_cutlass_moe.py:121-125, device check :86-97), so Hopper block-FP8 MoE runs FlashInfer's
+      CUTLASS fused MoE, with or without EP (vllm issue #34249 reports it on 0.15.2rc1 H100; 0.18.0 below
+      reorders it). InferenceMAX MiniMax-M2.5 H200 TP4 (a36346339, no --enable-expert-parallel).
+    * 0.18.0: oracle/fp8.py:85-95 puts TRITON first on SM90 block-FP8 when ep_size == 1 and FLASHINFER_CUTLASS
+      first when ep_size > 1 (--enable-expert-parallel: ep_size = TP, fused_moe/config.py:1083-1124).
+      InferenceMAX MiniMax-M2.5 H100 TP4 / EP4 and H200 TP8 / EP8 (1d5cae141, 0f78cf4eb: both pass
+      --enable-expert-parallel) run FlashInfer CUTLASS.
     """
     import hardware
 

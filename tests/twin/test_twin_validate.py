@@ -263,6 +263,27 @@ def test_vllm_012_block_fp8_moe_on_hopper_runs_deepgemm_experts() -> None:
     assert cfg(model_path="Qwen/Qwen3-32B", moe_tp_size="", moe_ep_size="")["engine"] == {"name": "vllm"}
 
 
+
+def test_vllm_016_018_minimax_block_fp8_moe_keeps_default_kernel() -> None:
+    """The InferenceMAX vLLM MiniMax-M2.5 runs do not run DeepGEMM (engine_moe_kernel's sources): 0.16.0 tries
+    FlashInfer CUTLASS before DeepGEMM on Hopper block-FP8 (oracle/fp8.py:154-166), 0.18.0 puts FlashInfer
+    CUTLASS first with EP and Triton first without (oracle/fp8.py:85-95). H200 TP4 (0.16.0, no EP), H100
+    TP4 / EP4 and H200 TP8 / EP8 (0.18.0) keep the default MoE kernel."""
+    def cfg(**kw: str) -> dict:
+        base = dict(model_path="MiniMaxAI/MiniMax-M2.5", system="h200_sxm", backend_version="0.16.0",
+                    precision="fp8", gemm_quant_mode="fp8", moe_quant_mode="fp8", tp_size="4", moe_tp_size="4",
+                    moe_ep_size="1", isl="1024", osl="1024", batch_size="16",
+                    silicon_data_source="source_file=x.csv; silicon_concurrency=16")
+        base.update(kw)
+        return row_config(row(**base))
+    assert cfg()["model"]["weight_dtype"] == "fp8_block"
+    assert cfg()["engine"] == {"name": "vllm"}
+    assert cfg(system="h100_sxm", backend_version="0.18.0", moe_tp_size="1", moe_ep_size="4")["engine"] \
+        == {"name": "vllm"}
+    assert cfg(backend_version="0.18.0", tp_size="8", moe_tp_size="1", moe_ep_size="8")["engine"] \
+        == {"name": "vllm"}
+    assert cfg(backend_version="0.12.0")["engine"] == {"name": "vllm", "moe_kernel": "deepgemm"}
+
 def _side(workers: int, tp: int, ep: int, dp_attn: bool) -> dict[str, object]:
     return {"num_worker": workers, "tp": tp, "ep": ep, "dp_attn": dp_attn, "additional_settings": []}
 
