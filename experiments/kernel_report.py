@@ -19,8 +19,8 @@ from typing import Callable, Iterable
 import numpy as np
 
 from hardware import kernels, load_calibration, load_gpu
-from hardware.calibrate import (ENGINES, GEMM_DTYPES, GPUS, KV_BYTES, MOE_DTYPES, SSM_TABLES, gdn_rows,
-                                moe_kernel_family, read_table)
+from hardware.calibrate import (ENGINES, GEMM_DTYPES, GPUS, KV_BYTES, MOE_DTYPES, MOE_KERNEL_FAMILIES, SSM_TABLES,
+                                gdn_rows, moe_kernel_family, read_table)
 from hardware.calibration import Calibration, moe_curve_key
 from hardware.dtypes import COMPUTE_DTYPE, DTYPE_BYTES
 
@@ -106,6 +106,13 @@ def predict_moe(cal: Calibration, gpu: str, r: Row) -> float:
                          bw_Bps=g.hbm_bw_Bps)
 
 
+def _split_moe_format(cal: Calibration, moe_dtype: str) -> bool:
+    """True when the format's MoE table is fitted as more than one kernel family (its rows are then also
+    reported per family, e.g. ``moe[fp8_block:flashinfer]``)."""
+    dtype = MOE_DTYPES[moe_dtype]
+    return any(moe_curve_key(dtype, family) in cal.moe for family in MOE_KERNEL_FAMILIES)
+
+
 def predict_allreduce(cal: Calibration, gpu: str, r: Row) -> float:
     g = load_gpu(gpu)
     tag = r.get("backend", r.get("implementation", ""))
@@ -146,6 +153,9 @@ def report(data: Path, engines: Iterable[str]) -> list[dict[str, object]]:
                         fmt = r.get("gemm_dtype") or r.get("moe_dtype")
                         if fmt:
                             errs.setdefault(f"{name}[{fmt}]", []).append(e)
+                        if table == "moe_perf" and _split_moe_format(cal, r["moe_dtype"]):
+                            family = moe_kernel_family(r.get("kernel_source", ""))
+                            errs.setdefault(f"{name}[{fmt}:{family}]", []).append(e)
             for label, vals in errs.items():
                 a = np.array(vals)
                 out.append({"engine": engine, "table": label, "rows": len(a),

@@ -203,27 +203,44 @@ def gdn_features(rows: list[dict[str, str]]) -> tuple[np.ndarray, ...]:
     return flops, nbytes, M
 
 
+MOE_KERNEL_FAMILIES = ("marlin", "flashinfer")
+"""Named MoE kernel families an opdb ``kernel_source`` can belong to (every other kernel is ``default``)."""
+
+
 def moe_kernel_family(kernel_source: str) -> str:
-    """``marlin`` for the Marlin weight-only MoE kernels (w4a16: FP4 / INT4 weights dequantised to BF16 in
-    the GEMM), ``default`` for every other kernel of an opdb ``kernel_source``."""
-    return "marlin" if "marlin" in kernel_source.lower() else "default"
+    """The kernel family of an opdb MoE ``kernel_source``: ``marlin`` for the Marlin weight-only MoE kernels
+    (w4a16: FP4 / INT4 weights dequantised to BF16 in the GEMM), ``flashinfer`` for FlashInfer's CUTLASS
+    fused MoE (vLLM's FlashInferExperts, e.g. ``vllm_fp8moe_flashinfer_cutlass_flashinferexperts``),
+    ``default`` for every other kernel."""
+    src = kernel_source.lower()
+    for family in MOE_KERNEL_FAMILIES:
+        if family in src:
+            return family
+    return "default"
 
 
 def moe_curve_subsets(rows: list[dict[str, str]], dtype: str) -> dict[str, list[dict[str, str]]]:
     """The MoE rows of one weight format, by the calibration key their curve is fitted under.
 
-    A format timed with both Marlin and another kernel (vLLM's w4a16_mxfp4 table: OpenAI's triton_kernels
-    at gpt-oss's shape, Marlin at a 896-expert shape) gets two curves, ``dtype`` (the engine's default
-    kernel) and ``dtype + '_marlin'`` (moe_curve_key): one curve over both fits neither (at >= 4k tokens it
-    put Marlin at 0.44x and the Triton kernel at 1.07x its measured time). A format timed with one kernel
+    A format timed with more than one kernel family gets one curve per family: ``dtype`` for the engine's
+    default kernel (the rows of no named family) and ``dtype + '_' + family`` (moe_curve_key) for each named
+    family; one curve over both fits neither. vLLM's w4a16_mxfp4 table: OpenAI's triton_kernels at gpt-oss's
+    shape, Marlin at a 896-expert shape (one curve put Marlin at 0.44x and the Triton kernel at 1.07x its
+    measured time at >= 4k tokens). vLLM's fp8_block table: Triton (TritonExperts) at every moe_ep_size 1
+    point, FlashInfer CUTLASS (FlashInferExperts) at every moe_ep_size > 1 point; the default curve keeps
+    Triton, the kernel vLLM 0.24 picks for block-FP8 on Hopper without EP. A format timed with one kernel
     family keeps the plain key, whichever it is (vLLM's and SGLang's int4_wo rows are all Marlin: Marlin is
-    their INT4 MoE kernel).
+    their INT4 MoE kernel; vLLM's per-tensor fp8 rows are all FlashInfer CUTLASS).
     """
-    marlin = [r for r in rows if moe_kernel_family(r.get("kernel_source", "")) == "marlin"]
-    other = [r for r in rows if moe_kernel_family(r.get("kernel_source", "")) != "marlin"]
-    if marlin and other:
-        return {moe_curve_key(dtype): other, moe_curve_key(dtype, "marlin"): marlin}
-    return {moe_curve_key(dtype): rows} if rows else {}
+    by_family: dict[str, list[dict[str, str]]] = {}
+    for r in rows:
+        by_family.setdefault(moe_kernel_family(r.get("kernel_source", "")), []).append(r)
+    if len(by_family) <= 1:
+        return {moe_curve_key(dtype): rows} if rows else {}
+    if "default" not in by_family:
+        raise ValueError(f"moe {dtype}: kernel families {sorted(by_family)} and no default-kernel rows to fit "
+                         f"the plain {dtype!r} curve on")
+    return {moe_curve_key(dtype, family): subset for family, subset in by_family.items()}
 
 
 def moe_features(rows: list[dict[str, str]], dtype: str) -> tuple[np.ndarray, ...]:
@@ -238,6 +255,17 @@ def moe_features(rows: list[dict[str, str]], dtype: str) -> tuple[np.ndarray, ..
     flops = 2 * pairs * mats * hid * inter_gpu
     nbytes = touched * mats * hid * inter_gpu * DTYPE_BYTES[dtype] + pairs * (2 * hid + mats * inter_gpu) * ACT
     return flops, nbytes, pairs / np.maximum(touched, 1e-9)
+
+
+_FAMILY_NAMES = {"marlin": "Marlin", "flashinfer": "FlashInfer CUTLASS"}
+
+
+def _family_label(key: str, dtype: str, keys: list[str]) -> str:
+    """Provenance label of one kernel family's curve among a format's split curves (``keys``): the named
+    family, or ``non-<the named families>`` for the default curve."""
+    if key != dtype:
+        return _FAMILY_NAMES.get(key[len(dtype) + 1:], key[len(dtype) + 1:])
+    return "non-" + " / non-".join(_FAMILY_NAMES.get(k[len(dtype) + 1:], k) for k in keys if k != dtype)
 
 
 # --- the fit ---------------------------------------------------------------------------------------
@@ -319,7 +347,7 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
             st = start["moe"].get(key, start["moe"].get(dtype, start["moe"]["bf16"]))
             p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, st)
             moe[key] = p
-            kernels = "" if len(subsets) == 1 else f" ({'non-Marlin' if key == dtype else 'Marlin'} kernels)"
+            kernels = "" if len(subsets) == 1 else f" ({_family_label(key, dtype, list(subsets))} kernels)"
             notes[f"moe.{key}"] = f"fitted on {src} moe_perf {raw}{kernels} balanced: {_summary(err)}"
             log(f"{engine} moe {key}: {_summary(err)}")
     out["moe"] = moe

@@ -154,8 +154,8 @@ class Calibration:
 
     def moe_for(self, weight_dtype: str, kernel: str = "default") -> Roofline:
         """Grouped-expert curve for a weight format: the engine's default MoE kernel, falling back along
-        _FALLBACK, or a named kernel family (``marlin``: the curve fitted as ``<dtype>_marlin``, which must
-        exist; a run asking for a kernel the engine's tables never timed is an error, not a fallback)."""
+        _FALLBACK, or a named kernel family (``marlin``, ``flashinfer``: the curve fitted as
+        ``<dtype>_<family>``, which must exist; a run asking for a kernel the engine's tables never timed is an error, not a fallback)."""
         if kernel != "default":
             key = moe_curve_key(weight_dtype, kernel)
             if key not in self.moe:

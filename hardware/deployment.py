@@ -20,7 +20,7 @@ from hardware.model import ModelSpec
 ACT_BYTES = 2          # activations are BF16
 LOGIT_BYTES = 4        # the sampler works on FP32 logits
 CONV_STATE_BYTES = 2   # Mamba / GDN convolution state is kept in the activation dtype
-MOE_KERNELS = ("default", "marlin", "deepgemm")
+MOE_KERNELS = ("default", "marlin", "flashinfer", "deepgemm")
 
 
 def _pos(inst: object, attr: "attrs.Attribute[int]", value: int) -> None:
@@ -62,8 +62,9 @@ class Deployment:
         default=attrs.Factory(lambda self: self.model.default_kv_dtype, takes_self=True))
     moe_kernel: str = "default"
     """Routed-expert kernel family: ``default`` (the engine's own kernel for the weight format),
-    ``marlin`` (weight-only Marlin, e.g. vLLM with VLLM_MXFP4_USE_MARLIN=1; priced with that family's
-    fitted curve, Calibration.moe_for) or ``deepgemm`` (block-FP8 only: DeepGEMM's contiguous-layout grouped
+    ``marlin`` (weight-only Marlin, e.g. vLLM with VLLM_MXFP4_USE_MARLIN=1), ``flashinfer`` (FlashInfer's
+    CUTLASS fused MoE, vLLM's FlashInferExperts) (each priced with that family's fitted curve,
+    Calibration.moe_for) or ``deepgemm`` (block-FP8 only: DeepGEMM's contiguous-layout grouped
     GEMM as vLLM's DeepGemmExperts launches it, over the worst-case padded row count whatever the batch;
     priced with the engine's block-FP8 GEMM curve, hardware.kernels.deepgemm_moe_s)."""
 

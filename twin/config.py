@@ -78,9 +78,12 @@ class ModelConfig:
 @attrs.frozen(kw_only=True)
 class EngineConfig:
     name: str = attrs.field(default="vllm", validator=_known("engine", "list_engines"))
-    moe_kernel: str = attrs.field(default="default", validator=one_of("default", "marlin", "deepgemm"))
+    moe_kernel: str = attrs.field(default="default",
+                                  validator=one_of("default", "marlin", "flashinfer", "deepgemm"))
     """Routed-expert kernel family: ``default`` (the engine's own kernel for the weight format), ``marlin``
-    (weight-only Marlin: vLLM with VLLM_MXFP4_USE_MARLIN=1, or on GPUs without native FP8 / FP4) or
+    (weight-only Marlin: vLLM with VLLM_MXFP4_USE_MARLIN=1, or on GPUs without native FP8 / FP4),
+    ``flashinfer`` (FlashInfer's CUTLASS fused MoE, vLLM's FlashInferExperts: the curve fitted on the
+    engine's FlashInfer rows of the weight format, e.g. vLLM block-FP8 on Hopper with expert parallelism) or
     ``deepgemm`` (block-FP8 weights: vLLM's DeepGemmExperts, DeepGEMM's contiguous grouped GEMM over the
     worst-case padded rows; hardware.kernels.deepgemm_moe_s)."""
 

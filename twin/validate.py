@@ -587,7 +587,7 @@ def engine_moe_kernel(row: dict[str, str], spec: "RowSpec") -> str:
     Later versions do not run DeepGEMM for these configurations by default (read from the v0.16.0 and v0.18.0
     release sources on PyPI; the InferenceMAX MiniMax-M2.5 scripts set no VLLM_* variable and no
     --moe-backend, and the vllm/vllm-openai images carry both DeepGEMM and FlashInfer, docker/Dockerfile
-    install_deepgemm.sh and flashinfer-cubin / flashinfer-jit-cache 0.6.3 resp. 0.6.6), so they keep the default:
+    install_deepgemm.sh and flashinfer-cubin / flashinfer-jit-cache 0.6.3 resp. 0.6.6); on Hopper block-FP8 they run:
     * 0.16.0: fused_moe/oracle/fp8.py:154-166 tries AITER, FLASHINFER_TRTLLM, FLASHINFER_CUTLASS, DEEPGEMM, ...
       in that order on every GPU (:317-338); FLASHINFER_TRTLLM is Blackwell-only (flashinfer_trtllm_moe.py:30-33)
       and FlashInferExperts accepts block-FP8 on SM90
@@ -598,14 +598,26 @@ def engine_moe_kernel(row: dict[str, str], spec: "RowSpec") -> str:
       first when ep_size > 1 (--enable-expert-parallel: ep_size = TP, fused_moe/config.py:1083-1124).
       InferenceMAX MiniMax-M2.5 H100 TP4 / EP4 and H200 TP8 / EP8 (1d5cae141, 0f78cf4eb: both pass
       --enable-expert-parallel) run FlashInfer CUTLASS.
+    So vLLM 0.16.x rows with block-FP8 experts on Hopper, and 0.18.x ones with expert parallelism (the EP the
+    harness ran: _inferencemax_parallel maps the 0.18 MiniMax rows' --enable-expert-parallel to EP over the
+    TP group even where the export says ep 1), get ``flashinfer``: the curve fitted on the vLLM 0.24 opdb
+    fp8_block rows of kernel_source vllm_fp8moe_flashinfer_cutlass_flashinferexperts (hardware.calibrate
+    moe_curve_subsets). 0.18.x without EP keeps the default curve, fitted on the same table's Triton rows.
+    The opdb times FlashInfer CUTLASS only at moe_tp 1 with EP 2-256; the 0.16 TP4 rows (moe_tp 4, EP 1)
+    take the curve at a shard width it was not timed at.
     """
     import hardware
 
-    if spec.backend != "vllm" or not row.get("backend_version", "").strip().startswith("0.12."):
+    version = row.get("backend_version", "").strip()
+    if spec.backend != "vllm" or not version.startswith(("0.12.", "0.16.", "0.18.")):
         return "default"
     if spec.weight_dtype != "fp8_block" or spec.gpu not in HOPPER or not hardware.load_model(spec.model).is_moe:
         return "default"
     pars = [spec.agg] if spec.mode == "agg" else [spec.prefill, spec.decode]
+    if version.startswith("0.16."):
+        return "flashinfer"
+    if version.startswith("0.18."):
+        return "flashinfer" if all(p is not None and p.ep > 1 for p in pars) else "default"
     if any(p is None or p.gpus >= 8 for p in pars):
         return "default"
     return "deepgemm"

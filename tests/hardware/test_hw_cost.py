@@ -294,6 +294,55 @@ def test_moe_kernel_family_changes_only_the_routed_expert_term() -> None:
                              weight_dtype="fp4", moe_kernel="marlin"), calibration=CAL)
 
 
+def test_flashinfer_moe_family_changes_only_the_routed_expert_term() -> None:
+    """moe_kernel flashinfer (vLLM's FlashInferExperts on block-FP8) is priced with the fp8_block_flashinfer
+    curve and touches nothing else; a calibration without that curve raises."""
+    fi = Roofline(compute_eff=0.1, mem_eff=0.5, floor_s=80e-6)
+    cal = attrs.evolve(CAL, moe={"bf16": GEMM, "fp8_block": GEMM, "fp8_block_flashinfer": fi})
+    assert cal.moe_for("fp8_block") is GEMM and cal.moe_for("fp8_block", "flashinfer") is fi
+    with pytest.raises(ValueError, match="no flashinfer MoE curve for fp8 weights"):
+        cal.moe_for("fp8", "flashinfer")
+    model = load_model("MiniMaxAI/MiniMax-M2.5")
+
+    def ledger(kernel: str, calibration: Calibration = cal) -> CostModel:
+        d = Deployment(gpu=load_gpu("h200_sxm"), model=model, engine=SERIAL, tp=4, ep=4,
+                       weight_dtype="fp8_block", moe_kernel=kernel)
+        return CostModel(d, calibration=calibration, cuda_graph=False)
+
+    shape = BatchShape.from_requests([512, 1, 1], [512, 300, 1000])
+    base, other = ledger("default").step_cost(shape), ledger("flashinfer").step_cost(shape)
+    assert other.terms["moe_experts"] > base.terms["moe_experts"]
+    assert {k: v for k, v in base.terms.items() if k != "moe_experts"} == \
+        {k: v for k, v in other.terms.items() if k != "moe_experts"}
+    with pytest.raises(ValueError, match="no flashinfer MoE curve for fp8_block weights"):
+        ledger("flashinfer", CAL)
+
+
+def test_moe_curve_subsets_split_by_kernel_family() -> None:
+    """A format timed with two kernel families gets a curve per family (the default curve keeps the rows
+    of no named family); a format timed with one family keeps the plain key."""
+    from hardware.calibrate import moe_curve_subsets, moe_kernel_family
+    assert moe_kernel_family("vllm_fp8moe_flashinfer_cutlass_flashinferexperts") == "flashinfer"
+    assert moe_kernel_family("vllm_fp8moe_triton_tritonexperts") == "default"
+    assert moe_kernel_family("vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts") == "marlin"
+    fi = {"kernel_source": "vllm_fp8moe_flashinfer_cutlass_flashinferexperts"}
+    tr = {"kernel_source": "vllm_fp8moe_triton_tritonexperts"}
+    assert moe_curve_subsets([fi, tr, fi], "fp8_block") == {"fp8_block_flashinfer": [fi, fi], "fp8_block": [tr]}
+    assert moe_curve_subsets([fi, fi], "fp8") == {"fp8": [fi, fi]}
+    with pytest.raises(ValueError, match="no default-kernel rows"):
+        moe_curve_subsets([fi, {"kernel_source": "x_marlin"}], "fp4")
+
+
+def test_shipped_vllm_calibration_has_a_flashinfer_block_fp8_moe_curve() -> None:
+    """vLLM's opdb fp8_block MoE table times Triton at moe_ep 1 and FlashInfer CUTLASS at moe_ep > 1: both
+    fitted, each under its own key; SGLang's (Triton only) has no FlashInfer curve."""
+    from hardware import load_calibration
+    vllm = load_calibration("vllm")
+    assert {"fp8_block", "fp8_block_flashinfer"} <= set(vllm.moe)
+    assert vllm.moe_for("fp8_block", "flashinfer") != vllm.moe_for("fp8_block")
+    assert "fp8_block_flashinfer" not in load_calibration("sglang").moe
+
+
 def test_deepgemm_moe_prices_the_padded_contiguous_layout() -> None:
     """moe_kernel deepgemm (vLLM's DeepGemmExperts): two grouped GEMMs over the worst-case padded rows
     M_sum = round_up(T x topk + local_experts x 127, 128), priced with the block-FP8 GEMM curve, so a decode

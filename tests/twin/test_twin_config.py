@@ -120,3 +120,7 @@ def test_moe_kernel_without_a_fitted_curve_is_a_config_error() -> None:
                        "workload": {"kind": "synthetic", "num_requests": 2}})
     with pytest.raises(ConfigError, match=r"engine\.moe_kernel.*no marlin MoE curve"):
         Simulation(cfg)
+    fi = load_config({"model": {"name": "MiniMaxAI/MiniMax-M2.5"}, "engine": {"name": "sglang", "moe_kernel": "flashinfer"},
+                      "system": {"tp": 4}, "workload": {"kind": "synthetic", "num_requests": 2}})
+    with pytest.raises(ConfigError, match=r"engine\.moe_kernel.*no flashinfer MoE curve for fp8_block"):
+        Simulation(fi)

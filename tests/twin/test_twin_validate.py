@@ -264,11 +264,12 @@ def test_vllm_012_block_fp8_moe_on_hopper_runs_deepgemm_experts() -> None:
 
 
 
-def test_vllm_016_018_minimax_block_fp8_moe_keeps_default_kernel() -> None:
-    """The InferenceMAX vLLM MiniMax-M2.5 runs do not run DeepGEMM (engine_moe_kernel's sources): 0.16.0 tries
-    FlashInfer CUTLASS before DeepGEMM on Hopper block-FP8 (oracle/fp8.py:154-166), 0.18.0 puts FlashInfer
-    CUTLASS first with EP and Triton first without (oracle/fp8.py:85-95). H200 TP4 (0.16.0, no EP), H100
-    TP4 / EP4 and H200 TP8 / EP8 (0.18.0) keep the default MoE kernel."""
+def test_vllm_016_018_minimax_block_fp8_moe_runs_flashinfer_cutlass() -> None:
+    """The InferenceMAX vLLM MiniMax-M2.5 runs price FlashInfer's CUTLASS fused MoE (engine_moe_kernel's
+    sources): 0.16.0 tries FLASHINFER_CUTLASS before DeepGEMM / Triton on Hopper block-FP8 (oracle/fp8.py:154-166),
+    0.18.0 puts it first with EP and Triton first without (oracle/fp8.py:85-95). H200 TP4 (0.16.0, no EP),
+    H100 TP4 / EP4 and H200 TP8 / EP8 (0.18.0) get ``flashinfer``; 0.18.0 without EP, other GPUs and the
+    0.12 DeepGEMM rule are unchanged."""
     def cfg(**kw: str) -> dict:
         base = dict(model_path="MiniMaxAI/MiniMax-M2.5", system="h200_sxm", backend_version="0.16.0",
                     precision="fp8", gemm_quant_mode="fp8", moe_quant_mode="fp8", tp_size="4", moe_tp_size="4",
@@ -276,12 +277,17 @@ def test_vllm_016_018_minimax_block_fp8_moe_keeps_default_kernel() -> None:
                     silicon_data_source="source_file=x.csv; silicon_concurrency=16")
         base.update(kw)
         return row_config(row(**base))
+    fi = {"name": "vllm", "moe_kernel": "flashinfer"}
     assert cfg()["model"]["weight_dtype"] == "fp8_block"
-    assert cfg()["engine"] == {"name": "vllm"}
-    assert cfg(system="h100_sxm", backend_version="0.18.0", moe_tp_size="1", moe_ep_size="4")["engine"] \
-        == {"name": "vllm"}
-    assert cfg(backend_version="0.18.0", tp_size="8", moe_tp_size="1", moe_ep_size="8")["engine"] \
-        == {"name": "vllm"}
+    assert cfg()["engine"] == fi and cfg()["system"]["ep"] == 1
+    assert cfg(system="h100_sxm", backend_version="0.18.0", moe_tp_size="1", moe_ep_size="4")["engine"] == fi
+    assert cfg(backend_version="0.18.0", tp_size="8", moe_tp_size="1", moe_ep_size="8")["engine"] == fi
+    # the export's ep 1 on a 0.18 H200 run: the script's --enable-expert-parallel makes it EP over TP
+    src = "source_file=x.csv; silicon_concurrency=16; measured=2026-03-27T07:59:49Z"
+    run = cfg(backend_version="0.18.0", tp_size="8", moe_tp_size="8", moe_ep_size="1", silicon_data_source=src)
+    assert run["engine"] == fi and run["system"]["ep"] == 8
+    assert cfg(backend_version="0.18.0")["engine"] == {"name": "vllm"}          # 0.18 without EP: Triton
+    assert cfg(system="b200_sxm")["engine"] == {"name": "vllm"}
     assert cfg(backend_version="0.12.0")["engine"] == {"name": "vllm", "moe_kernel": "deepgemm"}
 
 def _side(workers: int, tp: int, ep: int, dp_attn: bool) -> dict[str, object]:
