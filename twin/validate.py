@@ -605,6 +605,28 @@ def engine_moe_kernel(row: dict[str, str], spec: "RowSpec") -> str:
     moe_curve_subsets). 0.18.x without EP keeps the default curve, fitted on the same table's Triton rows.
     The opdb times FlashInfer CUTLASS only at moe_tp 1 with EP 2-256; the 0.16 TP4 rows (moe_tp 4, EP 1)
     take the curve at a shard width it was not timed at.
+
+    SGLang keeps the default everywhere. Checked for the InferenceMAX Qwen3.5-397B-A17B-FP8 H200 runs
+    (lmsysorg/sglang:v0.5.9-cu129-amd64, f65d6b4b1:.github/configs/nvidia-master.yaml:1977-1978; script
+    qwen3.5_fp8_h200.sh:30-53: --tp 8 --expert-parallel-size 8, no --moe-a2a-backend / --moe-runner-backend,
+    no SGLANG_* variable), read from the sglang 0.5.9 PyPI sdist (paths under sglang/srt/):
+    * server_args.py:495-498 defaults moe_a2a_backend "none", moe_runner_backend "auto"; the Qwen3.5 branch
+      (:1579-1605) changes the runner only on SM100 (flashinfer_trtllm), and _handle_a2a_moe (:2177-2228)
+      touches nothing without an a2a backend;
+    * layers/moe/ep_moe/layer.py:686-714 get_moe_impl_class -> FusedMoE (DeepEPMoE needs deepep / mooncake);
+    * layers/quantization/fp8.py:689-701 + :1347-1351 Fp8MoEMethod: auto -> DEEP_GEMM only with
+      ENABLE_JIT_DEEPGEMM *and* a deepep / mooncake a2a backend, else TRITON;
+    * layers/moe/token_dispatcher/standard.py:147-174 maps other ranks' experts to -1;
+      layers/moe/moe_runner/triton.py:454-456 aligns only the local experts (BLOCK_SIZE_M per expert), and
+      fused_moe_triton_kernels.py:192-199 writes zeros for the -1 blocks (no weight load, no MMA): a
+      batch-dependent grouped GEMM over the rank's own (token, expert) pairs, no fixed-capacity padding.
+      No tuned config ships for E=64, N=1024 on H200 (fused_moe_triton/configs), so the default block-FP8
+      config (BLOCK_SIZE_M 64, fused_moe_triton_config.py:175-184) runs.
+    That is the kernel of the opdb sglang-0.5.9 fp8_block moe_perf rows (kernel_source
+    sglang_fused_moe_triton, moe_ep_size 1-256, incl. shapes without tuned configs) that the default
+    fp8_block curve is fitted on. The gated-DeltaNet decode there is FLA Triton
+    fused_sigmoid_gating_delta_rule_update (hybrid_linear_attn_backend.py:845-857; the CuTe DSL kernel is
+    opt-in, environ.py:189 SGLANG_USE_CUTEDSL_GDN_DECODE=False), per-request state, no padding either.
     """
     import hardware
 

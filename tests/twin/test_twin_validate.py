@@ -361,3 +361,17 @@ def test_inferencemax_multinode_rows_use_the_sa_bench_client() -> None:
                                                 "measured=2026-03-23T13:00:07Z; image=nvcr.io/x:1")
     assert protocol(im) is INFERENCEMAX
     assert protocol(row(mode="disagg", silicon_data_source="db-dump; silicon_concurrency=64")).name == "dynamo-aiperf"
+
+
+def test_sglang_059_qwen35_ep8_block_fp8_moe_keeps_triton_curve() -> None:
+    """SGLang 0.5.9 with --expert-parallel-size 8 and no a2a backend runs block-FP8 experts through FusedMoE's
+    Triton runner (engine_moe_kernel's SGLang sources): no padded DeepGEMM layout, so the InferenceMAX
+    Qwen3.5 H200 TP8 / EP8 rows keep the default sglang fp8_block curve, with EP 8."""
+    src = "source_file=2026-03-25.csv; model=Qwen3.5-397B; silicon_concurrency=4; measured=2026-03-04"
+    cfg = row_config(row(model_path="Qwen/Qwen3.5-397B-A17B", system="h200_sxm", backend="sglang",
+                         backend_version="0.5.9", precision="fp8", gemm_quant_mode="fp8_block",
+                         moe_quant_mode="fp8_block", tp_size="8", moe_tp_size="1", moe_ep_size="8", isl="1024",
+                         osl="1024", batch_size="4", silicon_data_source=src))
+    assert cfg["engine"] == {"name": "sglang"}
+    assert cfg["model"]["weight_dtype"] == "fp8_block"
+    assert cfg["system"]["tp"] == 8 and cfg["system"]["ep"] == 8
