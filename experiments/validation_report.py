@@ -4,6 +4,8 @@
         --out /tmp/validation --jobs 2            # simulate every row (twin.validate), then print the tables
     python -m experiments.validation_report report --out /tmp/validation   # tables from an earlier run
     python -m experiments.validation_report fit-host --csv .../silicon_h100_h200.csv   # engine host terms
+    python -m experiments.validation_report implied-rate --csv .../silicon_h100_h200.csv \
+        [--opdb /work/shared/data/measured/opdb] [--top 30]   # FLOP rate each row's measurement implies
 
 Tables: MAPE of TPOT and TTFT per backend, per model and per benchmark protocol, for the aggregated rows the
 twin represents and separately for the disaggregated ones, each split into TRAIN (H100 SXM rows, on which the
@@ -15,6 +17,13 @@ once per engine on the TRAIN rows (H100 SXM, concurrency <= 64, OSL >= 500, wher
 by a grid search on the median |log(predicted / measured TPOT)| of a decode surrogate (one decode step at
 the mean context plus the other requests' prefills spread over the output), and reported on the held-out
 H200 rows. The chosen values are written by hand into hardware/data/engines/*.yaml with this provenance.
+
+implied-rate: a plausibility check of the measurements, independent of the twin. A closed loop of c clients
+that each send ISL prompt tokens and get OSL output tokens per request, with e2e = TTFT + (OSL - 1) x TPOT,
+makes the engine run 2 x (active parameters without embeddings) x (ISL + OSL) x c / e2e FLOP/s through its
+linear layers alone (attention, norms and collectives not counted), spread over the row's GPUs. Lengths
+are the client's means (InferenceMAX draws them from [0.8 L, L]). A row that implies more than the fastest
+GEMM ever measured on that GPU (the opdb tables, any shape, any engine) cannot have run as recorded.
 """
 
 from __future__ import annotations
@@ -159,6 +168,55 @@ def fit_host(csv_path: Path, engines: Sequence[str]) -> dict[str, dict[str, floa
     return out
 
 
+def implied_linear_rate(row: dict[str, str]) -> float | None:
+    """FLOP/s per GPU the row's measurement implies for its linear layers alone (None: not aggregated, or
+    not representable)."""
+    from hardware import load_model
+    from twin.validate import Skip, protocol, row_spec
+
+    try:
+        spec = row_spec(row)
+    except (Skip, ValueError, KeyError):
+        return None
+    if spec.mode != "agg" or spec.agg is None:
+        return None
+    mean = (1.0 + protocol(row).low_frac) / 2.0
+    isl, osl = spec.isl * mean, spec.osl * mean
+    e2e_s = (float(row["silicon_ttft_ms"]) + (osl - 1.0) * float(row["silicon_tpot_ms"])) / 1e3
+    model = load_model(spec.model)
+    linear_params = model.active_param_count - model.embedding_params
+    return 2.0 * linear_params * (isl + osl) * spec.concurrency / e2e_s / spec.agg.gpus
+
+
+def fastest_gemm(opdb: Path) -> dict[str, float]:
+    """Per GPU, the highest FLOP/s of any row of any engine's GEMM table in an opdb folder."""
+    import gzip
+
+    best: dict[str, float] = {}
+    for path in sorted(opdb.glob("*__gemm_perf__*.csv*")):
+        gpu = path.name.split("__")[0]
+        with (gzip.open(path, "rt") if path.suffix == ".gz" else path.open()) as fh:
+            for rec in csv.DictReader(fh):
+                rate = 2.0 * int(rec["m"]) * int(rec["n"]) * int(rec["k"]) / (float(rec["latency"]) * 1e-3)
+                best[gpu] = max(best.get(gpu, 0.0), rate)
+    return best
+
+
+def implied_rates(csv_path: Path, opdb: Path | None, top: int) -> str:
+    """The ``top`` rows implying the highest linear-layer FLOP rate, flagged against the fastest GEMM."""
+    from twin.validate import read_rows
+
+    best = fastest_gemm(opdb) if opdb is not None else {}
+    rates = [(rate, row) for row in read_rows(csv_path) if (rate := implied_linear_rate(row)) is not None]
+    rates.sort(key=lambda item: -item[0])
+    lines = ["TFLOP/s per GPU (linear layers alone)   fastest GEMM on the GPU   row"]
+    for rate, row in rates[:top]:
+        limit = best.get(row["system"])
+        flag = "" if limit is None else f"{limit / 1e12:7.0f}{'  ABOVE' if rate > limit else ''}"
+        lines.append(f"{rate / 1e12:10.0f}   {flag:>30}   {row['id']}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -174,6 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     fit = sub.add_parser("fit-host", help="fit the engine host terms on the TRAIN rows")
     fit.add_argument("--csv", type=Path, required=True)
     fit.add_argument("--engines", nargs="*", default=["vllm", "trtllm", "sglang"])
+    imp = sub.add_parser("implied-rate", help="the FLOP rate each row's measurement implies (plausibility)")
+    imp.add_argument("--csv", type=Path, required=True)
+    imp.add_argument("--opdb", type=Path, default=None, help="opdb folder: flag rows above its fastest GEMM")
+    imp.add_argument("--top", type=int, default=30)
     args = ap.parse_args(argv)
     if args.cmd == "run":
         from twin.validate import validate_silicon
@@ -182,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         print(report(args.out))
     elif args.cmd == "report":
         print(report(args.out))
+    elif args.cmd == "implied-rate":
+        print(implied_rates(args.csv, args.opdb, args.top))
     else:
         print(json.dumps(fit_host(args.csv, args.engines), indent=2))
     return 0

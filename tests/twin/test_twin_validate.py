@@ -375,3 +375,37 @@ def test_sglang_059_qwen35_ep8_block_fp8_moe_keeps_triton_curve() -> None:
     assert cfg["engine"] == {"name": "sglang"}
     assert cfg["model"]["weight_dtype"] == "fp8_block"
     assert cfg["system"]["tp"] == 8 and cfg["system"]["ep"] == 8
+
+
+def test_implied_linear_rate_is_the_closed_loops_linear_flops_per_gpu() -> None:
+    """Hand-computed: 2 x (active - embedding params) x (ISL + OSL) x c / e2e / GPUs, with the client's mean
+    lengths (genai-perf: fixed; InferenceMAX: uniform in [0.8 L, L], mean 0.9 L)."""
+    from experiments.validation_report import implied_linear_rate
+    from hardware import load_model
+
+    m = load_model("meta-llama/Llama-3.1-8B")
+    linear = m.active_param_count - m.embedding_params
+    gap = row(silicon_data_source="source_file=/x/aic-auto-gap-analysis/data/a.csv; silicon_concurrency=4",
+              isl="1000", osl="101", tp_size="2", silicon_ttft_ms="100", silicon_tpot_ms="10")
+    e2e = 0.100 + 100 * 0.010                     # TTFT + (OSL - 1) x TPOT, seconds
+    assert implied_linear_rate(gap) == pytest.approx(2 * linear * 1101 * 4 / e2e / 2, rel=1e-12)
+    imax = row(isl="1000", osl="101", silicon_ttft_ms="100", silicon_tpot_ms="10")
+    e2e = 0.100 + (90.9 - 1) * 0.010
+    assert implied_linear_rate(imax) == pytest.approx(2 * linear * (900 + 90.9) * 4 / e2e, rel=1e-12)
+    assert implied_linear_rate(row(mode="disagg")) is None
+
+
+def test_fastest_gemm_reads_every_engine_table_of_a_gpu(tmp_path) -> None:
+    import gzip
+
+    from experiments.validation_report import fastest_gemm
+
+    head = "framework,m,n,k,latency\n"
+    with gzip.open(tmp_path / "h200_sxm__gemm_perf__a-1.csv.gz", "wt") as fh:
+        fh.write(head + "a,1024,1024,1024,0.002\na,2048,2048,2048,0.01\n")
+    (tmp_path / "h200_sxm__gemm_perf__b-2.csv").write_text(head + "b,4096,4096,4096,0.1\n")
+    (tmp_path / "h100_sxm__moe_perf__a-1.csv").write_text("not,a,gemm\n")
+    best = fastest_gemm(tmp_path)
+    assert set(best) == {"h200_sxm"}
+    # 1.07e15, 1.72e15 and 1.37e15 FLOP/s: the 2048 row of the first table is the fastest
+    assert best["h200_sxm"] == pytest.approx(2 * 2048**3 / 1e-5)
