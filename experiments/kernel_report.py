@@ -19,9 +19,9 @@ from typing import Callable, Iterable
 import numpy as np
 
 from hardware import kernels, load_calibration, load_gpu
-from hardware.calibrate import (ENGINES, GEMM_DTYPES, GPUS, KV_BYTES, MOE_DTYPES, MOE_KERNEL_FAMILIES, SSM_TABLES,
+from hardware.calibrate import (ENGINES, GEMM_DTYPES, GPUS, KV_BYTES, MOE_DTYPES, SSM_TABLES,
                                 gdn_rows, moe_kernel_family, read_table)
-from hardware.calibration import Calibration, moe_curve_key
+from hardware.calibration import CURVE_MOE_KERNELS, Calibration, moe_curve_key
 from hardware.dtypes import COMPUTE_DTYPE, DTYPE_BYTES
 
 MAX_ROWS = 20000
@@ -110,7 +110,7 @@ def _split_moe_format(cal: Calibration, moe_dtype: str) -> bool:
     """True when the format's MoE table is fitted as more than one kernel family (its rows are then also
     reported per family, e.g. ``moe[fp8_block:flashinfer]``)."""
     dtype = MOE_DTYPES[moe_dtype]
-    return any(moe_curve_key(dtype, family) in cal.moe for family in MOE_KERNEL_FAMILIES)
+    return any(moe_curve_key(dtype, family) in cal.moe for family in CURVE_MOE_KERNELS)
 
 
 def predict_allreduce(cal: Calibration, gpu: str, r: Row) -> float:

@@ -24,7 +24,7 @@ import yaml
 from scipy.optimize import least_squares
 
 from hardware._data import read_yaml
-from hardware.calibration import CALIBRATION_DIR, moe_curve_key
+from hardware.calibration import CALIBRATION_DIR, CURVE_MOE_KERNELS, moe_curve_key
 from hardware.dtypes import COMPUTE_DTYPE, DTYPE_BYTES
 from hardware.gpu import load_gpu
 
@@ -203,17 +203,13 @@ def gdn_features(rows: list[dict[str, str]]) -> tuple[np.ndarray, ...]:
     return flops, nbytes, M
 
 
-MOE_KERNEL_FAMILIES = ("marlin", "flashinfer")
-"""Named MoE kernel families an opdb ``kernel_source`` can belong to (every other kernel is ``default``)."""
-
-
 def moe_kernel_family(kernel_source: str) -> str:
     """The kernel family of an opdb MoE ``kernel_source``: ``marlin`` for the Marlin weight-only MoE kernels
     (w4a16: FP4 / INT4 weights dequantised to BF16 in the GEMM), ``flashinfer`` for FlashInfer's CUTLASS
     fused MoE (vLLM's FlashInferExperts, e.g. ``vllm_fp8moe_flashinfer_cutlass_flashinferexperts``),
     ``default`` for every other kernel."""
     src = kernel_source.lower()
-    for family in MOE_KERNEL_FAMILIES:
+    for family in CURVE_MOE_KERNELS:
         if family in src:
             return family
     return "default"

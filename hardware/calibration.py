@@ -18,6 +18,13 @@ import attrs
 from hardware._data import DATA_DIR, read_yaml, unknown_name
 
 CALIBRATION_DIR = DATA_DIR / "calibration"
+CURVE_MOE_KERNELS = ("marlin", "flashinfer")
+"""Named routed-expert kernel families priced with their own MoE curve, fitted on the opdb rows of that
+kernel (``<format>_<family>``, moe_curve_key; hardware.calibrate.moe_curve_subsets)."""
+MOE_KERNELS = ("default", *CURVE_MOE_KERNELS, "deepgemm")
+"""Every routed-expert kernel family a deployment may name: the engine's default kernel, the families
+with their own curve, and ``deepgemm`` (priced from the block-FP8 GEMM curve, hardware.kernels.deepgemm_moe_s)."""
+
 _FALLBACK = {"fp8_block": ("fp8_block", "fp8", "bf16"), "fp8": ("fp8", "fp8_block", "bf16"),
              "fp4": ("fp4", "fp8", "bf16"), "int4": ("int4", "bf16"), "fp16": ("bf16",), "bf16": ("bf16",)}
 

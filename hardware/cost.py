@@ -14,7 +14,7 @@ from typing import Mapping
 import attrs
 
 from hardware import kernels
-from hardware.calibration import Calibration, Roofline, calibration_for_engine
+from hardware.calibration import CURVE_MOE_KERNELS, Calibration, Roofline, calibration_for_engine
 from hardware.deployment import ACT_BYTES, Deployment, Linear
 from hardware.dtypes import COMPUTE_DTYPE
 from hardware.layers import FfnSpec, MixerSpec
@@ -141,7 +141,7 @@ class CostModel:
         self.cal = calibration if calibration is not None else calibration_for_engine(dep.engine.name)
         self.gcal = self.cal.graph_mode(dep.engine.graph_kernel_floor_s)
         """The constants as a replayed CUDA graph sees them (per-kernel GPU floors, no eager launch cost)."""
-        if dep.model.is_moe and dep.moe_kernel != "deepgemm":
+        if dep.model.is_moe and dep.moe_kernel in CURVE_MOE_KERNELS:
             self.cal.moe_for(dep.weight_dtype, dep.moe_kernel)   # a MoE kernel without a fitted curve: fail here
         self.max_num_seqs = max_num_seqs or dep.engine.default_max_num_seqs(dep.gpu)
         self.max_num_batched_tokens = (max_num_batched_tokens
@@ -273,20 +273,14 @@ class CostModel:
     def _moe_s(self, f: FfnSpec, M: int, cal: Calibration) -> float:
         """Routed experts: distinct experts touched by T tokens under uniform routing, E(1-(1-k/E)^T)."""
         d = self.dep
-        if d.moe_kernel == "deepgemm":
-            return kernels.deepgemm_moe_s(cal.gemm_for(d.weight_dtype), tokens=M * d.attn_dp,
-                                          width=f.latent_size or d.model.hidden_size,
-                                          inter=-(-f.intermediate_size // d.moe_tp), topk=f.experts_per_token,
-                                          num_experts=f.num_experts, ep=d.ep, mats=f.mats,
-                                          w_bytes_per_elem=d.weight_bytes_per_elem,
-                                          peak_flops=d.gpu.flops_for(COMPUTE_DTYPE[d.weight_dtype]),
-                                          bw_Bps=d.gpu.hbm_bw_Bps)
-        return kernels.moe_s(cal.moe_for(d.weight_dtype, d.moe_kernel), tokens=M * d.attn_dp,
-                             width=f.latent_size or d.model.hidden_size,
-                             inter=-(-f.intermediate_size // d.moe_tp), topk=f.experts_per_token,
-                             num_experts=f.num_experts, ep=d.ep, mats=f.mats,
-                             w_bytes_per_elem=d.weight_bytes_per_elem,
-                             peak_flops=d.gpu.flops_for(COMPUTE_DTYPE[d.weight_dtype]), bw_Bps=d.gpu.hbm_bw_Bps)
+        if d.moe_kernel == "deepgemm":  # DeepGEMM's padded grouped GEMM, on the block-FP8 GEMM curve
+            price, roof = kernels.deepgemm_moe_s, cal.gemm_for(d.weight_dtype)
+        else:
+            price, roof = kernels.moe_s, cal.moe_for(d.weight_dtype, d.moe_kernel)
+        return price(roof, tokens=M * d.attn_dp, width=f.latent_size or d.model.hidden_size,
+                     inter=-(-f.intermediate_size // d.moe_tp), topk=f.experts_per_token,
+                     num_experts=f.num_experts, ep=d.ep, mats=f.mats, w_bytes_per_elem=d.weight_bytes_per_elem,
+                     peak_flops=d.gpu.flops_for(COMPUTE_DTYPE[d.weight_dtype]), bw_Bps=d.gpu.hbm_bw_Bps)
 
     def _ssm_s(self, mx: MixerSpec, M: int, R: int, D: int, cal: Calibration) -> float:
         """Mamba2 / GDN conv + scan (hardware.kernels.ssm_s); Mamba2 state is heads x head_dim x state."""

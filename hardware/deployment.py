@@ -11,6 +11,7 @@ import math
 
 import attrs
 
+from hardware.calibration import MOE_KERNELS
 from hardware.dtypes import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, check_dtype
 from hardware.engine import EngineProfile
 from hardware.gpu import GPUSpec
@@ -20,7 +21,6 @@ from hardware.model import ModelSpec
 ACT_BYTES = 2          # activations are BF16
 LOGIT_BYTES = 4        # the sampler works on FP32 logits
 CONV_STATE_BYTES = 2   # Mamba / GDN convolution state is kept in the activation dtype
-MOE_KERNELS = ("default", "marlin", "flashinfer", "deepgemm")
 
 
 def _pos(inst: object, attr: "attrs.Attribute[int]", value: int) -> None:

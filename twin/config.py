@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from hardware.calibration import MOE_KERNELS
 from twin.configio import from_dict, parse_override, read_yaml, set_path, to_dict
 from twin.errors import ConfigError
 from twin.registry import Pluggable
@@ -79,7 +80,7 @@ class ModelConfig:
 class EngineConfig:
     name: str = attrs.field(default="vllm", validator=_known("engine", "list_engines"))
     moe_kernel: str = attrs.field(default="default",
-                                  validator=one_of("default", "marlin", "flashinfer", "deepgemm"))
+                                  validator=one_of(*MOE_KERNELS))
     """Routed-expert kernel family: ``default`` (the engine's own kernel for the weight format), ``marlin``
     (weight-only Marlin: vLLM with VLLM_MXFP4_USE_MARLIN=1, or on GPUs without native FP8 / FP4),
     ``flashinfer`` (FlashInfer's CUTLASS fused MoE, vLLM's FlashInferExperts: the curve fitted on the

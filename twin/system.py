@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import attrs
 
 from hardware import CostModel, Deployment, load_engine, load_gpu, load_model
-from hardware.calibration import calibration_for_engine
+from hardware.calibration import CURVE_MOE_KERNELS, calibration_for_engine
 from twin.config import SystemSpec, TwinConfig, positive
 from twin.errors import ConfigError
 from twin.kv_cache import HostTier, KVCacheManager
@@ -36,7 +36,7 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
                          **parallel, **dtypes)  # type: ignore[arg-type]
     except (ValueError, TypeError, NotImplementedError) as exc:
         raise ConfigError("system", str(exc)) from None
-    if dep.model.is_moe and dep.moe_kernel not in ("default", "deepgemm"):
+    if dep.model.is_moe and dep.moe_kernel in CURVE_MOE_KERNELS:
         try:
             calibration_for_engine(dep.engine.name).moe_for(dep.weight_dtype, dep.moe_kernel)
         except ValueError as exc:

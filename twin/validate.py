@@ -635,9 +635,9 @@ def engine_moe_kernel(row: dict[str, str], spec: "RowSpec") -> str:
         return "default"
     if spec.weight_dtype != "fp8_block" or spec.gpu not in HOPPER or not hardware.load_model(spec.model).is_moe:
         return "default"
-    pars = [spec.agg] if spec.mode == "agg" else [spec.prefill, spec.decode]
     if version.startswith("0.16."):
         return "flashinfer"
+    pars = [spec.agg] if spec.mode == "agg" else [spec.prefill, spec.decode]
     if version.startswith("0.18."):
         return "flashinfer" if all(p is not None and p.ep > 1 for p in pars) else "default"
     if any(p is None or p.gpus >= 8 for p in pars):
