@@ -5,8 +5,8 @@ import time
 import attrs
 import pytest
 
-from hardware import (BatchShape, Calibration, Collective, CostModel, Deployment, Roofline, load_engine, load_gpu,
-                      load_model)
+from hardware import (BatchShape, Calibration, Collective, CostModel, Deployment, Roofline, StepCost, load_engine,
+                      load_gpu, load_model)
 
 # Llama-3.1-8B, by hand: hidden 4096, 32 heads, 8 KV heads, head_dim 128, MLP 14336, vocab 128256, 32 layers.
 H, NH, NKV, HD, I, V, L = 4096, 32, 8, 128, 14336, 128256, 32
@@ -45,6 +45,18 @@ Q = [512, 1, 1]
 KV = [612, 300, 1000]
 SHAPE = BatchShape(num_reqs=3, num_decode=2, new_tokens=514, sum_kv=612 + 300 + 1000,
                    sum_q_kv=512 * 612 + 300 + 1000, sum_q_sq=512 * 512 + 2, decode_sum_kv=1300)
+
+
+def moe_ledger(gpu: str, model: str, cal: Calibration, kernel: str, **dep_kw: object) -> CostModel:
+    """An eager-mode ledger of a MoE deployment on the serial engine, pricing its experts with ``kernel``."""
+    d = Deployment(gpu=load_gpu(gpu), model=load_model(model), engine=SERIAL, moe_kernel=kernel,
+                   **dep_kw)  # type: ignore[arg-type]
+    return CostModel(d, calibration=cal, cuda_graph=False)
+
+
+def without_moe_experts(cost: StepCost) -> dict[str, float]:
+    """Every term of a ledger but the routed experts."""
+    return {k: v for k, v in cost.terms.items() if k != "moe_experts"}
 
 
 def test_shape_from_requests_and_causal_pairs() -> None:
@@ -279,19 +291,13 @@ def test_moe_kernel_family_changes_only_the_routed_expert_term() -> None:
         Deployment(gpu=load_gpu("h100_sxm"), model=load_model("openai/gpt-oss-20b"), engine=load_engine("vllm"),
                    moe_kernel="cutlass")
 
-    def oss(kernel: str) -> CostModel:
-        d = Deployment(gpu=load_gpu("h100_sxm"), model=load_model("openai/gpt-oss-20b"), engine=SERIAL,
-                       weight_dtype="fp4", moe_kernel=kernel)
-        return CostModel(d, calibration=cal, cuda_graph=False)
-
     shape = BatchShape.from_requests([512, 1, 1], [512, 300, 1000])
-    base, other = oss("default").step_cost(shape), oss("marlin").step_cost(shape)
+    base, other = (moe_ledger("h100_sxm", "openai/gpt-oss-20b", cal, kernel, weight_dtype="fp4").step_cost(shape)
+                   for kernel in ("default", "marlin"))
     assert other.terms["moe_experts"] > base.terms["moe_experts"]
-    assert {k: v for k, v in base.terms.items() if k != "moe_experts"} == \
-        {k: v for k, v in other.terms.items() if k != "moe_experts"}
+    assert without_moe_experts(base) == without_moe_experts(other)
     with pytest.raises(ValueError, match="no marlin MoE curve for fp4 weights"):
-        CostModel(Deployment(gpu=load_gpu("h100_sxm"), model=load_model("openai/gpt-oss-20b"), engine=SERIAL,
-                             weight_dtype="fp4", moe_kernel="marlin"), calibration=CAL)
+        moe_ledger("h100_sxm", "openai/gpt-oss-20b", CAL, "marlin", weight_dtype="fp4")
 
 
 def test_flashinfer_moe_family_changes_only_the_routed_expert_term() -> None:
@@ -302,18 +308,14 @@ def test_flashinfer_moe_family_changes_only_the_routed_expert_term() -> None:
     assert cal.moe_for("fp8_block") is GEMM and cal.moe_for("fp8_block", "flashinfer") is fi
     with pytest.raises(ValueError, match="no flashinfer MoE curve for fp8 weights"):
         cal.moe_for("fp8", "flashinfer")
-    model = load_model("MiniMaxAI/MiniMax-M2.5")
-
     def ledger(kernel: str, calibration: Calibration = cal) -> CostModel:
-        d = Deployment(gpu=load_gpu("h200_sxm"), model=model, engine=SERIAL, tp=4, ep=4,
-                       weight_dtype="fp8_block", moe_kernel=kernel)
-        return CostModel(d, calibration=calibration, cuda_graph=False)
+        return moe_ledger("h200_sxm", "MiniMaxAI/MiniMax-M2.5", calibration, kernel, tp=4, ep=4,
+                          weight_dtype="fp8_block")
 
     shape = BatchShape.from_requests([512, 1, 1], [512, 300, 1000])
     base, other = ledger("default").step_cost(shape), ledger("flashinfer").step_cost(shape)
     assert other.terms["moe_experts"] > base.terms["moe_experts"]
-    assert {k: v for k, v in base.terms.items() if k != "moe_experts"} == \
-        {k: v for k, v in other.terms.items() if k != "moe_experts"}
+    assert without_moe_experts(base) == without_moe_experts(other)
     with pytest.raises(ValueError, match="no flashinfer MoE curve for fp8_block weights"):
         ledger("flashinfer", CAL)
 
@@ -369,17 +371,13 @@ def test_deepgemm_moe_prices_the_padded_contiguous_layout() -> None:
     assert moe(1) == pytest.approx(moe(16), rel=0.02)            # M_sum is 16,384 rows for both
     assert moe(4000) > 2 * moe(16) and moe(0) == 0.0
 
-    def ledger(kernel: str) -> CostModel:
-        d = Deployment(gpu=gpu, model=model, engine=SERIAL, tp=2, weight_dtype="fp8_block", moe_kernel=kernel)
-        return CostModel(d, calibration=cal, cuda_graph=False)
-
     shape = BatchShape.from_requests([1] * 16, [2000] * 16)
-    base, dg = ledger("default").step_cost(shape), ledger("deepgemm").step_cost(shape)
+    base, dg = (moe_ledger("h200_sxm", "Qwen/Qwen3-235B-A22B-FP8", cal, kernel, tp=2,
+                           weight_dtype="fp8_block").step_cost(shape) for kernel in ("default", "deepgemm"))
     triton = kernels.moe_s(GEMM, tokens=16, width=4096, inter=768, topk=8, num_experts=128, ep=1, mats=3,
                            w_bytes_per_elem=1.0, peak_flops=peak, bw_Bps=bw)
     # the router GEMM stays in the term; the routed experts swap the fitted MoE curve for the padded layout
     assert dg.terms["moe_experts"] - base.terms["moe_experts"] == pytest.approx(94 * (hand(16, 2, 1) - triton))
-    assert {k: v for k, v in base.terms.items() if k != "moe_experts"} == \
-        {k: v for k, v in dg.terms.items() if k != "moe_experts"}
+    assert without_moe_experts(base) == without_moe_experts(dg)
     with pytest.raises(ValueError, match="deepgemm runs block-FP8 weights only"):
         Deployment(gpu=gpu, model=model, engine=SERIAL, tp=2, weight_dtype="bf16", moe_kernel="deepgemm")

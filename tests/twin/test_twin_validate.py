@@ -2,6 +2,7 @@
 on small hand-made CSV rows (never the shared measurements)."""
 
 import csv
+import functools
 import json
 from pathlib import Path
 
@@ -242,17 +243,20 @@ def test_vllm_gpt_oss_runs_of_the_marlin_script_price_marlin_experts() -> None:
     assert cfg("2026-03-27T08:01:51Z", backend="trtllm")["engine"] == {"name": "trtllm"}
 
 
+def fp8_moe_row_config(**kw: str) -> dict:
+    """row_config of an FP8 (block-FP8 checkpoint) MoE row on H200 at concurrency 16, EP 1 unless given."""
+    base = dict(system="h200_sxm", precision="fp8", gemm_quant_mode="fp8", moe_quant_mode="fp8", moe_ep_size="1",
+                batch_size="16", silicon_data_source="source_file=x.csv; silicon_concurrency=16")
+    base.update(kw)
+    return row_config(row(**base))
+
+
 def test_vllm_012_block_fp8_moe_on_hopper_runs_deepgemm_experts() -> None:
     """vLLM 0.12 picks the DeepGEMM FP8 MoE backend on Hopper below TP 8 and, with E8M0 scales on by
     default, runs DeepGemmExperts at every batch size (engine_moe_kernel's sources); other versions,
     engines, GPUs, dense models and 8-GPU engines keep the default MoE kernel."""
-    def cfg(**kw: str) -> dict:
-        base = dict(model_path="Qwen/Qwen3-235B-A22B-FP8", system="h200_sxm", backend_version="0.12.0",
-                    precision="fp8", gemm_quant_mode="fp8", moe_quant_mode="fp8", tp_size="2", moe_tp_size="2",
-                    moe_ep_size="1", isl="1000", osl="100", batch_size="16",
-                    silicon_data_source="source_file=x.csv; silicon_concurrency=16")
-        base.update(kw)
-        return row_config(row(**base))
+    cfg = functools.partial(fp8_moe_row_config, model_path="Qwen/Qwen3-235B-A22B-FP8", backend_version="0.12.0",
+                            tp_size="2", moe_tp_size="2", isl="1000", osl="100")
     assert cfg()["engine"] == {"name": "vllm", "moe_kernel": "deepgemm"}
     assert cfg(tp_size="1", moe_tp_size="2")["engine"]["moe_kernel"] == "deepgemm"       # DP 2 x TP 1
     assert cfg(moe_tp_size="1", moe_ep_size="2")["engine"]["moe_kernel"] == "deepgemm"    # EP over the TP group
@@ -270,13 +274,8 @@ def test_vllm_016_018_minimax_block_fp8_moe_runs_flashinfer_cutlass() -> None:
     0.18.0 puts it first with EP and Triton first without (oracle/fp8.py:85-95). H200 TP4 (0.16.0, no EP),
     H100 TP4 / EP4 and H200 TP8 / EP8 (0.18.0) get ``flashinfer``; 0.18.0 without EP, other GPUs and the
     0.12 DeepGEMM rule are unchanged."""
-    def cfg(**kw: str) -> dict:
-        base = dict(model_path="MiniMaxAI/MiniMax-M2.5", system="h200_sxm", backend_version="0.16.0",
-                    precision="fp8", gemm_quant_mode="fp8", moe_quant_mode="fp8", tp_size="4", moe_tp_size="4",
-                    moe_ep_size="1", isl="1024", osl="1024", batch_size="16",
-                    silicon_data_source="source_file=x.csv; silicon_concurrency=16")
-        base.update(kw)
-        return row_config(row(**base))
+    cfg = functools.partial(fp8_moe_row_config, model_path="MiniMaxAI/MiniMax-M2.5", backend_version="0.16.0",
+                            tp_size="4", moe_tp_size="4", isl="1024", osl="1024")
     fi = {"name": "vllm", "moe_kernel": "flashinfer"}
     assert cfg()["model"]["weight_dtype"] == "fp8_block"
     assert cfg()["engine"] == fi and cfg()["system"]["ep"] == 1
