@@ -41,6 +41,7 @@ TERMS: Mapping[str, tuple[str, str]] = MappingProxyType({
     "request_host": ("scheduler", OWNER_ENGINE),
     "cuda_graph_padding": ("scheduler", OWNER_ENGINE),
     "kernel_launch": ("runtime", OWNER_ENGINE),
+    "eager_host": ("runtime", OWNER_ENGINE),
     "kv_traversal": ("runtime", OWNER_ENGINE),
     "collective_setup": ("runtime", OWNER_ENGINE),
     "dp_imbalance": ("runtime", OWNER_ENGINE),
@@ -51,6 +52,8 @@ TOKEN_TERMS = ("qkv_proj", "o_proj", "ssm_proj", "ssm_scan", "mlp", "moe_experts
 # CPU-side terms (hidden under GPU work when the engine overlaps scheduling with execution)
 HOST_TERMS = ("step_host", "request_host", "kv_traversal")
 DEVICE_TERMS = tuple(name for name in TERMS if name not in HOST_TERMS)
+# GPU-side terms an eager step's host work races against (eager_host is what is left of that host work)
+GPU_TERMS = tuple(name for name in DEVICE_TERMS if name != "eager_host")
 _TERM_OF_LINEAR = {"o_proj": "o_proj", "in_proj": "ssm_proj", "out_proj": "ssm_proj", "up_proj": "mlp",
                    "down_proj": "mlp", "router": "moe_experts", "latent_in": "moe_experts",
                    "latent_out": "moe_experts", "shared_up": "moe_shared", "shared_down": "moe_shared"}
@@ -206,6 +209,13 @@ class CostModel:
         self.groups = tuple(groups)
         self.lm_head = self._gemm(Linear("lm_head", -(-m.vocab_size // d.tp), h, False), "lm_head")
         self.kernels_per_step = sum(g.count * g.kernels for g in self.groups) + 2
+        e = d.engine
+        self.eager_host_s = sum(g.count * (e.eager_layer_host_s
+                                           + (e.eager_moe_host_s if g.ffn is not None and g.ffn.kind == "moe"
+                                              else 0.0))
+                                for g in self.groups)
+        """CPU time of one step run without CUDA graphs: the engine's per-layer host work (Python modules,
+        kernel launches), per decoder layer plus extra per MoE layer."""
         self.attn_layers = sum(g.count for g in self.groups if g.mixer is not None and g.mixer.is_attention)
         self.collectives_per_step = sum(g.count * (g.allreduce_per_layer + g.moe_allreduce) for g in self.groups)
         self.ar_link_Bps = self._link_Bps(d.tp)
@@ -375,7 +385,8 @@ class CostModel:
             return dict.fromkeys(self._enabled, 0.0)
         t = self._batch_base(s).copy()
         t["attention"] = attn = self._attention_s(s)
-        self._fill_context_terms(t, s.sum_kv, s.num_reqs, attn)
+        eager = 0.0 if self._graphed(s.new_tokens, s.num_reqs, s.num_decode) else self.eager_host_s
+        self._fill_context_terms(t, s.sum_kv, s.num_reqs, attn, eager)
         if len(t) == len(self._enabled):  # every term enabled: ``t`` holds them in TERMS order already
             return t
         return {name: t[name] for name in self._enabled}
@@ -408,25 +419,40 @@ class CostModel:
         if not self.cuda_graph:
             t["collective_setup"] = self.collectives_per_step * self.cal.allreduce.eager_extra_s
 
-    def _fill_context_terms(self, t: dict[str, float], sum_kv: int, R: int, attn: float) -> None:
-        """Terms set by the context (KV traversal, attention-DP imbalance), then the host overlap."""
+    def _fill_context_terms(self, t: dict[str, float], sum_kv: int, R: int, attn: float,
+                            eager_s: float = 0.0) -> None:
+        """Terms set by the context (KV traversal, attention-DP imbalance), then the eager step's host
+        work and the host overlap. ``eager_s``: the step's eager host time (0.0 when graph-replayed)."""
         e = self.dep.engine
         t["kv_traversal"] = (e.per_block_host_s * -(-sum_kv // max(1, e.block_size))
                              if self.attn_layers else 0.0)
         if self.dep.attn_dp > 1:
             t["dp_imbalance"] = attn * min(1.0, math.sqrt(2.0 * math.log(self.dep.attn_dp) / max(R, 1)))
+        if eager_s > 0.0:
+            self._eager_host(t, eager_s)
         if e.host_overlap:
-            self._overlap_host(t)
+            self._overlap_host(t, eager_s)
 
-    def _overlap_host(self, t: dict[str, float]) -> None:
+    def _eager_host(self, t: dict[str, float], eager_s: float) -> None:
+        """An eager step: the CPU runs the model's Python and launches its kernels while the GPU works
+        through those already queued (no host-device sync in the layers of either engine's MoE path,
+        hardware/STATUS.md), so the step lasts max(host, GPU); eager_host is the exposed part."""
+        gpu = sum(map(t.__getitem__, GPU_TERMS))
+        t["eager_host"] = max(0.0, eager_s - gpu)
+
+    def _overlap_host(self, t: dict[str, float], eager_s: float = 0.0) -> None:
         """Async scheduling: the CPU prepares step n+1 while the GPU runs step n, so a step lasts
         max(GPU work, host work). The host terms keep only their exposed share, max(0, host - GPU), split
-        in proportion to their sizes (computed from every term, so switching one off changes no other)."""
+        in proportion to their sizes (computed from every term, so switching one off changes no other).
+        The CPU of an eager step spends ``eager_s`` of it launching that step, which the scheduling work
+        cannot hide under: a step lasts max(GPU, eager host + scheduling host)."""
         get = t.__getitem__
         host = sum(map(get, HOST_TERMS))
         if host <= 0.0:
             return
         device = sum(map(get, DEVICE_TERMS))  # in TERMS order, as ``t`` holds them
+        if eager_s > 0.0:
+            device = max(0.0, sum(map(get, GPU_TERMS)) - eager_s)   # GPU time the CPU is not launching
         keep = max(0.0, host - device) / host
         for name in HOST_TERMS:
             t[name] *= keep
@@ -487,7 +513,7 @@ class CostModel:
         t = fixed.copy()
         # BatchShape(n, n, n, sum_kv, sum_kv, n): every request decodes, so no prefill part.
         t["attention"] = attn = self._attention_time(graph, n, sum_kv, 0, 0, 0, 0)
-        self._fill_context_terms(t, sum_kv, n, attn)
+        self._fill_context_terms(t, sum_kv, n, attn, 0.0 if graph else self.eager_host_s)
         out = [t[name] for name in self._enabled]
         return out, max(1, round(sum(out) * 1e9))
 

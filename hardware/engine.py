@@ -34,6 +34,8 @@ class EngineProfile:
     launch_s: float = 5e-6
     per_block_host_s: float = 0.0      # host work per referenced KV block per step (block tables, page walks)
     graph_kernel_floor_s: float = 3e-6  # GPU floor of one kernel replayed in a CUDA graph
+    eager_layer_host_s: float = 0.0     # CPU per decoder layer of a step run without CUDA graphs (eager_host)
+    eager_moe_host_s: float = 0.0       # CPU per MoE layer of such a step, on top of eager_layer_host_s
     host_overlap: bool = False          # async scheduling: host work of a step hides under its GPU work
     chunked_prefill: bool = True        # the engine's default: a prompt may be split across steps
     mixed_prefill: bool = True          # a step with prefill work also carries the running decodes
@@ -53,6 +55,9 @@ class EngineProfile:
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"engine {self.name!r}: gpu_memory_utilization must be in (0, 1], "
                              f"got {self.gpu_memory_utilization}")
+        if self.eager_layer_host_s < 0.0 or self.eager_moe_host_s < 0.0:
+            raise ValueError(f"engine {self.name!r}: eager host times must be >= 0, got "
+                             f"{self.eager_layer_host_s}, {self.eager_moe_host_s}")
         if self.block_size < 1:
             raise ValueError(f"engine {self.name!r}: block_size must be >= 1, got {self.block_size}")
 

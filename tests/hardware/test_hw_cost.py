@@ -251,6 +251,7 @@ def test_eager_mode_adds_launches_only_there() -> None:
     ("meta-llama/Llama-3.1-8B", "h100_sxm", "vllm", {}, {"kv_bucket_tokens": 256}),
     ("meta-llama/Llama-3.1-8B", "h100_sxm", "vllm", {}, {"disabled_terms": frozenset({"kv_traversal", "attention"})}),
     ("deepseek-ai/DeepSeek-V3", "h200_sxm", "vllm", {"tp": 8}, {}),
+    ("deepseek-ai/DeepSeek-V3", "h200_sxm", "trtllm", {"tp": 8}, {"cuda_graph": False}),   # eager_host > 0
     ("deepseek-ai/DeepSeek-V3.2", "b200_sxm", "sglang", {"tp": 1, "attn_dp": 8, "ep": 8}, {}),
     ("openai/gpt-oss-20b", "h100_sxm", "vllm", {}, {}),
     ("nvidia/Nemotron-H-56B-Base-8K", "h100_sxm", "vllm", {"tp": 2}, {}),
@@ -381,3 +382,78 @@ def test_deepgemm_moe_prices_the_padded_contiguous_layout() -> None:
     assert without_moe_experts(base) == without_moe_experts(dg)
     with pytest.raises(ValueError, match="deepgemm runs block-FP8 weights only"):
         Deployment(gpu=gpu, model=model, engine=SERIAL, tp=2, weight_dtype="bf16", moe_kernel="deepgemm")
+
+
+# --- eager-step host time (eager_host) -------------------------------------------------------------------
+HOST = ("step_host", "request_host", "kv_traversal")
+
+
+def eager_engine(base: str, layer_s: float, moe_s: float = 0.0, **kw: object) -> object:
+    return attrs.evolve(load_engine(base), eager_layer_host_s=layer_s, eager_moe_host_s=moe_s, **kw)
+
+
+def test_eager_host_per_layer_counts_by_hand() -> None:
+    """DeepSeek-V3: 61 decoder layers, the first 3 dense, 58 MoE."""
+    d = Deployment(gpu=load_gpu("h200_sxm"), model=load_model("deepseek-ai/DeepSeek-V3"),
+                   engine=eager_engine("trtllm", 1e-4, 2e-3), tp=8)  # type: ignore[arg-type]
+    assert CostModel(d).eager_host_s == pytest.approx(61 * 1e-4 + 58 * 2e-3, rel=1e-12)
+
+
+@pytest.mark.parametrize("layer_s", [10e-3, 1e-6])
+def test_eager_step_lasts_max_of_host_and_gpu_by_hand(layer_s: float) -> None:
+    """A TRT-LLM mixed step runs eager: without overlap the step is the host terms + max(GPU, 32 x layer_s);
+    host-bound at 10 ms per layer (eager_host = 320 ms - GPU), GPU-bound at 1 us (eager_host 0, nothing else
+    moves)."""
+    ser = CostModel(dep(engine=eager_engine("trtllm", layer_s, host_overlap=False)), calibration=CAL)
+    off = CostModel(dep(engine=eager_engine("trtllm", 0.0, host_overlap=False)), calibration=CAL)
+    a, b = ser.step_cost(SHAPE).terms, off.step_cost(SHAPE).terms
+    gpu = sum(v for n, v in b.items() if n not in HOST)
+    assert a["eager_host"] == pytest.approx(max(0.0, L * layer_s - gpu), rel=1e-12, abs=1e-15)
+    assert (a["eager_host"] > 0.0) == (layer_s == 10e-3)
+    assert b["eager_host"] == 0.0
+    assert {n: v for n, v in a.items() if n != "eager_host"} == {n: v for n, v in b.items() if n != "eager_host"}
+    assert sum(a.values()) == pytest.approx(sum(b[n] for n in HOST) + max(gpu, L * layer_s), rel=1e-12)
+
+
+@pytest.mark.parametrize("layer_s", [10e-3, 20e-6])
+def test_eager_host_and_scheduling_share_the_cpu_by_hand(layer_s: float) -> None:
+    """With async scheduling the CPU launches the eager step and schedules the next one: the step lasts
+    max(GPU, eager host + scheduling host)."""
+    over = CostModel(dep(engine=eager_engine("trtllm", layer_s, host_overlap=True, step_host_s=0.002,
+                                             per_request_host_s=1e-4)), calibration=CAL)
+    ser = CostModel(dep(engine=eager_engine("trtllm", 0.0, host_overlap=False, step_host_s=0.002,
+                                            per_request_host_s=1e-4)), calibration=CAL)
+    a, b = over.step_cost(SHAPE).terms, ser.step_cost(SHAPE).terms
+    gpu = sum(v for n, v in b.items() if n not in HOST)
+    sched = sum(b[n] for n in HOST)
+    assert sum(a.values()) == pytest.approx(max(gpu, L * layer_s + sched), rel=1e-12)
+
+
+def test_eager_host_absent_for_graph_replayed_steps() -> None:
+    """vLLM's piecewise graphs cover mixed steps up to the largest capture size (512 tokens here); every
+    engine replays pure decode batches up to it: no eager_host there, whatever the constants. A TRT-LLM mixed
+    step and a decode batch beyond the capture sizes run eager. The shipped vLLM profile has no eager host
+    time (its model is compiled; nothing fitted), so even its steps above 512 tokens get none."""
+    decode = BatchShape.from_requests([1] * 4, [100] * 4)
+    mixed = BatchShape.from_requests([300, 1, 1], [400, 300, 1000])
+    vllm = CostModel(dep(engine=eager_engine("vllm", 10e-3)), calibration=CAL)
+    trt = CostModel(dep(engine=eager_engine("trtllm", 10e-3)), calibration=CAL, max_num_seqs=2)
+    assert vllm.step_cost(mixed).terms["eager_host"] == 0.0
+    assert vllm.step_cost(decode).terms["eager_host"] == 0.0
+    assert vllm.step_cost(SHAPE).terms["eager_host"] > 0.0      # 514 tokens > 512: no piecewise graph
+    assert trt.step_cost(mixed).terms["eager_host"] > 0.0
+    assert trt.step_cost(BatchShape.from_requests([1, 1], [100, 100])).terms["eager_host"] == 0.0
+    assert trt.step_cost(decode).terms["eager_host"] > 0.0      # 4 > the largest capture size, 2
+    assert trt.step_cost(SHAPE).terms["eager_host"] > 0.0
+    shipped = CostModel(dep(engine=load_engine("vllm")))
+    assert shipped.eager_host_s == 0.0 and shipped.step_cost(SHAPE).terms["eager_host"] == 0.0
+
+
+def test_disabling_eager_host_removes_exactly_it() -> None:
+    for engine in (eager_engine("trtllm", 10e-3), eager_engine("sglang", 10e-3, 1e-3, host_overlap=False)):
+        full = CostModel(dep(engine=engine), calibration=CAL).step_cost(SHAPE)
+        part = CostModel(dep(engine=engine), calibration=CAL,
+                         disabled_terms=frozenset({"eager_host"})).step_cost(SHAPE)
+        assert full.terms["eager_host"] > 0.0 and "eager_host" not in part.terms
+        assert {k: v for k, v in full.terms.items() if k != "eager_host"} == dict(part.terms)
+        assert full.by_owner()["engine"] - part.by_owner()["engine"] == pytest.approx(full.terms["eager_host"])
