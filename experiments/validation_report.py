@@ -4,6 +4,8 @@
         --out /tmp/validation --jobs 2            # simulate every row (twin.validate), then print the tables
     python -m experiments.validation_report report --out /tmp/validation   # tables from an earlier run
     python -m experiments.validation_report fit-host --csv .../silicon_h100_h200.csv   # engine host terms
+    python -m experiments.validation_report fit-eager --csv .../silicon_h100_h200.csv \
+        --journal /work/valruns/full_s12b/rows.jsonl [--engines trtllm sglang]   # eager-step host terms
     python -m experiments.validation_report implied-rate --csv .../silicon_h100_h200.csv \
         [--opdb /work/shared/data/measured/opdb] [--top 30]   # FLOP rate each row's measurement implies
 
@@ -17,6 +19,14 @@ once per engine on the TRAIN rows (H100 SXM, concurrency <= 64, OSL >= 500, wher
 by a grid search on the median |log(predicted / measured TPOT)| of a decode surrogate (one decode step at
 the mean context plus the other requests' prefills spread over the output), and reported on the held-out
 H200 rows. The chosen values are written by hand into hardware/data/engines/*.yaml with this provenance.
+
+fit-eager: the host time of a step that runs without CUDA graphs (SGLang / TRT-LLM prefill and mixed steps),
+per decoder layer and extra per MoE layer (engine eager_layer_host_s, eager_moe_host_s), fitted once per engine
+on the TRAIN rows (H100 SXM, aggregated, concurrency per rank <= 16, where TTFT is mostly the request's own
+prefill step) by a grid search on the median |log(predicted / measured TTFT)| of a TTFT surrogate: the
+twin's closed-loop TTFT with eager host time 0 (a journal of `twin validate` with the engine's constants at
+0) plus what the eager host term adds to the steps that carry the request's prompt (each chunk, with the
+running decodes beside it when the engine mixes them). Reported on the held-out H200 rows.
 
 implied-rate: a plausibility check of the measurements, independent of the twin. A closed loop of c clients
 that each send ISL prompt tokens and get OSL output tokens per request, with e2e = TTFT + (OSL - 1) x TPOT,
@@ -168,6 +178,98 @@ def fit_host(csv_path: Path, engines: Sequence[str]) -> dict[str, dict[str, floa
     return out
 
 
+# grid of the eager host fit; ties go to the first point, i.e. the smaller per-layer term
+EAGER_LAYER_HOST = (0.0, 25e-6, 50e-6, 100e-6, 150e-6, 200e-6, 300e-6, 400e-6, 600e-6)
+EAGER_MOE_HOST = (0.0, 0.1e-3, 0.25e-3, 0.5e-3, 0.75e-3, 1e-3, 1.1e-3, 1.2e-3, 1.3e-3, 1.5e-3, 2e-3, 3e-3, 4e-3)
+
+
+def _prompt_steps(row: dict[str, str]) -> tuple[Any, list[Any]]:
+    """The row's worker deployment (as the twin builds it) and the batch shapes of the steps that carry one
+    request's prompt at the mean lengths: each chunk, beside c - 1 running decodes if the engine mixes."""
+    from hardware import BatchShape
+    from twin.config import load_config
+    from twin.system import make_deployment, resolve
+    from twin.validate import protocol, row_config, row_spec
+
+    spec = row_spec(row)
+    cfg = resolve(load_config(row_config(row)))
+    assert spec.agg is not None
+    dep = make_deployment(cfg, spec.agg.tp, ep=spec.agg.ep, attention_dp=spec.agg.dp)
+    mean = (1.0 + protocol(row).low_frac) / 2.0
+    isl, osl = max(1, round(spec.isl * mean)), max(1, round(spec.osl * mean))
+    s = cfg.scheduler
+    assert s.max_num_batched_tokens is not None
+    chunk = min(isl, s.max_num_batched_tokens) if s.chunked_prefill is not False else isl
+    others = spec.per_rank_concurrency - 1 if s.mixed_prefill else 0
+    kv = isl + osl // 2
+    shapes, done = [], 0
+    while done < isl:
+        q = min(chunk, isl - done)
+        done += q
+        shapes.append(BatchShape.from_requests([1] * others + [q], [kv] * others + [done]))
+    return dep, shapes
+
+
+def fit_eager(csv_path: Path, journal: Path, engines: Sequence[str],
+              max_conc: int = 16) -> dict[str, dict[str, float]]:
+    from hardware import CostModel
+    from twin.validate import Skip, read_rows, row_spec
+
+    base_ttft = {}
+    for line in journal.read_text().splitlines()[1:]:
+        rec = json.loads(line)
+        if not rec.get("skipped") and rec.get("mode") == "agg":
+            base_ttft[rec["id"]] = float(rec["pred_ttft_ms"])
+    out: dict[str, dict[str, float]] = {}
+    for engine in engines:
+        rows = []
+        for row in read_rows(csv_path):
+            if row["backend"] != engine or row["id"] not in base_ttft:
+                continue
+            try:
+                spec = row_spec(row)
+            except Skip:
+                continue
+            if spec.mode != "agg" or spec.per_rank_concurrency > max_conc:
+                continue
+            dep, shapes = _prompt_steps(row)
+            if dep.engine.eager_layer_host_s or dep.engine.eager_moe_host_s:
+                raise ValueError(f"{engine}: the journal's run must have the eager host terms at 0")
+            rows.append((row, spec, dep, shapes))
+        train = [r for r in rows if r[1].gpu == TRAIN_GPU]
+        test = [r for r in rows if r[1].gpu != TRAIN_GPU]
+        if not train:
+            print(f"{engine}: no train rows at concurrency <= {max_conc}")
+            continue
+        zero = {id(dep): sum(CostModel(dep).step_cost(sh).total_s for sh in shapes) for _, _, dep, shapes in rows}
+
+        def ratios(params: tuple[float, float], subset: list[Any]) -> np.ndarray:
+            res = []
+            for row, spec, dep, shapes in subset:
+                eng = attrs.evolve(dep.engine, eager_layer_host_s=params[0], eager_moe_host_s=params[1])
+                cm = CostModel(attrs.evolve(dep, engine=eng))
+                delta_ms = (sum(cm.step_cost(sh).total_s for sh in shapes) - zero[id(dep)]) * 1e3
+                res.append((base_ttft[row["id"]] + delta_ms) / float(row["silicon_ttft_ms"]))
+            return np.array(res)
+
+        best: tuple[float, tuple[float, float]] | None = None
+        for params in itertools.product(EAGER_LAYER_HOST, EAGER_MOE_HOST):
+            score = float(np.median(np.abs(np.log(ratios(params, train)))))
+            if best is None or score < best[0] - 1e-9:
+                best = (score, params)
+        assert best is not None
+        p = best[1]
+        for name, params in (("zero", (0.0, 0.0)), ("fit", p)):
+            tr, te = ratios(params, train) - 1, ratios(params, test) - 1
+            print(f"{engine} {name}: eager_layer_host_s {params[0]:.3g}, eager_moe_host_s {params[1]:.3g} | "
+                  f"train {len(tr)} rows median |error| {100 * np.median(np.abs(tr)):.1f} %, MAPE "
+                  f"{100 * np.mean(np.abs(tr)):.1f} % | held-out {len(te)} rows "
+                  + (f"median |error| {100 * np.median(np.abs(te)):.1f} %, MAPE {100 * np.mean(np.abs(te)):.1f} %"
+                     if len(te) else ""))
+        out[engine] = {"eager_layer_host_s": p[0], "eager_moe_host_s": p[1]}
+    return out
+
+
 def implied_linear_rate(row: dict[str, str]) -> float | None:
     """FLOP/s per GPU the row's measurement implies for its linear layers alone (None: not aggregated, or
     not representable)."""
@@ -232,6 +334,11 @@ def main(argv: list[str] | None = None) -> int:
     fit = sub.add_parser("fit-host", help="fit the engine host terms on the TRAIN rows")
     fit.add_argument("--csv", type=Path, required=True)
     fit.add_argument("--engines", nargs="*", default=["vllm", "trtllm", "sglang"])
+    eag = sub.add_parser("fit-eager", help="fit the eager-step host terms on the TRAIN rows' TTFT")
+    eag.add_argument("--csv", type=Path, required=True)
+    eag.add_argument("--journal", type=Path, required=True, help="rows.jsonl of a run with those terms at 0")
+    eag.add_argument("--engines", nargs="*", default=["trtllm", "sglang"])
+    eag.add_argument("--max-conc", type=int, default=16)
     imp = sub.add_parser("implied-rate", help="the FLOP rate each row's measurement implies (plausibility)")
     imp.add_argument("--csv", type=Path, required=True)
     imp.add_argument("--opdb", type=Path, default=None, help="opdb folder: flag rows above its fastest GEMM")
@@ -244,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         print(report(args.out))
     elif args.cmd == "report":
         print(report(args.out))
+    elif args.cmd == "fit-eager":
+        print(json.dumps(fit_eager(args.csv, args.journal, args.engines, args.max_conc), indent=2))
     elif args.cmd == "implied-rate":
         print(implied_rates(args.csv, args.opdb, args.top))
     else:
