@@ -13,6 +13,7 @@ and the decode worker recomputes the prompt itself. ``transfer.kind: push`` is t
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from typing import Any, Callable
 
@@ -200,11 +201,12 @@ class DisaggSystem:
             return
         pending = _Pending(req, stage, prefill)
         if self.tcfg.kind == "push":
-            self.env.process(self._push(pending, decode))
+            self._push(pending, decode)
             return
         decode.pull_queue.append(pending)
         if self.tcfg.lease_s is not None:
-            self.env.process(self._lease(pending, decode))
+            lease = self.env.timeout(to_ns(self.tcfg.lease_s))
+            lease.callbacks.append(functools.partial(self._lease_end, pending, decode))  # type: ignore[union-attr]
         decode.wake()
 
     def _fail(self, req: Request, reason: str, now: int) -> None:
@@ -239,7 +241,7 @@ class DisaggSystem:
             req.kv.to(KVState.PULLING, now)
             self.pulls += 1
             decode.pulls_in_flight += 1
-            self.env.process(self._pull(pending, decode, len(hits)))
+            self._pull(pending, decode, len(hits))
 
     def _known_tokens(self, req: Request) -> int:
         """Tokens whose KV the decode side receives: all but the last prompt token (recomputed there to
@@ -269,25 +271,39 @@ class DisaggSystem:
         self._pacing_wake.discard(worker.wid)
         worker.wake()
 
-    def _transfer(self, pending: _Pending, decode: Worker, blocks: int, exposed_fraction: float) -> ProcessGen:
+    def _transfer(self, pending: _Pending, decode: Worker, blocks: int, exposed_fraction: float,
+                  then: Callable[[], None]) -> None:
         """Move ``blocks`` KV blocks from the prefill worker to ``decode``: setup and per-descriptor costs,
-        then the bytes through the shared links."""
+        then the bytes through the shared links; ``then`` runs when the last byte is in.
+
+        Driven by callbacks on the two waits rather than by a process: a process per transfer costs two
+        events more (its start and its end) for nothing a callback cannot do."""
         rec = pending.req.kv
         assert rec is not None
         start = now_ns(self.env)
         nbytes = blocks * self._block_bytes
         descriptors = blocks * self._layers
         fixed = self.tcfg.setup_latency_s + descriptors * self.tcfg.per_descriptor_s * exposed_fraction
-        yield self.env.timeout(to_ns(fixed))
-        if nbytes:
-            yield self.links.transfer(("kv", rec.request_id), nbytes * exposed_fraction,
-                                      self._path(pending.prefill, decode))
-        rec.transfer_bytes = nbytes
-        rec.transfer_blocks = blocks
-        rec.transfer_ns = now_ns(self.env) - start
-        self.bytes_moved += nbytes
 
-    def _pull(self, pending: _Pending, decode: DecodeWorker, num_hits: int) -> ProcessGen:
+        def arrived(_: simpy.Event | None = None) -> None:
+            rec.transfer_bytes = nbytes
+            rec.transfer_blocks = blocks
+            rec.transfer_ns = now_ns(self.env) - start
+            self.bytes_moved += nbytes
+            then()
+
+        def set_up(_: simpy.Event) -> None:
+            if nbytes:
+                moved = self.links.transfer(("kv", rec.request_id), nbytes * exposed_fraction,
+                                            self._path(pending.prefill, decode))
+                moved.callbacks.append(arrived)  # type: ignore[union-attr]
+            else:
+                arrived()
+
+        self.env.timeout(to_ns(fixed)).callbacks.append(set_up)  # type: ignore[union-attr]
+
+    def _pull(self, pending: _Pending, decode: DecodeWorker, num_hits: int) -> None:
+        """Transfer the blocks ``decode`` does not hold; on arrival the request joins its running batch."""
         req = pending.req
         rec = req.kv
         assert rec is not None
@@ -296,10 +312,13 @@ class DisaggSystem:
         exposed = 1.0
         if self.tcfg.layerwise and rec.times_ns[KVState.PULLING] == rec.times_ns[KVState.STAGED]:
             exposed = 1.0 / self._layers
-        yield from self._transfer(pending, decode, blocks, exposed)
-        decode.pulls_in_flight -= 1
-        self._release_staged(pending)
-        self._make_resident(req, decode)
+
+        def arrived() -> None:
+            decode.pulls_in_flight -= 1
+            self._release_staged(pending)
+            self._make_resident(req, decode)
+
+        self._transfer(pending, decode, blocks, exposed, arrived)
 
     def _make_resident(self, req: Request, decode: Worker) -> None:
         decode.sync()
@@ -320,13 +339,20 @@ class DisaggSystem:
         pending.prefill.wake()
 
     # -------------------------------------------------------------------------------- push, lease
-    def _push(self, pending: _Pending, decode: DecodeWorker) -> ProcessGen:
+    def _push(self, pending: _Pending, decode: DecodeWorker) -> None:
+        """Send the whole prompt's KV unasked; on arrival it needs room, or the request fails (dropped)."""
         req = pending.req
         assert req.kv is not None
         req.kv.to(KVState.PUSHING, now_ns(self.env))
         self.pushes += 1
         known = self._known_tokens(req)
-        yield from self._transfer(pending, decode, cdiv(known, self.block_size), 1.0)
+        self._transfer(pending, decode, cdiv(known, self.block_size), 1.0, lambda: self._pushed(pending, decode))
+
+    def _pushed(self, pending: _Pending, decode: DecodeWorker) -> None:
+        """The pushed KV arrived: the prefill side lets it go, the decode side takes it if it has room."""
+        req = pending.req
+        assert req.kv is not None
+        known = self._known_tokens(req)
         self._release_staged(pending)
         hits = self._hits(decode, req, known)
         sched = decode.sched
@@ -345,9 +371,8 @@ class DisaggSystem:
         req.kv.reused_blocks = len(hits)
         self._make_resident(req, decode)
 
-    def _lease(self, pending: _Pending, decode: DecodeWorker) -> ProcessGen:
-        assert self.tcfg.lease_s is not None
-        yield self.env.timeout(to_ns(self.tcfg.lease_s))
+    def _lease_end(self, pending: _Pending, decode: DecodeWorker, _: simpy.Event) -> None:
+        """A staged request's lease ran out (a timer's callback: a process per lease costs two events more)."""
         req = pending.req
         assert req.kv is not None
         if req.kv.state is not KVState.STAGED:

@@ -1,9 +1,9 @@
-"""KV-transfer links: flow-level bandwidth sharing (max-min fair) and the SimPy process that times it.
+"""KV-transfer links: flow-level bandwidth sharing (max-min fair) and the SimPy timer that times it.
 
 :class:`FlowNetwork` is pure: flows cross one or more links (a sender's egress, a receiver's ingress); the
 rates are the max-min fair allocation (progressive filling), recomputed whenever a flow starts or ends,
-and each flow's remaining bytes drain at its rate. :class:`LinkSet` is the thin SimPy shell: it sleeps
-until the next completion and is woken early when a new flow changes the shares (the machine-shop
+and each flow's remaining bytes drain at its rate. :class:`LinkSet` is the thin SimPy shell: one timer for
+the next completion, re-armed whenever a flow starts or ends and so changes the shares (the machine-shop
 pattern of re-timing remaining work).
 """
 
@@ -114,38 +114,46 @@ class FlowNetwork:
 
 
 class LinkSet:
-    """The SimPy process timing a :class:`FlowNetwork`: ``yield links.transfer(...)`` waits for a flow."""
+    """Times a :class:`FlowNetwork` in SimPy: ``yield links.transfer(...)`` waits for a flow.
+
+    One timer is armed for the flow finishing first; a change of the flows (a start, a completion)
+    re-arms it, and a timer armed before the last change does nothing when it fires. A timer's callback
+    completes its flow directly, without a process between (a process and a condition event per re-arm
+    cost more than the rest of a transfer).
+    """
 
     def __init__(self, env: simpy.Environment, network: FlowNetwork) -> None:
         self.env = env
         self.net = network
-        self._changed: simpy.Event = env.event()
-        self.process = env.process(self._run())
+        self._armed: simpy.Event | None = None
+        """The timer of the flow finishing first (None when no flow is active)."""
+        self._first: Flow | None = None
+        """That flow."""
 
     def transfer(self, fid: Hashable, nbytes: float, links: Iterable[str]) -> simpy.Event:
         """Start a flow now; the returned event fires when its last byte arrives."""
         flow = self.net.add(fid, nbytes, links, now_ns(self.env))
         flow.done = self.env.event()
-        if not self._changed.triggered:
-            self._changed.succeed()
+        self._arm()
         return flow.done
 
-    def _run(self) -> ProcessGen:
-        env = self.env
-        while True:
-            nxt = self.net.next_finish()
-            if nxt is None:
-                yield self._changed
-                self._changed = env.event()
-                continue
-            flow, t = nxt
-            timer = env.timeout(t - now_ns(env))
-            yield timer | self._changed
-            if self._changed.triggered:
-                self._changed = env.event()
-            if timer.processed or now_ns(env) >= t:
-                if flow.fid in self.net.flows and now_ns(env) >= t:
-                    self.net.remove(flow.fid, now_ns(env))
-                    flow.remaining = 0.0
-                    assert flow.done is not None
-                    flow.done.succeed(flow)
+    def _arm(self) -> None:
+        """Arm the timer of the flow that finishes first under the current rates."""
+        nxt = self.net.next_finish()
+        if nxt is None:
+            self._armed = self._first = None
+            return
+        self._first, t = nxt
+        timer = self._armed = self.env.timeout(t - now_ns(self.env))
+        timer.callbacks.append(self._on_timer)  # type: ignore[union-attr]
+
+    def _on_timer(self, timer: simpy.Event) -> None:
+        flow = self._first
+        if timer is not self._armed or flow is None:
+            return
+        now = now_ns(self.env)
+        self.net.remove(flow.fid, now)
+        flow.remaining = 0.0
+        assert flow.done is not None
+        flow.done.succeed(flow)
+        self._arm()
