@@ -548,6 +548,9 @@ class CostModel:
         """
         base = self._decode_bases.get(n)
         if base is None:
+            if self.draft is not None:
+                raise ValueError("decode_step prices plain one-token decodes; with speculative decoding a decode "
+                                 "verifies 1 + spec_tokens tokens: price its shape with step()")
             base = self._decode_base(n)
         graph, fixed = base
         if self.kv_bucket_tokens > 0:

@@ -42,8 +42,7 @@ def verify_shape(contexts: list[int], q: int) -> BatchShape:
 # ------------------------------------------------------------------------------------------- scheduler
 def test_each_decode_takes_one_plus_k_tokens_of_the_budget_all_or_none() -> None:
     # k = 2: a decode needs 3 tokens of the budget (5); the second decode cannot get its 3 and waits.
-    sched = make_scheduler(num_blocks=40, max_num_batched_tokens=5)
-    sched.drafter = Drafter((1.0, 1.0), seed=0)
+    sched = make_scheduler(num_blocks=40, max_num_batched_tokens=5, drafter=Drafter((1.0, 1.0), seed=0))
     a, b = make_request(1, 2, 9), make_request(2, 2, 9)
     for r in (a, b):
         sched.add_request(r, 0)
@@ -59,8 +58,7 @@ def test_each_decode_takes_one_plus_k_tokens_of_the_budget_all_or_none() -> None
 def test_lookahead_slots_are_allocated_and_rejected_drafts_are_never_cached() -> None:
     # Block size 4, prompt 8, k = 2, nothing accepted: every step allocates room for 3 tokens past the
     # computed ones, but only blocks full of real tokens are registered in the prefix cache.
-    sched = make_scheduler(num_blocks=40, max_num_batched_tokens=64)
-    sched.drafter = Drafter((0.0, 0.0), seed=0)
+    sched = make_scheduler(num_blocks=40, max_num_batched_tokens=64, drafter=Drafter((0.0, 0.0), seed=0))
     req = make_request(1, 8, 6)
     sched.add_request(req, 0)
     kv = sched.kv
@@ -218,6 +216,16 @@ def test_switching_the_draft_term_off_removes_exactly_it() -> None:
         assert terms.pop("spec_draft") > 0
         assert dict(off.step_cost(s).terms) == terms
     assert "spec_draft" in full.term_names and "spec_draft" not in off.term_names
+
+
+def test_plain_decode_fast_path_refuses_a_speculative_model_and_shapes_check_decode_q() -> None:
+    with pytest.raises(ValueError, match="verifies 1 \\+ spec_tokens tokens"):
+        CostModel(spec_deployment(2)).decode_step(4, 400)
+    with pytest.raises(ValueError, match="decode_q >= 1"):
+        BatchShape(num_reqs=1, num_decode=1, new_tokens=1, sum_kv=10, sum_q_kv=10, sum_q_sq=1, decode_q=0)
+    with pytest.raises(ValueError, match="has none"):
+        Deployment(gpu=load_gpu("h100_sxm"), model=load_model("meta-llama/Llama-3.1-8B"), engine=load_engine("vllm"),
+                   spec_tokens=1)
 
 
 def test_without_speculation_there_is_no_draft_term_and_no_mtp_memory() -> None:
