@@ -35,6 +35,7 @@ TERMS: Mapping[str, tuple[str, str]] = MappingProxyType({
     "moe_shared": ("throughput", OWNER_GPU_MODEL),
     "elementwise": ("throughput", OWNER_GPU_MODEL),
     "lm_head": ("throughput", OWNER_GPU_MODEL),
+    "spec_draft": ("throughput", OWNER_GPU_MODEL),
     "tp_allreduce": ("throughput", OWNER_GPU_MODEL),
     "ep_alltoall": ("throughput", OWNER_GPU_MODEL),
     "step_host": ("scheduler", OWNER_ENGINE),
@@ -52,8 +53,6 @@ TOKEN_TERMS = ("qkv_proj", "o_proj", "ssm_proj", "ssm_scan", "mlp", "moe_experts
 # CPU-side terms (hidden under GPU work when the engine overlaps scheduling with execution)
 HOST_TERMS = ("step_host", "request_host", "kv_traversal")
 DEVICE_TERMS = tuple(name for name in TERMS if name not in HOST_TERMS)
-# GPU-side terms an eager step's host work races against (eager_host is what is left of that host work)
-GPU_TERMS = tuple(name for name in DEVICE_TERMS if name != "eager_host")
 _TERM_OF_LINEAR = {"o_proj": "o_proj", "in_proj": "ssm_proj", "out_proj": "ssm_proj", "up_proj": "mlp",
                    "down_proj": "mlp", "router": "moe_experts", "latent_in": "moe_experts",
                    "latent_out": "moe_experts", "shared_up": "moe_shared", "shared_down": "moe_shared"}
@@ -153,11 +152,18 @@ class CostModel:
                                                          gpu=dep.gpu, tp=dep.tp)
         self.max_capture = self.capture_sizes[-1]
         self.kv_bucket_tokens = kv_bucket_tokens
-        self._enabled = tuple(t for t in TERMS if t not in self.disabled_terms)
+        self.spec_tokens = dep.spec_tokens
+        self._terms_all = tuple(t for t in TERMS if self.spec_tokens or t != "spec_draft")
+        """The terms this deployment has (the draft passes only with speculative decoding), in TERMS order."""
+        self._device_terms = tuple(t for t in DEVICE_TERMS if t in self._terms_all)
+        self._gpu_terms = tuple(t for t in self._device_terms if t != "eager_host")
+        """The GPU-side terms an eager step's host work races against (eager_host is what is left of it)."""
+        self._enabled = tuple(t for t in self._terms_all if t not in self.disabled_terms)
         self._cache: dict[BatchShape, tuple[Mapping[str, float], int]] = {}
-        self._token_cache: dict[tuple[int, int, int], dict[str, float]] = {}
+        self._token_cache: dict[tuple[int, int, int, int], dict[str, float]] = {}
+        self._draft_cache: dict[tuple[int, int, int, bool], float] = {}
         self._decode_bases: dict[int, tuple[bool, dict[str, float]]] = {}
-        self._batch_bases: dict[tuple[int, int, int], dict[str, float]] = {}
+        self._batch_bases: dict[tuple[int, int, int, int], dict[str, float]] = {}
         self._build()
 
     # --- set-up ---------------------------------------------------------------------------------
@@ -176,7 +182,10 @@ class CostModel:
         d, m = self.dep, self.dep.model
         h = m.hidden_size
         groups = []
-        for (mixer, ffn), count in m.layer_groups:
+        layer_groups = list(m.layer_groups)
+        if d.spec_tokens:  # the MTP module's layer, built like the others (priced apart: spec_draft)
+            layer_groups.append((d.draft_layer, 1))
+        for (mixer, ffn), count in layer_groups:
             gemms: list[_Gemm] = []
             ar, ew, kernels, blocks = 0, 0.0, 0, 0
             moe_ar = False
@@ -206,6 +215,10 @@ class CostModel:
             ew_k = blocks * self.cal.elementwise_kernels_per_block
             kernels += len(gemms) + ew_k + ar
             groups.append(_Group(count, mixer, ffn, tuple(gemms), ar, moe_ar, ew, ew_k, kernels))
+        self.draft: _Group | None = None
+        if d.spec_tokens:
+            g = groups.pop()
+            self.draft = attrs.evolve(g, gemms=(*g.gemms, self._gemm(d.draft_proj, "spec_draft")))
         self.groups = tuple(groups)
         self.lm_head = self._gemm(Linear("lm_head", -(-m.vocab_size // d.tp), h, False), "lm_head")
         self.kernels_per_step = sum(g.count * g.kernels for g in self.groups) + 2
@@ -232,15 +245,16 @@ class CostModel:
         return kernels.allreduce_s(self.cal.allreduce, nbytes=nbytes, gpus=group, link_Bps=link_Bps)
 
     # --- token-dependent terms --------------------------------------------------------------------
-    def _token_terms(self, M: int, R: int, D: int) -> dict[str, float]:
-        """Terms that depend only on tokens M, requests R and decode requests D (memoised, exact)."""
-        key = (M, R, D)
+    def _token_terms(self, M: int, R: int, D: int, q: int = 1) -> dict[str, float]:
+        """Terms that depend only on tokens M, requests R and decode requests D of q tokens each (memoised,
+        exact)."""
+        key = (M, R, D, q)
         hit = self._token_cache.get(key)
         if hit is not None:
             return hit
         t = dict.fromkeys(TOKEN_TERMS, 0.0)
         if M > 0:
-            self._fill_token_terms(t, M, R, D)
+            self._fill_token_terms(t, M, R, D, q)
         self._token_cache[key] = t
         return t
 
@@ -256,29 +270,34 @@ class CostModel:
             return M <= self.max_capture
         return D == R and R <= self.max_capture
 
-    def _fill_token_terms(self, t: dict[str, float], M: int, R: int, D: int) -> None:
+    def _fill_token_terms(self, t: dict[str, float], M: int, R: int, D: int, q: int = 1) -> None:
         graph = self._graphed(M, R, D)
-        d, h = self.dep, self.dep.model.hidden_size
         cal = self.gcal if graph else self.cal
-        gpu = d.gpu
-        ew_Bps = gpu.hbm_bw_Bps * cal.elementwise.mem_eff
-        msg = M * h * ACT_BYTES
         for g in self.groups:
-            n = g.count
-            for gm in g.gemms:
-                t[gm.term] += n * gm.time_s(M, graph)
-            t["elementwise"] += n * (M * g.ew_bytes_per_token / ew_Bps + g.ew_kernels * cal.elementwise.floor_s)
-            t["tp_allreduce"] += n * g.allreduce_per_layer * self._allreduce_s(msg, d.tp, self.ar_link_Bps)
-            if g.mixer is not None and g.mixer.kind in ("mamba2", "gdn"):
-                t["ssm_scan"] += n * self._ssm_s(g.mixer, M, R, D, cal)
-            if g.ffn is not None and g.ffn.kind == "moe":
-                t["moe_experts"] += n * self._moe_s(g.ffn, M, cal)
-                if g.moe_allreduce:
-                    t["tp_allreduce"] += n * self._allreduce_s(msg * d.attn_dp, d.moe_tp, self.ar_link_Bps)
-                if d.attn_dp > 1 and d.ep > 1:
-                    t["ep_alltoall"] += n * 2 * (cal.alltoall.alpha_s + M * g.ffn.experts_per_token * h
-                                                 * ACT_BYTES * (d.ep - 1) / d.ep / self.a2a_link_Bps)
-        t["lm_head"] = self.lm_head.time_s(R, graph)
+            self._add_layer_terms(t, g, M, R, D, graph, cal)
+        # Logits of every sampled position: one per request, and the k drafts of each speculative decode.
+        t["lm_head"] = self.lm_head.time_s(R + D * (q - 1), graph)
+
+    def _add_layer_terms(self, t: dict[str, float], g: _Group, M: int, R: int, D: int, graph: bool,
+                         cal: Calibration) -> None:
+        """Add the token-dependent terms of the layers of kind ``g`` over M tokens to ``t``."""
+        d, h = self.dep, self.dep.model.hidden_size
+        ew_Bps = d.gpu.hbm_bw_Bps * cal.elementwise.mem_eff
+        msg = M * h * ACT_BYTES
+        n = g.count
+        for gm in g.gemms:
+            t[gm.term] += n * gm.time_s(M, graph)
+        t["elementwise"] += n * (M * g.ew_bytes_per_token / ew_Bps + g.ew_kernels * cal.elementwise.floor_s)
+        t["tp_allreduce"] += n * g.allreduce_per_layer * self._allreduce_s(msg, d.tp, self.ar_link_Bps)
+        if g.mixer is not None and g.mixer.kind in ("mamba2", "gdn"):
+            t["ssm_scan"] += n * self._ssm_s(g.mixer, M, R, D, cal)
+        if g.ffn is not None and g.ffn.kind == "moe":
+            t["moe_experts"] += n * self._moe_s(g.ffn, M, cal)
+            if g.moe_allreduce:
+                t["tp_allreduce"] += n * self._allreduce_s(msg * d.attn_dp, d.moe_tp, self.ar_link_Bps)
+            if d.attn_dp > 1 and d.ep > 1:
+                t["ep_alltoall"] += n * 2 * (cal.alltoall.alpha_s + M * g.ffn.experts_per_token * h
+                                             * ACT_BYTES * (d.ep - 1) / d.ep / self.a2a_link_Bps)
 
     def _moe_s(self, f: FfnSpec, M: int, cal: Calibration) -> float:
         """Routed experts: distinct experts touched by T tokens under uniform routing, E(1-(1-k/E)^T)."""
@@ -300,24 +319,34 @@ class CostModel:
                              peak_flops=d.gpu.flops_for("bf16"), bw_Bps=d.gpu.hbm_bw_Bps)
 
     # --- attention -----------------------------------------------------------------------------
-    def _attention_s(self, s: BatchShape) -> float:
+    def _attention_s(self, s: BatchShape,
+                     groups: tuple[tuple[int, MixerSpec, int, int], ...] | None = None) -> float:
         d = self.dep
         # vLLM runs attention outside its piecewise graphs except in full-graph pure-decode batches
         graph = self._graphed(s.new_tokens, s.num_reqs, s.num_decode) and (
             s.is_pure_decode or d.engine.capture_rule != "vllm")
         D = s.num_decode
         d_kv = s.decode_kv
-        return self._attention_time(graph, D, d_kv, s.new_tokens - D, s.num_reqs - D, s.sum_kv - d_kv,
-                                    s.attention_pairs - d_kv)
+        q = s.decode_q
+        if q == 1:
+            return self._attention_time(graph, D, d_kv, s.new_tokens - D, s.num_reqs - D, s.sum_kv - d_kv,
+                                        s.attention_pairs - d_kv, 1, groups)
+        # A speculative decode scores its q tokens against its context (the last q keys causally).
+        pairs = q * d_kv - D * q * (q - 1) // 2
+        return self._attention_time(graph, D, d_kv, s.new_tokens - D * q, s.num_reqs - D, s.sum_kv - d_kv,
+                                    s.attention_pairs - pairs, q, groups)
 
     def _attention_time(self, graph: bool, D: int, d_kv: int, p_tokens: int, p_reqs: int, p_kv: int,
-                        p_pairs: int) -> float:
+                        p_pairs: int, dq: int = 1,
+                        groups: tuple[tuple[int, MixerSpec, int, int], ...] | None = None) -> float:
         """Attention of D decode requests over d_kv keys plus p_tokens prefill tokens of p_reqs requests
-        (p_kv keys, p_pairs causal pairs), summed over the attention layers."""
+        (p_kv keys, p_pairs causal pairs), summed over the attention layers (or ``groups``). A decode
+        request carries dq queries (1 + drafts when speculative): the decode kernel reads its context once
+        for all of them, as FlashMLA / FlashInfer fold the query length into the head dimension."""
         cal = self.gcal if graph else self.cal
         kvb, peak, bw = self._kv_bytes, self._peak_bf16, self._hbm_Bps
         total = 0.0
-        for count, mx, heads, kvh in self._attn_groups:
+        for count, mx, heads, kvh in self._attn_groups if groups is None else groups:
             if mx.kind == "gqa":
                 dk, pk, pp = d_kv, p_kv, p_pairs
                 if mx.window:
@@ -327,7 +356,7 @@ class CostModel:
                 # Each kernel costs 0.0 without its requests: skipping the call adds nothing (exact).
                 t = 0.0
                 if D > 0:
-                    t = kernels.gqa_decode_s(cal.attn_decode, reqs=D, sum_kv=dk, heads=heads, kv_heads=kvh,
+                    t = kernels.gqa_decode_s(cal.attn_decode, reqs=D, sum_kv=dk, heads=heads * dq, kv_heads=kvh,
                                              head_dim=mx.head_dim, v_head_dim=mx.vdim, kv_bytes=kvb,
                                              peak_flops=peak, bw_Bps=bw)
                 if p_tokens > 0:
@@ -335,12 +364,12 @@ class CostModel:
                                                heads=heads, kv_heads=kvh, head_dim=mx.head_dim,
                                                v_head_dim=mx.vdim, kv_bytes=kvb, peak_flops=peak, bw_Bps=bw)
             else:
-                t = self._mla_s(mx, heads, D, d_kv, p_tokens, p_kv, p_pairs, peak, bw, cal)
+                t = self._mla_s(mx, heads, D, d_kv, p_tokens, p_kv, p_pairs, peak, bw, cal, dq)
             total += count * t
         return total
 
     def _mla_s(self, mx: MixerSpec, heads: int, D: int, d_kv: int, p_tokens: int, p_kv: int, p_pairs: int,
-               peak: float, bw: float, cal: Calibration) -> float:
+               peak: float, bw: float, cal: Calibration, dq: int = 1) -> float:
         """MLA: absorbed latent attention for decode (W_UK / W_UV as batched GEMMs around an MQA kernel over
         the 576-wide latent); MHA form for prefill (kv_b up-projection of the context, then attention)."""
         d = self.dep
@@ -353,14 +382,15 @@ class CostModel:
         idx_flops, idx_bytes = 0.0, 0.0
         dk, pk, pp = d_kv, p_kv, p_pairs
         if mx.index_topk:       # DSA: an FP8 indexer scores every pair, attention reads top-k keys only
-            idx_flops = 2.0 * (d_kv + p_pairs) * mx.index_n_heads * mx.index_head_dim
+            idx_flops = 2.0 * (d_kv * dq + p_pairs) * mx.index_n_heads * mx.index_head_dim
             idx_bytes = (d_kv + p_kv) * (mx.index_head_dim + 4)
             dk, pp = min(dk, D * mx.index_topk), min(pp, p_tokens * mx.index_topk)
             pk = min(pk, p_tokens * mx.index_topk)
         if D:
-            t += proj.time_s(D * heads * 2.0 * (nope * lat + lat * v),
-                             kv_b_bytes + D * heads * (nope + lat + lat + v) * ACT_BYTES, D, proj_peak, bw)
-            t += kernels.mla_decode_s(cal.mla_decode, reqs=D, sum_kv=dk, heads=heads, kv_lora_rank=lat,
+            Dq = D * dq  # decode query tokens
+            t += proj.time_s(Dq * heads * 2.0 * (nope * lat + lat * v),
+                             kv_b_bytes + Dq * heads * (nope + lat + lat + v) * ACT_BYTES, Dq, proj_peak, bw)
+            t += kernels.mla_decode_s(cal.mla_decode, reqs=D, sum_kv=dk, heads=heads * dq, kv_lora_rank=lat,
                                       rope_dim=rope, kv_bytes=d.kv_bytes_per_elem, peak_flops=peak, bw_Bps=bw)
         if p_tokens:
             t += proj.time_s(2.0 * pk * lat * heads * (nope + v),
@@ -368,8 +398,45 @@ class CostModel:
             t += kernels.mla_prefill_s(cal.mla_prefill, tokens=p_tokens, sum_kv=pk, pairs=pp, heads=heads,
                                        qk_dim=nope + rope, v_dim=v, peak_flops=peak, bw_Bps=bw)
         if idx_flops:
-            t += cal.attn_decode.time_s(idx_flops, idx_bytes, D + p_tokens, d.gpu.flops_for("fp8"), bw)
+            t += cal.attn_decode.time_s(idx_flops, idx_bytes, D * dq + p_tokens, d.gpu.flops_for("fp8"), bw)
         return t
+
+    # --- speculative decoding -------------------------------------------------------------------
+    def _draft_s(self, s: BatchShape) -> float:
+        """The MTP draft passes of a step (``spec_draft``): k = spec_tokens passes of the MTP module in a
+        chain. The first runs over every token the target model computed in the step (the prompt tokens of
+        a prefill, the 1 + k verified positions of each speculative decode: the hidden states the next
+        draft starts from), the other k - 1 over one token per request; each pass takes one logit row per
+        request from the shared LM head. TensorRT-LLM's MTP Eagle path (blog "DeepSeek R1 MTP
+        Implementation and Optimization") and SGLang's EAGLE worker with the NEXTN module run this way.
+        Attention runs over the MTP layer's own KV cache, whose context is the request's. A decode batch
+        padded for its CUDA graph drafts for the real requests only (the padding is priced on the target)."""
+        M, R, D = s.new_tokens, s.num_reqs, s.num_decode
+        graph = self._graphed(M, R, D)
+        k = self.spec_tokens
+        t = self._draft_tokens_s(M, R, D, graph) + (k - 1) * self._draft_tokens_s(R, R, R, graph)
+        t += k * self.lm_head.time_s(R, graph)
+        mx = self.draft.mixer if self.draft is not None else None
+        if mx is not None and mx.is_attention:
+            one = ((1, mx, self.dep.mixer_heads(mx), self.dep.mixer_kv_heads(mx)),)
+            t += self._attention_s(s, one)
+            if k > 1:  # the later passes: one query per request over its context
+                graph_attn = graph and (s.is_pure_decode or self.dep.engine.capture_rule != "vllm")
+                t += (k - 1) * self._attention_time(graph_attn, R, s.sum_kv, 0, 0, 0, 0, 1, one)
+        return t
+
+    def _draft_tokens_s(self, M: int, R: int, D: int, graph: bool) -> float:
+        """One pass of the MTP layer and its projection over M tokens (memoised, exact)."""
+        key = (M, R, D, graph)
+        hit = self._draft_cache.get(key)
+        if hit is None:
+            assert self.draft is not None
+            t = dict.fromkeys((*TOKEN_TERMS, "spec_draft"), 0.0)
+            self._add_layer_terms(t, self.draft, M, R, D, graph, self.gcal if graph else self.cal)
+            if len(self._draft_cache) >= _CACHE_LIMIT:
+                self._draft_cache.clear()
+            hit = self._draft_cache[key] = sum(t.values())
+        return hit
 
     # --- the ledger ----------------------------------------------------------------------------
     def _padded(self, s: BatchShape) -> int:
@@ -385,6 +452,8 @@ class CostModel:
             return dict.fromkeys(self._enabled, 0.0)
         t = self._batch_base(s).copy()
         t["attention"] = attn = self._attention_s(s)
+        if self.draft is not None:
+            t["spec_draft"] = self._draft_s(s)
         eager = 0.0 if self._graphed(s.new_tokens, s.num_reqs, s.num_decode) else self.eager_host_s
         self._fill_context_terms(t, s.sum_kv, s.num_reqs, attn, eager)
         if len(t) == len(self._enabled):  # every term enabled: ``t`` holds them in TERMS order already
@@ -394,10 +463,10 @@ class CostModel:
     def _batch_base(self, s: BatchShape) -> dict[str, float]:
         """Every term in TERMS order, zero but for those set by the batch's token and request counts
         (memoised on those counts, which are all they depend on; the caller fills in the rest on a copy)."""
-        key = (s.new_tokens, s.num_reqs, s.num_decode)
+        key = (s.new_tokens, s.num_reqs, s.num_decode, s.decode_q)
         t = self._batch_bases.get(key)
         if t is None:
-            t = dict.fromkeys(TERMS, 0.0)
+            t = dict.fromkeys(self._terms_all, 0.0)
             self._fill_batch_terms(t, s)
             if len(self._batch_bases) >= _CACHE_LIMIT:
                 self._batch_bases.clear()
@@ -406,13 +475,13 @@ class CostModel:
 
     def _fill_batch_terms(self, t: dict[str, float], s: BatchShape) -> None:
         """Terms set by the batch's token and request counts alone (for a pure-decode batch: by its size)."""
-        M, R, D = s.new_tokens, s.num_reqs, s.num_decode
+        M, R, D, q = s.new_tokens, s.num_reqs, s.num_decode, s.decode_q
         e = self.dep.engine
-        t.update(self._token_terms(M, R, D))
+        t.update(self._token_terms(M, R, D, q))
         padded = self._padded(s)
         if padded != R:
-            t["cuda_graph_padding"] = (sum(self._token_terms(padded, padded, padded).values())
-                                       - sum(self._token_terms(M, R, D).values()))
+            t["cuda_graph_padding"] = (sum(self._token_terms(padded * q, padded, padded, q).values())
+                                       - sum(self._token_terms(M, R, D, q).values()))
         t["step_host"] = e.step_host_s
         t["request_host"] = e.per_request_host_s * R
         t["kernel_launch"] = self._launch_s(s)
@@ -437,7 +506,7 @@ class CostModel:
         """An eager step: the CPU runs the model's Python and launches its kernels while the GPU works
         through those already queued (no host-device sync in the layers of either engine's MoE path,
         hardware/STATUS.md), so the step lasts max(host, GPU); eager_host is the exposed part."""
-        gpu = sum(map(t.__getitem__, GPU_TERMS))
+        gpu = sum(map(t.__getitem__, self._gpu_terms))
         t["eager_host"] = max(0.0, eager_s - gpu)
 
     def _overlap_host(self, t: dict[str, float], eager_s: float = 0.0) -> None:
@@ -450,9 +519,9 @@ class CostModel:
         host = sum(map(get, HOST_TERMS))
         if host <= 0.0:
             return
-        device = sum(map(get, DEVICE_TERMS))  # in TERMS order, as ``t`` holds them
+        device = sum(map(get, self._device_terms))  # in TERMS order, as ``t`` holds them
         if eager_s > 0.0:
-            device = max(0.0, sum(map(get, GPU_TERMS)) - eager_s)   # GPU time the CPU is not launching
+            device = max(0.0, sum(map(get, self._gpu_terms)) - eager_s)   # GPU time the CPU is not launching
         keep = max(0.0, host - device) / host
         for name in HOST_TERMS:
             t[name] *= keep
@@ -505,6 +574,9 @@ class CostModel:
         """
         base = self._decode_bases.get(n)
         if base is None:
+            if self.draft is not None:
+                raise ValueError("decode_step prices plain one-token decodes; with speculative decoding a decode "
+                                 "verifies 1 + spec_tokens tokens: price its shape with step()")
             base = self._decode_base(n)
         graph, fixed = base
         if self.kv_bucket_tokens > 0:
@@ -520,7 +592,7 @@ class CostModel:
     def _decode_base(self, n: int) -> tuple[bool, dict[str, float]]:
         """Whether a pure-decode batch of ``n`` replays a graph for attention, and its batch terms."""
         s = BatchShape(num_reqs=n, num_decode=n, new_tokens=n, sum_kv=n, sum_q_kv=n, sum_q_sq=n)
-        t = dict.fromkeys(TERMS, 0.0)
+        t = dict.fromkeys(self._terms_all, 0.0)
         self._fill_batch_terms(t, s)
         graph = self._graphed(n, n, n)  # as _attention_s decides it for a pure-decode batch
         if len(self._decode_bases) >= _CACHE_LIMIT:

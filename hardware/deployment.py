@@ -68,7 +68,17 @@ class Deployment:
     GEMM as vLLM's DeepGemmExperts launches it, over the worst-case padded row count whatever the batch;
     priced with the engine's block-FP8 GEMM curve, hardware.kernels.deepgemm_moe_s)."""
 
+    spec_tokens: int = 0
+    """Draft tokens per decode step of MTP speculative decoding (0: off). The draft is the model's own
+    next-token-prediction module (ModelSpec.mtp_layers), run spec_tokens times in a chain (TensorRT-LLM's
+    MTP Eagle path, SGLang's NEXTN with one layer), so its weights and its KV cache are resident."""
+
     def __attrs_post_init__(self) -> None:
+        if self.spec_tokens < 0:
+            raise ValueError(f"spec_tokens must be >= 0, got {self.spec_tokens}")
+        if self.spec_tokens and not self.model.mtp_layers:
+            raise ValueError(f"MTP speculative decoding needs a next-token-prediction module, and {self.model.name} "
+                             f"has none (num_nextn_predict_layers = 0)")
         check_dtype("weight_dtype", self.weight_dtype, WEIGHT_DTYPES)
         check_dtype("kv_dtype", self.kv_dtype, KV_DTYPES)
         if self.moe_kernel not in MOE_KERNELS:
@@ -216,7 +226,23 @@ class Deployment:
         for (mixer, _), n in self.model.layer_groups:
             if mixer is not None and mixer.is_attention and not mixer.window:
                 total += n * self._mixer_kv_bytes_per_token(mixer)
+        if self.spec_tokens:  # the MTP layer keeps its own KV cache (last pipeline stage: counted in full)
+            draft = self.draft_layer[0]
+            if draft is not None and draft.is_attention:
+                total += self._mixer_kv_bytes_per_token(draft) / self._stage_fraction()
         return int(round(total * self._stage_fraction()))
+
+    @property
+    def draft_layer(self) -> tuple[MixerSpec | None, FfnSpec | None]:
+        """The MTP module's decoder layer: of the kind of the model's last layer (MoE for DeepSeek-V3/R1)."""
+        return self.model.layers[-1]
+
+    @property
+    def draft_proj(self) -> Linear:
+        """The MTP module's projection of [normed embedding; normed hidden state] (2 x hidden -> hidden):
+        BF16 and whole on every GPU, as SGLang's DeepseekModelNextN builds its eh_proj (a plain nn.Linear)."""
+        h = self.model.hidden_size
+        return Linear("draft_proj", h, 2 * h, False)
 
     @property
     def state_bytes_per_request(self) -> int:
@@ -288,6 +314,9 @@ class Deployment:
         sub_blocks = sum(n * ((mx is not None) + (f is not None)) for (mx, f), n in m.layer_groups)
         norms = (sub_blocks * self._stage_fraction() + 1) * m.hidden_size * ACT_BYTES
         embeds = 1 if (self.pp > 1 or m.tie_word_embeddings) else 2
+        if self.spec_tokens:  # the MTP module: one layer, its projection and four norms (embedding, LM head shared)
+            layers += self._layer_bytes(*self.draft_layer) + self._linears_bytes([self.draft_proj])
+            norms += 4 * m.hidden_size * ACT_BYTES
         return int(round(layers + norms)) + embeds * self.embedding_bytes_per_gpu
 
     # --- memory budget -------------------------------------------------------------------------

@@ -46,6 +46,10 @@ class ModelSpec:
     default_kv_dtype: str = "bf16"
     quant_scope: str = "all"               # "all" linear layers or only routed "experts" (gpt-oss, Kimi int4)
     layers: tuple[Layer, ...] = attrs.field(default=attrs.Factory(_dense_layers, takes_self=True))
+    mtp_layers: int = 0
+    """Next-token-prediction modules in the checkpoint (config ``num_nextn_predict_layers``: 1 for
+    DeepSeek-V3/R1): each a decoder layer of the last layer's kind after a projection of [embedding; hidden]
+    (2 x hidden -> hidden), sharing the embedding and LM head; usable as a speculative-decoding draft."""
 
     def __attrs_post_init__(self) -> None:
         for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size"):
@@ -296,7 +300,7 @@ def _spec(name: str, model_type: str, cfg: dict[str, Any], layers: list[Layer], 
         num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=ffn.intermediate_size,
         vocab_size=int(cfg["vocab_size"]), tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         mlp_gated=ffn.gated, default_weight_dtype=weight, default_kv_dtype=kv, quant_scope=scope,
-        layers=tuple(layers))
+        layers=tuple(layers), mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0))
 
 
 # --- per-family parsers ----------------------------------------------------------------------------

@@ -12,7 +12,8 @@ class BatchShape:
     """Per request i in the step: q_i new tokens computed now, kv_i context attended after this step.
 
     sum_kv = sum kv_i, sum_q_kv = sum q_i*kv_i, sum_q_sq = sum q_i^2, new_tokens = sum q_i,
-    num_decode = number of requests with q_i == 1.
+    num_decode = number of decode requests: q_i == 1, or q_i == decode_q when a speculative decode verifies
+    decode_q = 1 + k tokens (the last sampled one and k drafts) against its context.
     """
 
     num_reqs: int
@@ -22,8 +23,11 @@ class BatchShape:
     sum_q_kv: int
     sum_q_sq: int
     decode_sum_kv: int = -1     # sum kv_i over the decode requests; -1 = unknown (estimated pro rata)
+    decode_q: int = 1           # query tokens of each decode request (1 + draft tokens when speculative)
 
     def __attrs_post_init__(self) -> None:
+        if self.decode_q < 1:
+            raise ValueError(f"BatchShape: need decode_q >= 1, got {self.decode_q}")
         if self.num_reqs < 0 or not 0 <= self.num_decode <= self.num_reqs:
             raise ValueError(f"BatchShape: need 0 <= num_decode <= num_reqs, got {self.num_decode}, "
                              f"{self.num_reqs}")
@@ -71,6 +75,6 @@ class BatchShape:
     def is_pure_decode(self) -> bool:
         return self.num_reqs > 0 and self.num_decode == self.num_reqs
 
-    def key(self) -> tuple[int, int, int, int, int, int, int]:
+    def key(self) -> tuple[int, ...]:
         return (self.num_reqs, self.num_decode, self.new_tokens, self.sum_kv, self.sum_q_kv, self.sum_q_sq,
-                self.decode_sum_kv)
+                self.decode_sum_kv, self.decode_q)

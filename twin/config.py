@@ -76,6 +76,57 @@ class ModelConfig:
     kv_dtype: str = attrs.field(default="auto", validator=one_of("auto", "bf16", "fp16", "fp8"))
 
 
+SPEC_METHODS = ("none", "mtp")
+
+
+@attrs.frozen(kw_only=True)
+class SpeculativeConfig:
+    """Speculative decoding (vLLM ``--speculative-config``, SGLang ``--speculative-algorithm NEXTN``,
+    TensorRT-LLM ``speculative_config``); off by default.
+
+    ``mtp``: the draft is the model's own next-token-prediction module (DeepSeek-V3/R1 ship one,
+    num_nextn_predict_layers = 1), run ``num_speculative_tokens`` = k times in a chain. Each decode step of
+    a request verifies 1 + k tokens (its last sampled token and k drafts) and emits 1 + a, a being the
+    number of leading drafts accepted. ``acceptance``: the conditional probability that draft i is accepted
+    given drafts 1 .. i-1 were, one number for every position or a list of k.
+    """
+
+    method: str = attrs.field(default="none", validator=one_of(*SPEC_METHODS))
+    num_speculative_tokens: int = attrs.field(default=0, validator=non_negative)
+    acceptance: float | tuple[float, ...] | None = None
+
+    def __attrs_post_init__(self) -> None:
+        k = self.num_speculative_tokens
+        if self.method == "none":
+            if k or self.acceptance is not None:
+                raise ValueError(f"method is 'none': num_speculative_tokens ({k}) and acceptance "
+                                 f"({self.acceptance!r}) must be left unset")
+            return
+        if k < 1:
+            raise ValueError(f"num_speculative_tokens must be >= 1 with method {self.method!r}, got {k}")
+        if self.acceptance is None:
+            raise ValueError(f"acceptance must be given with method {self.method!r}: one probability in "
+                             f"[0, 1] or a list of {k}")
+        rates = self.acceptance_rates
+        if len(rates) != k:
+            raise ValueError(f"acceptance lists {len(rates)} probabilities, expected num_speculative_tokens = {k}")
+        bad = [p for p in rates if not 0.0 <= p <= 1.0]
+        if bad:
+            raise ValueError(f"acceptance probabilities must be in [0, 1], got {bad}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.method != "none"
+
+    @property
+    def acceptance_rates(self) -> tuple[float, ...]:
+        """Conditional acceptance probability of each draft position (k of them; empty when off)."""
+        a = self.acceptance
+        if a is None:
+            return ()
+        return tuple(float(p) for p in a) if isinstance(a, tuple) else (float(a),) * self.num_speculative_tokens
+
+
 @attrs.frozen(kw_only=True)
 class EngineConfig:
     name: str = attrs.field(default="vllm", validator=_known("engine", "list_engines"))
@@ -87,6 +138,7 @@ class EngineConfig:
     engine's FlashInfer rows of the weight format, e.g. vLLM block-FP8 on Hopper with expert parallelism) or
     ``deepgemm`` (block-FP8 weights: vLLM's DeepGemmExperts, DeepGEMM's contiguous grouped GEMM over the
     worst-case padded rows; hardware.kernels.deepgemm_moe_s)."""
+    speculative: SpeculativeConfig = attrs.Factory(SpeculativeConfig)
 
 
 @attrs.frozen(kw_only=True)

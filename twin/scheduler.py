@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import random
 from collections import deque
 from typing import Iterable, Iterator, Protocol
 
 import attrs
+import numpy as np
 
 from hardware import BatchShape
 from twin.cohort import DecodeCohort
@@ -57,6 +59,8 @@ class SchedulerOutput:
     """Time to load host-tier hits into GPU blocks before this step can run."""
     lazy: int = 0
     """Decodes of the scheduler's cohort (``running[:lazy]``, one token each) not listed in ``scheduled``."""
+    drafts: dict[Request, int] | None = None
+    """Speculative decodes of the step (each scheduled with 1 + k tokens) -> drafts they accept (None: none)."""
 
     @property
     def empty(self) -> bool:
@@ -143,6 +147,39 @@ class PriorityQueue:
 
 
 QUEUE_POLICIES: dict[str, type] = {"fcfs": FcfsQueue, "priority": PriorityQueue}
+
+
+class Drafter:
+    """How many of a speculative decode's k drafts the target model accepts, step by step.
+
+    Draft i is accepted with probability ``rates[i]`` given drafts 1 .. i-1 were (a chain: the first
+    rejection ends it). Each request draws from its own stream, seeded from the run seed and the request
+    id, so a request's draws do not depend on what else ran (same seed, same results).
+    """
+
+    def __init__(self, rates: tuple[float, ...], seed: int) -> None:
+        if not rates:
+            raise ValueError("a drafter needs the acceptance probability of at least one draft position")
+        self.rates = rates
+        self.k = len(rates)
+        self.seed = seed & 0xFFFF_FFFF_FFFF_FFFF
+        self._streams: dict[int, random.Random] = {}
+
+    def accepted(self, req: Request) -> int:
+        """The number of leading drafts the target accepts in this step of ``req``."""
+        rng = self._streams.get(req.id)
+        if rng is None:
+            state = np.random.SeedSequence([self.seed, req.id]).generate_state(2, np.uint64)
+            rng = self._streams[req.id] = random.Random(int(state[0]) << 64 | int(state[1]))
+        a = 0
+        for p in self.rates:
+            if rng.random() >= p:
+                break
+            a += 1
+        return a
+
+    def forget(self, req: Request) -> None:
+        self._streams.pop(req.id, None)
 _NO_CUTOFF = 1 << 62
 
 
@@ -151,7 +188,7 @@ class Scheduler:
 
     def __init__(self, limits: SchedulerLimits, kv: KVCacheManager, policy: str = "fcfs",
                  record_token_times: bool = False, retain_finished_kv: bool = False,
-                 lazy_decodes: bool = False) -> None:
+                 lazy_decodes: bool = False, drafter: Drafter | None = None) -> None:
         if policy not in QUEUE_POLICIES:
             raise ValueError(f"unknown queue policy {policy!r}; expected one of {sorted(QUEUE_POLICIES)}")
         self.limits = limits
@@ -178,6 +215,11 @@ class Scheduler:
         """Start of the step being scheduled (becomes ``_last_step_start_ns`` when it is applied)."""
         self._batch_wait_count = 0
         """Steps in a row that held new prompts back (batch waiting)."""
+        self.drafter = drafter
+        """Speculative decoding (None: off): every decode verifies 1 + k tokens, its last one and k drafts,
+        and needs KV slots for all of them (lookahead); the step emits 1 + the drafts accepted."""
+        if drafter is not None and lazy_decodes:
+            raise ValueError("speculative decodes emit a drawn number of tokens: they cannot be a lazy cohort")
         self.cohort = DecodeCohort(kv, record_token_times) if lazy_decodes and limits.mixed_prefill else None
         """Running decodes advanced as a group (:mod:`twin.cohort`); None: every request step by step.
         Prefill-first steps leave the decodes out, so they keep it off."""
@@ -237,6 +279,9 @@ class Scheduler:
         caching = kv.enable_prefix_caching
         fast_n = fast_kv = 0  # decodes of the fast path, summed here for the batch shape
         others: list[tuple[Request, int]] = []  # every other entry of `scheduled`, in order
+        drafter = self.drafter
+        drafts: dict[Request, int] = {}  # speculative decodes -> drafts accepted
+        fast_one = 1 if drafter is None else -1  # new tokens of a fast-path decode (none when speculative)
         i = 0
         n_running = len(running)
         lazy = self._schedule_cohort(budget) if self.cohort is not None else 0
@@ -249,7 +294,7 @@ class Scheduler:
             req = running[i]
             computed = req.num_computed_tokens
             num_new = req.prompt_tokens + req.num_output_tokens - computed
-            if num_new == 1 and computed < len(req_blocks[req.id]) * size:
+            if num_new == fast_one and computed < len(req_blocks[req.id]) * size:
                 # Decode with room in the last block: KVCacheManager.append_one, inlined (the hot path).
                 if caching and (computed + 1) % size == 0:
                     kv.cache_computed(req, computed + 1)
@@ -259,7 +304,14 @@ class Scheduler:
                 budget -= 1
                 i += 1
                 continue
-            if 0 < threshold < num_new:
+            verify = drafter is not None and num_new == 1 and req.num_output_tokens > 0
+            if verify:
+                assert drafter is not None
+                num_new += drafter.k  # the last token and k drafts, all or none of them (lookahead slots)
+                if num_new > budget:
+                    i += 1
+                    continue
+            elif 0 < threshold < num_new:
                 num_new = threshold
             num_new = min(num_new, budget)
             if num_new <= 0:
@@ -273,6 +325,7 @@ class Scheduler:
                 n_running -= 1
                 if victim in scheduled:
                     budget += scheduled.pop(victim)
+                    drafts.pop(victim, None)
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim is req:
@@ -282,22 +335,26 @@ class Scheduler:
                 others.append((req, num_new))
                 budget -= num_new
                 i += 1
+                if verify:
+                    assert drafter is not None
+                    drafts[req] = drafter.accepted(req)
                 continue
             # `req` preempted itself; the requests behind it were preempted before it.
             break
 
         if preempted:  # victims may have left `scheduled`: sum it afresh
             assert not lazy, "a step with a cohort never preempts (checked by _schedule_cohort)"
-            stats = self._stats(scheduled.items())
+            stats = self._stats(scheduled.items()) if not drafts else self._verify_stats(scheduled.items(), drafts)
         else:
             n_before = len(scheduled)
-            if not self._hold_prompts(budget, cutoff, fast_n + sum(1 for _, n in others if n == 1)):
+            decodes = fast_n + sum(1 for _, n in others if n == 1) + len(drafts)
+            if not self._hold_prompts(budget, cutoff, decodes):
                 self._admit(scheduled, budget, now, cutoff)
             if not scheduled and not lazy and cutoff != _NO_CUTOFF:
                 # Nothing was in the step formed ahead: the engine idles one loop turn and then sees them.
                 self._admit(scheduled, budget, now, _NO_CUTOFF)
             others.extend(itertools.islice(scheduled.items(), n_before, None))
-            stats = self._stats(others, fast_n, fast_kv)
+            stats = self._stats(others, fast_n, fast_kv) if not drafts else self._verify_stats(others, drafts)
         if stats.new_tokens > limits.max_num_batched_tokens or len(running) > limits.max_num_seqs:
             raise InvariantError(f"step over limits: {stats.new_tokens} tokens, {len(running)} running")
         if lazy and not scheduled and not len(self.waiting):
@@ -306,7 +363,7 @@ class Scheduler:
             scheduled = dict.fromkeys(self.cohort.disband(), 1)
             lazy = 0
         return SchedulerOutput(scheduled=list(scheduled.items()), preempted=preempted, stats=stats,
-                               host_load_s=self.host_load_s, lazy=lazy)
+                               host_load_s=self.host_load_s, lazy=lazy, drafts=drafts or None)
 
     def _schedule_cohort(self, budget: int) -> int:
         """The cohort's part of a step: running decodes join it, and its block events of this step are
@@ -522,9 +579,30 @@ class Scheduler:
         return BatchShape(num_reqs=num_reqs, num_decode=num_decode, new_tokens=new_tokens,
                           sum_kv=sum_kv, sum_q_kv=sum_q_kv, sum_q_sq=sum_q_sq)
 
+    def _verify_stats(self, scheduled: Iterable[tuple[Request, int]], drafts: dict[Request, int]) -> BatchShape:
+        """The batch shape of a step with speculative decodes: each one a decode of 1 + k query tokens
+        (``decode_q``) over its context, the others (prefill chunks) as in :meth:`_stats`."""
+        assert self.drafter is not None
+        num_reqs = num_decode = new_tokens = sum_kv = sum_q_kv = sum_q_sq = decode_kv = 0
+        for req, q in scheduled:
+            kv_len = req.num_computed_tokens + q
+            num_reqs += 1
+            new_tokens += q
+            sum_kv += kv_len
+            sum_q_kv += q * kv_len
+            sum_q_sq += q * q
+            if req in drafts:
+                num_decode += 1
+                decode_kv += kv_len
+        return BatchShape(num_reqs=num_reqs, num_decode=num_decode, new_tokens=new_tokens, sum_kv=sum_kv,
+                          sum_q_kv=sum_q_kv, sum_q_sq=sum_q_sq, decode_sum_kv=decode_kv,
+                          decode_q=1 + self.drafter.k)
+
     # ----------------------------------------------------------------------------------------- update
     def update(self, out: SchedulerOutput, now: int) -> list[Request]:
         """Apply a finished step at time ``now``; returns the requests that finished in it."""
+        if out.drafts:
+            return self._update_verified(out, now)
         self.steps += 1
         finished: list[Request] = []
         itl = self.itl_counts
@@ -569,6 +647,61 @@ class Scheduler:
         self.finish(finished, now)
         return finished
 
+    def _update_verified(self, out: SchedulerOutput, now: int) -> list[Request]:
+        """:meth:`update` for a step with speculative decodes. A decode that accepted a drafts emits 1 + a
+        tokens at the step's end (at most the tokens it still has to produce): its last token and the a
+        accepted drafts become computed KV, the rejected positions do not (their slots are rewritten).
+        A streaming client gets them in one chunk: one gap, then a gaps of zero, so that the gaps average
+        to TPOT as with single tokens."""
+        assert out.drafts is not None and not out.lazy
+        self.steps += 1
+        drafts = out.drafts
+        finished: list[Request] = []
+        itl = self.itl_counts
+        record = self.record_token_times
+        prev = self._last_step_end_ns
+        same = sampled = 0
+        for req, q in out.scheduled:
+            a = drafts.get(req)
+            if a is None:
+                computed = req.num_computed_tokens + q
+                req.num_computed_tokens = computed
+                if computed < req.prompt_tokens + req.num_output_tokens:
+                    continue  # a prefill chunk short of the prompt's end samples nothing
+                n = 1
+            else:
+                n = min(1 + a, req.max_output_tokens - req.num_output_tokens)
+                req.num_computed_tokens += n
+            req.num_output_tokens += n
+            sampled += n
+            last = req.last_token_ns
+            if last == NO_TIME:
+                req.first_token_ns = now
+            else:
+                gap = now - last
+                if last == prev:
+                    same += 1
+                else:
+                    itl[gap] = itl.get(gap, 0) + 1
+                if gap > req.max_itl_ns:
+                    req.max_itl_ns = gap
+            if n > 1:
+                itl[0] = itl.get(0, 0) + n - 1
+            req.last_token_ns = now
+            if record:
+                if req.token_times_ns is None:
+                    req.token_times_ns = []
+                req.token_times_ns.extend([now] * n)
+            if req.num_output_tokens >= req.max_output_tokens:
+                finished.append(req)
+        if same:
+            gap = now - prev
+            itl[gap] = itl.get(gap, 0) + same
+        self.output_tokens += sampled
+        self.mark_applied(self._step_start_ns, now)
+        self.finish(finished, now)
+        return finished
+
     def sync(self) -> None:
         """Bring the cohort's requests up to date (for readers of their fields)."""
         if self.cohort is not None:
@@ -581,8 +714,11 @@ class Scheduler:
 
     def finish(self, finished: list[Request], now: int) -> None:
         """Requests that sampled their last token leave the batch; their blocks go (or stay staged)."""
+        drafter = self.drafter
         for req in finished:
             self.running.remove(req)
+            if drafter is not None:
+                drafter.forget(req)
             if not self.retain_finished_kv:
                 self.kv.free(req)
             req.status = Status.FINISHED

@@ -13,7 +13,7 @@ from twin.errors import ConfigError
 from twin.kv_cache import HostTier, KVCacheManager
 from twin.registry import register
 from twin.request import Request
-from twin.scheduler import Scheduler, SchedulerLimits
+from twin.scheduler import Drafter, Scheduler, SchedulerLimits
 
 if TYPE_CHECKING:
     import simpy
@@ -30,6 +30,13 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
     parallel: dict[str, int] = {"ep": ep}
     if attention_dp != 1:
         parallel["attn_dp"] = attention_dp
+    spec = config.engine.speculative
+    if spec.enabled:
+        model = load_model(config.model.name)
+        if not model.mtp_layers:
+            raise ConfigError("engine.speculative.method", f"{spec.method!r} drafts with the model's next-token-"
+                              f"prediction module, and {model.name} has none (num_nextn_predict_layers = 0)")
+        parallel["spec_tokens"] = spec.num_speculative_tokens
     try:
         dep = Deployment(gpu=load_gpu(gpu or config.hardware.gpu), model=load_model(config.model.name),
                          engine=load_engine(config.engine.name), tp=tp, moe_kernel=config.engine.moe_kernel,
@@ -76,8 +83,11 @@ def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max
                              lookahead=load_engine(config.engine.name).host_overlap)
     kv = KVCacheManager(num_blocks, config.kv_cache.block_size, config.kv_cache.prefix_caching,
                         host_tier(config, dep))
+    spec = config.engine.speculative
+    drafter = Drafter(spec.acceptance_rates, config.run.seed) if spec.enabled else None
     return Scheduler(limits, kv, s.policy, record_token_times=config.metrics.record_token_times,
-                     retain_finished_kv=retain_finished_kv, lazy_decodes=config.run.fast_forward)
+                     retain_finished_kv=retain_finished_kv, lazy_decodes=config.run.fast_forward and drafter is None,
+                     drafter=drafter)
 
 
 def host_tier(config: TwinConfig, dep: Deployment) -> HostTier | None:
@@ -96,7 +106,11 @@ def host_tier(config: TwinConfig, dep: Deployment) -> HostTier | None:
 
 
 def fast_forward_steps(config: TwinConfig) -> int:
-    return config.run.fast_forward_max_steps if config.run.fast_forward else 0
+    """Most decode steps a worker jumps at once; speculative workers go step by step (their tokens per
+    step are drawn, so a stretch's steps are not known ahead)."""
+    if not config.run.fast_forward or config.engine.speculative.enabled:
+        return 0
+    return config.run.fast_forward_max_steps
 
 
 def cost_model(config: TwinConfig, dep: Deployment) -> CostModel:

@@ -110,6 +110,7 @@ class RowSpec:
     decode_workers: int = 1
     prefill_batch: int = 0              # per-rank max batch the row reports (0: engine default)
     decode_batch: int = 0
+    spec_tokens: int = 0                # MTP draft tokens of a disaggregated row's matched config (0: none)
     notes: tuple[str, ...] = ()
 
     @property
@@ -248,15 +249,39 @@ def _side_layout(par: Parallel, side: dict[str, Any], prefix: str, notes: list[s
     return fixed
 
 
+_MTP_RECIPE = re.compile(r"_mtp(\d+)\.yaml$")
+SGLANG_H100_MTP_STEPS = 2
+"""Draft tokens of InferenceMAX's SGLang DeepSeek-R1 H100 MTP recipes (srt-slurm branch sa-submission-q1-2026,
+recipes/h100/*/mtp/h100-fp8-1p*-mtp.yaml). Those files are not in reach here; every H100 MTP recipe of the
+same repository that is (6a30b5d: recipes/h100/1k1k/mtp/h100-fp8-2p4d-max-dep-mtp.yaml,
+recipes/h100/8k1k/mtp/h100-fp8-2p2d-max-dep-mtp.yaml) runs speculative-algorithm EAGLE with the NextN module,
+speculative-num-steps 2, eagle-topk 1, num-draft-tokens 3 on prefill and decode workers: a chain of 2."""
+
+
+def _entry_spec_tokens(entry: dict[str, Any], key: str) -> int:
+    """Draft tokens of an MTP config entry: TRT-LLM recipes name them (``..._mtp3.yaml``), SGLang's H100
+    recipes run :data:`SGLANG_H100_MTP_STEPS`; raises :class:`Skip` where the recipe does not say."""
+    recipes = [a.split("=", 1)[1] for a in entry["prefill"]["additional_settings"] if a.startswith("CONFIG_FILE=")]
+    for recipe in recipes:
+        found = _MTP_RECIPE.search(recipe)
+        if found:
+            return int(found.group(1))
+    if key.endswith("-h100-dynamo-sglang") and any("/mtp/" in r for r in recipes):
+        return SGLANG_H100_MTP_STEPS
+    raise Skip(f"harness: MTP speculative decoding ({entry['source']}, recipe {', '.join(recipes) or 'none'}): "
+               "the number of draft tokens is not known")
+
+
 def _inferencemax_disagg(row: dict[str, str], sides: dict[str, Parallel], isl: int, osl: int, conc: int,
-                         notes: list[str]) -> tuple[dict[str, Parallel], int, int]:
+                         notes: list[str]) -> tuple[dict[str, Parallel], int, int, int]:
     """Worker counts and layout of an InferenceMAX disaggregated row, from the nvidia-master.yaml version in
     effect when it was measured (experiments/harness/inferencemax_disagg.json, one entry per search-space
     item). A row matches an entry by ISL / OSL, its client concurrency (the entry's ``row_concurrency``)
     and each pool's GPUs (tp) and EP; the export carries no dp-attn, so the config's layout is used.
 
-    Raises :class:`Skip` where the matched entries use MTP speculative decoding (not modelled) or disagree
-    on the deployment; with no match, 1 prefill + 1 decode worker are assumed as before, and noted.
+    Returns the pools' layouts, worker counts and the MTP draft tokens of the matched entries (0: none).
+    Raises :class:`Skip` where the matched entries mix MTP and plain decoding, disagree on the deployment or
+    on the draft count; with no match, 1 prefill + 1 decode worker are assumed as before, and noted.
     """
     key, at = _disagg_key(row), _measured_at(row)
     versions = [v for v in _disagg_configs().get(key, [])
@@ -272,13 +297,15 @@ def _inferencemax_disagg(row: dict[str, str], sides: dict[str, Parallel], isl: i
     if not found:
         notes.append(f"no InferenceMAX config matched ({where}, {isl}/{osl}, concurrency {conc}): "
                      "1 prefill + 1 decode worker assumed")
-        return sides, 1, 1
+        return sides, 1, 1, 0
     mtp = [e for e in found if e["spec_decoding"] != "none"]
-    if mtp and len(mtp) == len(found):
-        raise Skip(f"harness: MTP speculative decoding ({where}, {mtp[0]['source']}) is not modelled")
-    if mtp:
+    if mtp and len(mtp) < len(found):
         raise Skip(f"harness: matches an MTP and an STP entry of {where} ({', '.join(e['source'] for e in found)}); "
-                   "the row does not say which ran and speculative decoding is not modelled")
+                   "the row does not say which ran")
+    drafts = {_entry_spec_tokens(e, key) for e in mtp}
+    if len(drafts) > 1:
+        raise Skip(f"harness: matches MTP entries of {where} with {sorted(drafts)} draft tokens "
+                   f"({', '.join(e['source'] for e in found)}); the row does not say which ran")
     shapes = {json.dumps([e["prefill"], e["decode"]], sort_keys=True) for e in found}
     if len(shapes) > 1:
         raise Skip(f"harness: matches {len(found)} deployments of {where} "
@@ -287,7 +314,10 @@ def _inferencemax_disagg(row: dict[str, str], sides: dict[str, Parallel], isl: i
     out = {s: _side_layout(sides[s], entry[s], f"{s} ", notes) for s in ("prefill", "decode")}
     pw, dw = entry["prefill"]["num_worker"], entry["decode"]["num_worker"]
     notes.append(f"workers {pw} prefill + {dw} decode from {entry['source']}")
-    return out, pw, dw
+    k = drafts.pop() if drafts else 0
+    if k:
+        notes.append(f"MTP speculative decoding, {k} draft tokens ({entry['source']})")
+    return out, pw, dw, k
 
 
 def weight_format(row: dict[str, str]) -> str:
@@ -352,15 +382,16 @@ def row_spec(row: dict[str, str]) -> RowSpec:
                 raise Skip(f"pipeline parallelism ({side}_pp_size > 1) is not modelled")
             sides[side] = _parallel(row, f"{side}_", notes, per_rank=None, total=None)
         pw, dw = _int(row, "prefill_num_workers", 0), _int(row, "decode_num_workers", 0)
+        spec_tokens = 0
         if not pw or not dw:
             if _inferencemax_disagg_row(row):
-                sides, pw, dw = _inferencemax_disagg(row, sides, isl, osl, conc, notes)
+                sides, pw, dw, spec_tokens = _inferencemax_disagg(row, sides, isl, osl, conc, notes)
             else:
                 notes.append("worker counts not in the row: 1 prefill + 1 decode worker assumed")
         return RowSpec(mode=mode, concurrency=conc, prefill=sides["prefill"], decode=sides["decode"],
                        prefill_workers=pw or 1, decode_workers=dw or 1,
                        prefill_batch=_int(row, "prefill_batch_size", 0), decode_batch=_int(row, "decode_batch_size", 0),
-                       notes=tuple(notes), **common)  # type: ignore[arg-type]
+                       spec_tokens=spec_tokens, notes=tuple(notes), **common)  # type: ignore[arg-type]
     raise Skip(f"mode {mode!r} is neither agg nor disagg")
 
 
@@ -428,7 +459,7 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "vllm":
         out.update(max_num_seqs=conc, max_num_batched_tokens=8192)
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "trtllm":
-        out.update(_inferencemax_trtllm(spec, conc))
+        out.update(_inferencemax_trtllm(spec, conc, harness_speculative(row, spec, proto)))
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "sglang":
         out.update(_inferencemax_sglang(spec))
     return out
@@ -447,17 +478,23 @@ def _inferencemax_sglang(spec: "RowSpec") -> dict[str, Any]:
     return {}
 
 
-def _inferencemax_trtllm(spec: "RowSpec", conc: int) -> dict[str, Any]:
+def _inferencemax_trtllm(spec: "RowSpec", conc: int, spec_tokens: int = 0) -> dict[str, Any]:
     """InferenceMAX's trtllm-serve launch flags (SemiAnalysisAI/InferenceX benchmarks/*_h200_trt*.sh).
 
     gpt-oss: --max_batch_size CONC --max_num_tokens 20000; DeepSeek-R1/V3: --max_num_tokens = max(8192,
-    CONC + ISL + 64 rounded up to 64), engine-default batch size; Llama-3.1-70B (measured 2025-10-29,
+    CONC + ISL + 64 rounded up to 64), engine-default batch size; with MTP (``spec_tokens`` drafts) the
+    MTP script's flags; Llama-3.1-70B (measured 2025-10-29,
     70b_fp8_h200_trt_slurm.sh as of 1b563c8, 2025-09-18): --max_num_tokens 16384, and for 1k/1k at TP < 8
     batch_wait_timeout_iters 20 / batch_wait_max_tokens_ratio 0.9.
     """
     model = spec.model.lower()
     if "gpt-oss" in model:
         return {"max_num_seqs": conc, "max_num_batched_tokens": 20000}
+    if "deepseek" in model and spec_tokens:
+        # dsr1_fp8_h200_trt_mtp_slurm.sh (bf34567): --max_batch_size CONC (CONC / TP with attention DP, one
+        # rank's share) and --max_num_tokens (MTP + 1) x that + ISL + 64, rounded up to 64.
+        return {"max_num_seqs": conc,
+                "max_num_batched_tokens": cdiv((spec_tokens + 1) * conc + spec.isl + 64, 64) * 64}
     if "deepseek" in model:
         return {"max_num_batched_tokens": max(8192, cdiv(conc + spec.isl + 64, 64) * 64)}
     if "llama-3.1-70b" in model:
@@ -508,10 +545,9 @@ def harness_skip(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> str |
 
     InferenceMAX gpt-oss-120b H100 vLLM, measured 2025-12-05 / 2025-12-08 (silicon_concurrency 512):
     gptoss_fp4_h100_docker.sh as of 25506e8 sent 512 concurrent requests to a server capped at
-    --max-num-seqs $CONC, whose value the row does not keep. InferenceMAX DeepSeek-R1 TRT-LLM, measured
-    2026-01-14: the run that merge bf34567 triggered queued only the dsr1-*-trt-mtp configurations
-    (dsr1_fp8_h200_trt_mtp_slurm.sh: MTP speculative decoding, 3 draft tokens, or 1 with attention DP),
-    and speculative decoding is not modelled. (Sources: InferenceX history, research notes of 2026-11-29.)
+    --max-num-seqs $CONC, whose value the row does not keep. (Sources: InferenceX history, research notes
+    of 2026-11-29.) The DeepSeek-R1 TRT-LLM rows measured 2026-01-14 ran MTP speculative decoding, which the
+    twin represents (:func:`harness_speculative`).
     """
     if proto is not INFERENCEMAX:
         return None
@@ -519,9 +555,40 @@ def harness_skip(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> str |
     if "gpt-oss" in model and spec.backend == "vllm" and spec.gpu == "h100_sxm" and day in ("2025-12-05", "2025-12-08"):
         return ("harness: the client ran 512 requests at once against a server capped at --max-num-seqs CONC "
                 "(gptoss_fp4_h100_docker.sh, 25506e8), and that cap is not in the row")
-    if "deepseek" in model and spec.backend == "trtllm" and day == "2026-01-14":
-        return "harness: MTP speculative decoding (dsr1_fp8_h200_trt_mtp_slurm.sh, bf34567) is not modelled"
     return None
+
+
+MTP_ACCEPTANCE = 0.85
+"""Conditional acceptance probability of each MTP draft of DeepSeek-R1, from a published source and not
+fitted on the rows: the DeepSeek-V3 Technical Report (arXiv 2412.19437, section 5.4.3 "Multi-Token
+Prediction Evaluation") measures the acceptance of the second token predicted by the MTP module at 85-90 %
+"across various generation topics" (DeepSeek-V3's own outputs, one draft token); the lower end is used
+because InferenceMAX's prompts are random tokens (vLLM benchmark_serving --dataset-name random, through the
+chat template), on which no acceptance is published and the model's continuations are less predictable,
+so the rate there is uncertain. DeepSeek-R1 keeps DeepSeek-V3's MTP module (same architecture). The
+report measures one draft only: for the chains of 2 and 3 drafts that TensorRT-LLM's MTP Eagle path and
+SGLang's EAGLE worker build by re-running the one module, no published per-position value was found for
+DeepSeek-R1, and the same conditional rate is assumed for every position (likely optimistic for the later
+ones, since the module was trained for one step ahead)."""
+
+
+def harness_speculative(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> int:
+    """MTP draft tokens the row's harness ran (0: none).
+
+    InferenceMAX DeepSeek-R1 TRT-LLM aggregated rows measured 2026-01-14: the run that merge bf34567
+    triggered queued only the dsr1-*-trt-mtp configurations; dsr1_fp8_h200_trt_mtp_slurm.sh (bf34567) sets
+    speculative_config decoding_type MTP with num_nextn_predict_layers 3, or 1 when DP_ATTENTION is true
+    (nvidia-master.yaml dsr1-fp8-h200-trt-mtp: dp-attn from CONC 128 at 1k/1k, 256 at 1k/8k, 64 at 8k/1k,
+    which the rows' attention-DP columns carry). Disaggregated rows: the matched config entry's recipe
+    (:func:`_inferencemax_disagg`).
+    """
+    if spec.mode == "disagg":
+        return spec.spec_tokens
+    if proto is INFERENCEMAX and "deepseek" in spec.model.lower() and spec.backend == "trtllm" \
+            and _measured(row) == "2026-01-14":
+        assert spec.agg is not None
+        return 1 if spec.agg.dp > 1 else 3
+    return 0
 
 
 def harness_kv(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> dict[str, Any]:
@@ -704,6 +771,10 @@ def row_config(row: dict[str, str], *, waves: int | None = None) -> dict[str, An
         kernel = engine_moe_kernel(row, spec)
     if kernel != "default":
         cfg["engine"]["moe_kernel"] = kernel
+    drafts = harness_speculative(row, spec, proto)
+    if drafts:
+        cfg["engine"]["speculative"] = {"method": "mtp", "num_speculative_tokens": drafts,
+                                        "acceptance": MTP_ACCEPTANCE}
     kv = harness_kv(row, spec, proto)
     if "kv_dtype" in kv:
         cfg["model"]["kv_dtype"] = kv["kv_dtype"]

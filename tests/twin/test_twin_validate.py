@@ -188,10 +188,20 @@ def test_harness_kv_settings_and_skips_follow_the_rows_scripts() -> None:
     assert r1["scheduler"] == {"max_num_batched_tokens": 32768, "max_num_seqs": 512}
     trt = row_config(row(model_path="deepseek-ai/DeepSeek-R1", backend="trtllm", gemm_quant_mode="fp8", tp_size="8", **im))
     assert trt["kv_cache"] == {"gpu_memory_utilization": 0.75} and trt["model"]["kv_dtype"] == "fp8"
-    # the 2026-01-14 DeepSeek TRT-LLM runs were the MTP configurations; the Dec-2025 gpt-oss H100 ones ran 512 clients
+    # the 2026-01-14 DeepSeek TRT-LLM runs were the MTP configurations (dsr1_fp8_h200_trt_mtp_slurm.sh): 3 drafts,
+    # --max_batch_size CONC, --max_num_tokens 4 x 16 + 1024 + 64 = 1152; 1 draft with attention DP, where one
+    # rank's batch is 64 / 8 and its tokens 2 x 8 + 1024 + 64 = 1104 -> 1152. The Dec-2025 gpt-oss H100 ones ran 512 clients
     mtp = dict(im, silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=16; measured=2026-01-14")
-    with pytest.raises(Skip, match="MTP speculative decoding"):
-        row_config(row(model_path="deepseek-ai/DeepSeek-R1", backend="trtllm", gemm_quant_mode="fp8", tp_size="8", **mtp))
+    m3 = row_config(row(model_path="deepseek-ai/DeepSeek-R1", backend="trtllm", gemm_quant_mode="fp8", tp_size="8",
+                        moe_ep_size="8", **mtp))
+    assert m3["engine"]["speculative"] == {"method": "mtp", "num_speculative_tokens": 3, "acceptance": 0.85}
+    assert m3["scheduler"] == {"chunked_prefill": False, "max_num_seqs": 16, "max_num_batched_tokens": 1152}
+    dp = dict(mtp, batch_size="8", silicon_data_source=mtp["silicon_data_source"].replace("=16;", "=64;"))
+    m1 = row_config(row(model_path="deepseek-ai/DeepSeek-R1", backend="trtllm", gemm_quant_mode="fp8", tp_size="1",
+                        attention_dp_size="8", moe_ep_size="8", **dp))
+    assert m1["system"]["attention_dp"] == 8 and m1["engine"]["speculative"]["num_speculative_tokens"] == 1
+    assert m1["scheduler"] == {"chunked_prefill": False, "max_num_seqs": 8, "max_num_batched_tokens": 1152}
+    assert "speculative" not in trt["engine"]
     oss = dict(im, system="h100_sxm", batch_size="512",
                silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=512; measured=2025-12-08T00:00:00.000Z")
     with pytest.raises(Skip, match="512 requests at once"):
@@ -298,7 +308,15 @@ DISAGG = {"dsr1-fp8-h200-dynamo-trt": [
         {"isl": 1024, "osl": 1024, "spec_decoding": "none", "conc_list": [16], "row_concurrency": [144],
          "prefill": _side(1, 8, 8, True), "decode": _side(9, 8, 8, False), "source": "aaaaaaaaa:f.yaml:10"},
         {"isl": 1024, "osl": 1024, "spec_decoding": "mtp", "conc_list": [64], "row_concurrency": [512],
-         "prefill": _side(1, 8, 8, True), "decode": _side(8, 8, 8, True), "source": "aaaaaaaaa:f.yaml:20"}]},
+         "prefill": dict(_side(1, 8, 8, True), additional_settings=["CONFIG_FILE=recipes/trtllm/h200/1k1k/mtp/"
+                                                                    "c512_ctx1_gen8_dep8_batch64_eplb0_mtp2.yaml"]),
+         "decode": _side(8, 8, 8, True), "source": "aaaaaaaaa:f.yaml:20"},
+        {"isl": 1024, "osl": 1024, "spec_decoding": "mtp", "conc_list": [4], "row_concurrency": [32],
+         "prefill": _side(1, 8, 8, True), "decode": _side(8, 8, 8, True), "source": "aaaaaaaaa:f.yaml:30"},
+        {"isl": 1024, "osl": 1024, "spec_decoding": "none", "conc_list": [4], "row_concurrency": [36],
+         "prefill": _side(1, 8, 8, True), "decode": _side(9, 8, 8, False), "source": "aaaaaaaaa:f.yaml:40"},
+        {"isl": 1024, "osl": 1024, "spec_decoding": "mtp", "conc_list": [4], "row_concurrency": [36],
+         "prefill": _side(1, 8, 8, True), "decode": _side(9, 8, 8, False), "source": "aaaaaaaaa:f.yaml:50"}]},
     {"commit": "b" * 40, "committed": "2026-03-01T00:00:00+00:00", "image": "x", "entries": [
         {"isl": 1024, "osl": 1024, "spec_decoding": "none", "conc_list": [16], "row_concurrency": [144],
          "prefill": _side(2, 8, 8, False), "decode": _side(7, 8, 8, False), "source": "bbbbbbbbb:f.yaml:10"}]}]}
@@ -334,12 +352,20 @@ def test_inferencemax_disagg_rows_take_worker_counts_from_the_config_of_their_da
     assert (later.prefill_workers, later.decode_workers) == (2, 7) and "bbbbbbbbb" in later.notes[-1]
 
 
-def test_inferencemax_disagg_mtp_rows_are_skipped_and_unmatched_rows_keep_one_plus_one(
+def test_inferencemax_disagg_mtp_rows_take_the_recipes_drafts_and_unmatched_rows_keep_one_plus_one(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(validate_module, "_disagg_configs", lambda: DISAGG)
-    with pytest.raises(Skip, match=r"MTP speculative decoding \(dsr1-fp8-h200-dynamo-trt @ aaaaaaaaa, "
-                                   r"aaaaaaaaa:f.yaml:20\) is not modelled"):
-        row_config(disagg_row(512, "2026-02-14T06:57:35Z"))
+    cfg = row_config(disagg_row(512, "2026-02-14T06:57:35Z"))  # the recipe ..._mtp2.yaml: 2 drafts
+    assert cfg["engine"]["speculative"] == {"method": "mtp", "num_speculative_tokens": 2, "acceptance": 0.85}
+    assert cfg["system"]["decode"] == {"workers": 64, "tp": 1, "ep": 8, "attention_dp": 8}
+    assert row_spec(disagg_row(512, "2026-02-14T06:57:35Z")).notes[-1] == \
+        "MTP speculative decoding, 2 draft tokens (aaaaaaaaa:f.yaml:20)"
+    with pytest.raises(Skip, match=r"recipe none\): the number of draft tokens is not known"):
+        row_config(disagg_row(32, "2026-02-14T06:57:35Z"))
+    with pytest.raises(Skip, match=r"matches an MTP and an STP entry .*f.yaml:40, aaaaaaaaa:f.yaml:50\); "
+                                   r"the row does not say which ran$"):
+        row_config(disagg_row(36, "2026-02-14T06:57:35Z"))
+    assert "speculative" not in row_config(disagg_row(144, "2026-02-14T06:57:35Z"))["engine"]
     s = row_spec(disagg_row(13, "2026-02-14T06:57:35Z"))
     assert (s.prefill_workers, s.decode_workers) == (1, 1)
     assert s.notes == ("no InferenceMAX config matched (dsr1-fp8-h200-dynamo-trt @ aaaaaaaaa, 1024/1024, "

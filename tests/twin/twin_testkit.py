@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from twin.kv_cache import KVCacheManager
 from twin.request import Request
-from twin.scheduler import Scheduler, SchedulerLimits
+from twin.scheduler import Drafter, Scheduler, SchedulerLimits
 from twin.tokens import SourceTable, TokenSequence
 
 _sources = SourceTable()
@@ -28,12 +28,13 @@ def make_scheduler(*, num_blocks: int, block_size: int = 4, max_num_batched_toke
                    max_num_seqs: int = 16, threshold: int = 0, policy: str = "fcfs",
                    chunked_prefill: bool = True, prefix_caching: bool = True,
                    mixed_prefill: bool = True, lookahead: bool = False,
-                   reserve_full_kv: bool = False, batch_wait: tuple[int, float] = (0, 0.0)) -> Scheduler:
+                   reserve_full_kv: bool = False, batch_wait: tuple[int, float] = (0, 0.0),
+                   drafter: Drafter | None = None) -> Scheduler:
     limits = SchedulerLimits(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                              long_prefill_token_threshold=threshold, chunked_prefill=chunked_prefill,
                              mixed_prefill=mixed_prefill, lookahead=lookahead, reserve_full_kv=reserve_full_kv,
                              batch_wait_iters=batch_wait[0], batch_wait_max_tokens_ratio=batch_wait[1])
-    return Scheduler(limits, KVCacheManager(num_blocks, block_size, prefix_caching), policy)
+    return Scheduler(limits, KVCacheManager(num_blocks, block_size, prefix_caching), policy, drafter=drafter)
 
 
 def step(sched: Scheduler, now: int = 0) -> tuple[list[tuple[int, int]], list[int], list[int]]:
