@@ -84,6 +84,10 @@ def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max
     kv = KVCacheManager(num_blocks, config.kv_cache.block_size, config.kv_cache.prefix_caching,
                         host_tier(config, dep))
     spec = config.engine.speculative
+    if spec.enabled and limits.max_num_batched_tokens < 1 + spec.num_speculative_tokens:
+        raise ConfigError("scheduler.max_num_batched_tokens",
+                          f"{limits.max_num_batched_tokens} tokens per step cannot hold one speculative decode "
+                          f"(1 + num_speculative_tokens = {1 + spec.num_speculative_tokens} tokens)")
     drafter = Drafter(spec.acceptance_rates, config.run.seed) if spec.enabled else None
     return Scheduler(limits, kv, s.policy, record_token_times=config.metrics.record_token_times,
                      retain_finished_kv=retain_finished_kv, lazy_decodes=config.run.fast_forward and drafter is None,

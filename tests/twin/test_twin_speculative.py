@@ -262,3 +262,12 @@ def test_a_model_without_an_mtp_module_is_an_error() -> None:
     with pytest.raises(ConfigError) as err:
         Simulation(cfg)
     assert err.value.path == "engine.speculative.method" and "num_nextn_predict_layers = 0" in str(err.value)
+
+
+def test_a_step_budget_below_one_speculative_decode_is_an_error() -> None:
+    # 1 + 3 verified tokens cannot fit a 3-token step: every decode would wait for ever.
+    cfg = load_config({"model": {"name": MIMO}, "engine": spec(3, 0.8),
+                       "scheduler": {"max_num_batched_tokens": 3, "chunked_prefill": True}})
+    with pytest.raises(ConfigError) as err:
+        Simulation(cfg)
+    assert err.value.path == "scheduler.max_num_batched_tokens" and "= 4 tokens" in str(err.value)
