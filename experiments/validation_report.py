@@ -8,6 +8,8 @@
         --journal /work/valruns/full_s12b/rows.jsonl [--engines trtllm sglang]   # eager-step host terms
     python -m experiments.validation_report implied-rate --csv .../silicon_h100_h200.csv \
         [--opdb /work/shared/data/measured/opdb] [--top 30]   # FLOP rate each row's measurement implies
+    python -m experiments.validation_report ttft-steps --csv .../silicon_h100_h200.csv \
+        --journal /work/valruns/eager/rows.jsonl [--engine trtllm]   # genai-perf TTFT in prompt steps
 
 Tables: MAPE of TPOT and TTFT per backend, per model and per benchmark protocol, for the aggregated rows the
 twin represents and separately for the disaggregated ones, each split into TRAIN (H100 SXM rows, on which the
@@ -319,6 +321,65 @@ def implied_rates(csv_path: Path, opdb: Path | None, top: int) -> str:
     return "\n".join(lines)
 
 
+def lone_prompt_step_ms(row: dict[str, str]) -> float:
+    """The twin's cost (ms) of a step that carries one request's whole prompt (the row's mean ISL) and
+    nothing else, on the row's deployment: the unit P in which queueing behind other prompts is counted."""
+    from hardware import BatchShape, CostModel
+    from twin.validate import protocol, row_spec
+
+    dep, _ = _prompt_steps(row)
+    isl = max(1, round(row_spec(row).isl * (1.0 + protocol(row).low_frac) / 2.0))
+    return CostModel(dep).step_cost(BatchShape.from_requests([isl], [isl])).total_s * 1e3
+
+
+def ttft_step_table(recs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (model, concurrency, ISL): medians over the rows of the measured and the twin's TTFT in units of
+    the lone prompt step P, and of q = (measured - twin TTFT) / (OSL x measured TPOT / c), the share of one
+    inter-completion interval of the closed loop that the excess amounts to (1: as if one request always
+    waited for a seat). Each record: model, c, isl, osl, meas_ttft_ms, pred_ttft_ms, meas_tpot_ms, p_ms."""
+    groups: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    for r in recs:
+        groups.setdefault((r["model"], r["c"], r["isl"]), []).append(r)
+    out = []
+    for (model, c, isl), rs in sorted(groups.items()):
+        out.append({
+            "model": model, "c": c, "isl": isl, "rows": len(rs),
+            "meas_per_p": float(np.median([r["meas_ttft_ms"] / r["p_ms"] for r in rs])),
+            "twin_per_p": float(np.median([r["pred_ttft_ms"] / r["p_ms"] for r in rs])),
+            "q": float(np.median([(r["meas_ttft_ms"] - r["pred_ttft_ms"]) * r["c"] / (r["osl"] * r["meas_tpot_ms"])
+                                  for r in rs])),
+        })
+    return out
+
+
+def ttft_steps(csv_path: Path, journal: Path, engine: str) -> str:
+    """The genai-perf (aiconfigurator gap analysis) aggregated rows of one engine: TTFT in lone prompt steps."""
+    from twin.validate import GENAI_PERF, Skip, protocol, read_rows, row_spec
+
+    pred = {}
+    for line in journal.read_text().splitlines()[1:]:
+        rec = json.loads(line)
+        if not rec.get("skipped") and rec.get("mode") == "agg":
+            pred[rec["id"]] = float(rec["pred_ttft_ms"])
+    recs = []
+    for row in read_rows(csv_path):
+        if row["backend"] != engine or row["id"] not in pred or protocol(row) is not GENAI_PERF:
+            continue
+        try:
+            spec = row_spec(row)
+        except Skip:
+            continue
+        recs.append({"model": f"{spec.model} {row['backend_version']}", "c": spec.per_rank_concurrency,
+                     "isl": spec.isl, "osl": spec.osl, "meas_ttft_ms": float(row["silicon_ttft_ms"]),
+                     "pred_ttft_ms": pred[row["id"]], "meas_tpot_ms": float(row["silicon_tpot_ms"]),
+                     "p_ms": lone_prompt_step_ms(row)})
+    lines = ["model                                           c    ISL  rows  meas/P  twin/P  q (excess / interval)"]
+    for t in ttft_step_table(recs):
+        lines.append(f"{t['model']:46s} {t['c']:4d} {t['isl']:6d} {t['rows']:5d} {t['meas_per_p']:7.2f} "
+                     f"{t['twin_per_p']:7.2f} {t['q']:7.2f}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -343,6 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     imp.add_argument("--csv", type=Path, required=True)
     imp.add_argument("--opdb", type=Path, default=None, help="opdb folder: flag rows above its fastest GEMM")
     imp.add_argument("--top", type=int, default=30)
+    stp = sub.add_parser("ttft-steps", help="genai-perf rows' TTFT in units of the lone prompt step")
+    stp.add_argument("--csv", type=Path, required=True)
+    stp.add_argument("--journal", type=Path, required=True, help="rows.jsonl of a twin validate run")
+    stp.add_argument("--engine", default="trtllm")
     args = ap.parse_args(argv)
     if args.cmd == "run":
         from twin.validate import validate_silicon
@@ -353,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
         print(report(args.out))
     elif args.cmd == "fit-eager":
         print(json.dumps(fit_eager(args.csv, args.journal, args.engines, args.max_conc), indent=2))
+    elif args.cmd == "ttft-steps":
+        print(ttft_steps(args.csv, args.journal, args.engine))
     elif args.cmd == "implied-rate":
         print(implied_rates(args.csv, args.opdb, args.top))
     else:

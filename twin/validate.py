@@ -429,7 +429,14 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
     with AIC simulation ... a stricter max batch size derived from the simulated batch size"), so the
     batch cap is the row's concurrency c: TRT-LLM and vLLM agg: max_batch_size c, max_num_tokens = c + ISL
     + 1500 (TRT-LLM rounded up to its 32-token block), TRT-LLM chunked prefill off (template default);
-    SGLang agg: max_running_requests c, max_prefill_tokens = ISL + 1500. The rule file also turns on SGLang's
+    SGLang agg: max_running_requests c, max_prefill_tokens = ISL + 1500. That rule file dates from 2026-01-26;
+    aiconfigurator's public 2025 evaluation pipeline (961028348, 2025-08-22: cli/backends/trtllm.py,
+    templates/trtllm/dynamo/extra_engine_args.1.0.0rc3.yaml.j2, eval/benchmarks/genai_perf_runner.py, whose
+    genai-perf call is this protocol; the gap-analysis scripts themselves are not public) sets the same
+    TRT-LLM agg values from the generator's chosen batch bs (max_batch_size bs, max_num_tokens bs + ISL + 1500,
+    chunked prefill off, overlap on, CUDA graphs 1..bs), serves through Dynamo (dynamo.frontend +
+    dynamo.trtllm) and runs every concurrency of its list against that one service; bs is not in the rows, so
+    c stands for it. The rule file also turns on SGLang's
     mixed chunks (--enable-mixed-chunk, rule added 2026-01-30): the SGLang 0.5.1 rows (2025) behave
     prefill-first (TTFT of 4096x512 within 5 % prefill-first, half the measured value mixed) and keep the
     engine's default; the 0.5.6 rows (H200 Llama-3.1-8B, Qwen3-235B; measurement date not in the rows, the

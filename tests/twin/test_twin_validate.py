@@ -434,3 +434,35 @@ def test_fastest_gemm_reads_every_engine_table_of_a_gpu(tmp_path) -> None:
     assert set(best) == {"h200_sxm"}
     # 1.07e15, 1.72e15 and 1.37e15 FLOP/s: the 2048 row of the first table is the fastest
     assert best["h200_sxm"] == pytest.approx(2 * 2048**3 / 1e-5)
+
+
+def test_ttft_step_table_medians_per_model_concurrency_and_isl() -> None:
+    """Hand-computed: TTFT in lone prompt steps P, and q = (measured - twin) x c / (OSL x measured TPOT)."""
+    from experiments.validation_report import ttft_step_table
+
+    base = dict(model="m", c=8, isl=2048, osl=100, pred_ttft_ms=100.0, p_ms=50.0)
+    recs = [dict(base, meas_ttft_ms=300.0, meas_tpot_ms=10.0),   # 6 P, twin 2 P, q = 200 x 8 / 1000 = 1.6
+            dict(base, meas_ttft_ms=200.0, meas_tpot_ms=20.0),   # 4 P, twin 2 P, q = 100 x 8 / 2000 = 0.4
+            dict(base, c=16, meas_ttft_ms=150.0, meas_tpot_ms=5.0)]  # 3 P, q = 50 x 16 / 500 = 1.6
+    out = ttft_step_table(recs)
+    assert [(t["c"], t["rows"]) for t in out] == [(8, 2), (16, 1)]
+    assert out[0]["meas_per_p"] == pytest.approx(5.0) and out[0]["twin_per_p"] == pytest.approx(2.0)
+    assert out[0]["q"] == pytest.approx(1.0)
+    assert out[1]["meas_per_p"] == pytest.approx(3.0) and out[1]["q"] == pytest.approx(1.6)
+
+
+def test_lone_prompt_step_is_the_ttft_of_one_request_on_an_idle_engine() -> None:
+    """P is the step of one whole prompt and nothing else: what a lone request waits for on an idle engine
+    (which admits an arrival at once), so the twin's own TTFT of that request equals it."""
+    from experiments.validation_report import lone_prompt_step_ms
+    from twin.config import load_config
+    from twin.runner import Simulation
+
+    gap = row(model_path="meta-llama/Llama-3.1-8B", backend="trtllm", backend_version="1.0.0rc3", isl="1024",
+              osl="4", batch_size="1", silicon_data_source="source_file=/x/aic-auto-gap-analysis/a.csv; "
+                                                           "silicon_concurrency=1")
+    cfg = row_config(gap, waves=1)
+    cfg["workload"]["num_requests"] = 1
+    res = Simulation(load_config(cfg)).run()
+    # the simulated clock counts whole nanoseconds: equal to within 1 ns
+    assert res.requests["ttft_s"][0] * 1e3 == pytest.approx(lone_prompt_step_ms(gap), abs=1e-6)
