@@ -166,8 +166,16 @@ class Deployment:
             return [Linear("in_proj", 2 * d_inner + 2 * groups * m.state_size + heads, h, q),
                     Linear("out_proj", h, d_inner, q)]
         groups = self.mixer_groups(m)   # gdn
-        return [Linear("in_proj", 2 * groups * m.state_size + 2 * heads * m.head_dim + 2 * heads, h, q),
-                Linear("out_proj", h, heads * m.head_dim, q)]
+        qkv, z = 2 * groups * m.state_size + heads * m.head_dim, heads * m.head_dim
+        if m.split_in_proj:
+            # q / k / v, output gate z, beta b, decay a: one GEMM each. b and a stay BF16 under block FP8:
+            # SGLang 0.5.9 refuses a column-parallel block-FP8 shard narrower than the block (layers/
+            # quantization/fp8.py:286-295), and they are heads / tp wide (8 of 128 for Qwen3.5-397B at TP 8).
+            ins = [Linear("in_proj", qkv, h, q), Linear("in_proj", z, h, q),
+                   Linear("in_proj", heads, h, False), Linear("in_proj", heads, h, False)]
+        else:
+            ins = [Linear("in_proj", qkv + z + 2 * heads, h, q)]
+        return [*ins, Linear("out_proj", h, heads * m.head_dim, q)]
 
     def mla_kv_b_elems(self, m: MixerSpec) -> int:
         """kv_b_proj (latent -> per-head K_nope and V) on one GPU; used inside MLA attention."""

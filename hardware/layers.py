@@ -20,7 +20,8 @@ class MixerSpec:
          optional DSA indexer (index_n_heads, index_head_dim, index_topk).
     mamba2: num_heads x head_dim values, state_size, groups (n_groups), conv_kernel, chunk_size.
     gdn: gated delta net (Qwen3.5 linear attention): num_heads value heads x head_dim, groups key heads x
-         state_size key dim, conv_kernel.
+         state_size key dim, conv_kernel; split_in_proj: the input projection runs as four GEMMs (qkv, z,
+         b, a) instead of one.
     """
 
     kind: str
@@ -42,12 +43,15 @@ class MixerSpec:
     conv_kernel: int = 4
     chunk_size: int = 128
     state_bytes: int = 4            # SSM / recurrent state element size (FP32 unless the config says BF16)
+    split_in_proj: bool = False     # gdn: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a as separate GEMMs
 
     def __attrs_post_init__(self) -> None:
         if self.kind not in MIXER_KINDS:
             raise ValueError(f"unknown mixer kind {self.kind!r}; valid: {', '.join(MIXER_KINDS)}")
         if self.num_heads <= 0:
             raise ValueError(f"{self.kind} mixer: num_heads must be > 0, got {self.num_heads}")
+        if self.split_in_proj and self.kind != "gdn":
+            raise ValueError(f"{self.kind} mixer: split_in_proj applies to gdn mixers only")
 
     @property
     def vdim(self) -> int:

@@ -474,7 +474,12 @@ def _nemotron_h(cfg: dict[str, Any]) -> list[Layer]:
 
 
 def _qwen3_5(cfg: dict[str, Any]) -> list[Layer]:
-    """Gated DeltaNet linear attention with a gated full-attention layer every full_attention_interval."""
+    """Gated DeltaNet linear attention with a gated full-attention layer every full_attention_interval.
+
+    The checkpoint stores the GDN input projection as four matrices (in_proj_qkv, in_proj_z, in_proj_b,
+    in_proj_a) and the engines run them as four GEMMs: SGLang 0.5.9 python/sglang/srt/models/qwen3_5.py:129-166
+    ("Split projection layers (following vLLM's implementation)"), hence ``split_in_proj``.
+    """
     n = int(cfg["num_hidden_layers"])
     types = cfg.get("layer_types") or [
         "full_attention" if (i + 1) % int(cfg.get("full_attention_interval", 4)) == 0 else "linear_attention"
@@ -483,7 +488,8 @@ def _qwen3_5(cfg: dict[str, Any]) -> list[Layer]:
     gdn = MixerSpec(kind="gdn", num_heads=int(cfg["linear_num_value_heads"]),
                     head_dim=int(cfg["linear_value_head_dim"]), groups=int(cfg["linear_num_key_heads"]),
                     state_size=int(cfg["linear_key_head_dim"]),
-                    conv_kernel=int(cfg.get("linear_conv_kernel_dim") or 4), chunk_size=64, state_bytes=4)
+                    conv_kernel=int(cfg.get("linear_conv_kernel_dim") or 4), chunk_size=64, state_bytes=4,
+                    split_in_proj=True)
     if cfg.get("num_experts"):
         shared = int(cfg.get("shared_expert_intermediate_size") or 0)
         ffn = _moe_ffn(cfg, "num_experts", "moe_intermediate_size", shared)

@@ -134,3 +134,75 @@ def test_engine_calibrations_shipped_and_gpu_independent() -> None:
     assert h100.cal is b200.cal is calibration_for_engine("vllm")     # only the GPU spec differs
     s = BatchShape.from_requests([1] * 16, [2000] * 16)
     assert b200.step_time_ns(s) < h100.step_time_ns(s)
+
+
+def _qwen35_split(split: bool):  # type: ignore[no-untyped-def]
+    """Qwen3.5-397B-A17B with its GDN input projection split (as loaded) or fused into one GEMM."""
+    import attrs
+    model = load_model("Qwen/Qwen3.5-397B-A17B")
+    layers = tuple((attrs.evolve(m, split_in_proj=split) if m is not None and m.kind == "gdn" else m, f)
+                   for m, f in model.layers)
+    return attrs.evolve(model, layers=layers)
+
+
+def test_qwen35_gdn_split_in_proj_by_hand() -> None:
+    """Qwen3.5-397B TP8, BF16, 4 decodes: each of the 45 GDN layers runs in_proj_qkv (2 x 2 key heads x 128
+    + 8 value heads x 128 = 1536 wide), in_proj_z (1024), in_proj_b and in_proj_a (8 each) and out_proj
+    (1024 -> 4096) as five GEMMs over hidden 4096 (SGLang 0.5.9 models/qwen3_5.py:129-166)."""
+    model = load_model("Qwen/Qwen3.5-397B-A17B")
+    gdn = [m for m, _ in model.layers if m is not None and m.kind == "gdn"]
+    assert len(gdn) == 45 and all(m.split_in_proj for m in gdn)
+    dep = Deployment(gpu=load_gpu("h200_sxm"), model=model, engine=load_engine("sglang"), tp=8, ep=8,
+                     weight_dtype="bf16")
+    M, h = 4, 4096
+
+    def gemm(n: int, k: int) -> float:
+        return roof(2 * M * n * k, n * k * 2 + M * (n + k) * 2)
+
+    per_layer = gemm(1536, h) + gemm(1024, h) + 2 * gemm(8, h) + gemm(h, 1024)
+    cost = CostModel(dep, calibration=CAL, cuda_graph=False).step_cost(BatchShape.from_requests([1] * M, [900] * M))
+    assert cost.terms["ssm_proj"] == pytest.approx(45 * per_layer, rel=1e-12)
+
+
+def test_qwen35_fused_in_proj_changes_only_ssm_proj() -> None:
+    """Fusing the four input projections back into one 2576-wide GEMM changes ssm_proj by exactly the
+    difference of the GEMMs (4 floors against 1 here) and no other term; weights are the same."""
+    M, h = 4, 4096
+    shape = BatchShape.from_requests([1] * M, [900] * M)
+    costs, kernels = {}, {}
+    for split in (True, False):
+        model = _qwen35_split(split)
+        dep = Deployment(gpu=load_gpu("h200_sxm"), model=model, engine=load_engine("sglang"), tp=8, ep=8,
+                         weight_dtype="bf16")
+        cm = CostModel(dep, calibration=CAL, cuda_graph=False)
+        costs[split], kernels[split] = cm.step_cost(shape), cm.kernels_per_step
+    assert kernels[True] - kernels[False] == 3 * 45       # eager: three more launches per GDN layer
+    assert _qwen35_split(True).param_count == _qwen35_split(False).param_count
+
+    def gemm(n: int, k: int) -> float:
+        return roof(2 * M * n * k, n * k * 2 + M * (n + k) * 2)
+
+    delta = 45 * (gemm(1536, h) + gemm(1024, h) + 2 * gemm(8, h) - gemm(1536 + 1024 + 16, h))
+    assert costs[True].terms["ssm_proj"] - costs[False].terms["ssm_proj"] == pytest.approx(delta, rel=1e-9)
+    assert delta > 2.9 * 45 * 10e-6    # three more kernel floors per GDN layer
+    for term, value in costs[True].terms.items():
+        if term not in ("ssm_proj", "kernel_launch"):
+            assert value == costs[False].terms[term], term
+
+
+def test_split_in_proj_only_for_gdn() -> None:
+    from hardware.layers import MixerSpec
+    with pytest.raises(ValueError, match="split_in_proj"):
+        MixerSpec(kind="gqa", num_heads=8, num_kv_heads=8, head_dim=128, split_in_proj=True)
+
+
+def test_qwen35_gdn_beta_decay_projections_stay_bf16() -> None:
+    """Under block FP8 the b / a projections (8 columns per GPU at TP 8, below the 128-wide block) are BF16
+    GEMMs; q/k/v, z and out_proj use the checkpoint's FP8 weights."""
+    model = load_model("Qwen/Qwen3.5-397B-A17B")
+    dep = Deployment(gpu=load_gpu("h200_sxm"), model=model, engine=load_engine("sglang"), tp=8, ep=8,
+                     weight_dtype="fp8_block")
+    gdn = next(m for m, _ in model.layers if m is not None and m.kind == "gdn")
+    lins = dep.mixer_linears(gdn)
+    assert [(lin.n, lin.k, lin.quantized) for lin in lins] == [
+        (1536, 4096, True), (1024, 4096, True), (8, 4096, False), (8, 4096, False), (4096, 1024, True)]
