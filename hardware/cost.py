@@ -223,12 +223,18 @@ class CostModel:
         self.lm_head = self._gemm(Linear("lm_head", -(-m.vocab_size // d.tp), h, False), "lm_head")
         self.kernels_per_step = sum(g.count * g.kernels for g in self.groups) + 2
         e = d.engine
-        self.eager_host_s = sum(g.count * (e.eager_layer_host_s
-                                           + (e.eager_moe_host_s if g.ffn is not None and g.ffn.kind == "moe"
-                                              else 0.0))
-                                for g in self.groups)
+
+        def layer_host_s(g: _Group) -> float:
+            moe = g.ffn is not None and g.ffn.kind == "moe"
+            return e.eager_layer_host_s + (e.eager_moe_host_s if moe else 0.0)
+
+        self.eager_host_s = (sum(g.count * layer_host_s(g) for g in self.groups)
+                             + (self.spec_tokens * layer_host_s(self.draft) if self.draft is not None else 0.0))
         """CPU time of one step run without CUDA graphs: the engine's per-layer host work (Python modules,
-        kernel launches), per decoder layer plus extra per MoE layer."""
+        kernel launches), per decoder layer plus extra per MoE layer. With MTP the draft passes run in the
+        same forward (TensorRT-LLM's MTPEagleWorker.forward calls ``mtp_layers[0]``, a full decoder layer, once
+        per draft inside the model's forward: tensorrt_llm/_torch/speculative/mtp.py), so an eager step also
+        launches spec_tokens passes of the MTP layer."""
         self.attn_layers = sum(g.count for g in self.groups if g.mixer is not None and g.mixer.is_attention)
         self.collectives_per_step = sum(g.count * (g.allreduce_per_layer + g.moe_allreduce) for g in self.groups)
         self.ar_link_Bps = self._link_Bps(d.tp)

@@ -399,6 +399,15 @@ def test_eager_host_per_layer_counts_by_hand() -> None:
     assert CostModel(d).eager_host_s == pytest.approx(61 * 1e-4 + 58 * 2e-3, rel=1e-12)
 
 
+@pytest.mark.parametrize("k", [1, 3])
+def test_eager_host_counts_the_mtp_draft_passes_by_hand(k: int) -> None:
+    """With k MTP drafts an eager step also launches k passes of the MTP module's layer (DeepSeek-V3: a MoE
+    layer): 61 x 0.1 ms + 58 x 2 ms for the model, k x (0.1 + 2) ms for the drafts."""
+    d = Deployment(gpu=load_gpu("h200_sxm"), model=load_model("deepseek-ai/DeepSeek-V3"),
+                   engine=eager_engine("trtllm", 1e-4, 2e-3), tp=8, spec_tokens=k)  # type: ignore[arg-type]
+    assert CostModel(d).eager_host_s == pytest.approx(61 * 1e-4 + 58 * 2e-3 + k * 2.1e-3, rel=1e-12)
+
+
 @pytest.mark.parametrize("layer_s", [10e-3, 1e-6])
 def test_eager_step_lasts_max_of_host_and_gpu_by_hand(layer_s: float) -> None:
     """A TRT-LLM mixed step runs eager: without overlap the step is the host terms + max(GPU, 32 x layer_s);
