@@ -15,6 +15,7 @@ prints a table. See benchmarks/README.md.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -46,6 +47,9 @@ def run_twin_once(scn: Scenario, *, count_events: bool = True) -> dict[str, Any]
     from twin.config import load_config
     from twin.runner import Simulation
 
+    # Start from a collected heap, as a fresh process would: the previous run's objects (cyclic garbage
+    # the collector has not reached yet) are not charged to this one.
+    gc.collect()
     t0 = time.perf_counter()
     cfg = load_config(scn.config)
     t1 = time.perf_counter()
