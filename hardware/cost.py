@@ -325,12 +325,15 @@ class CostModel:
                              peak_flops=d.gpu.flops_for("bf16"), bw_Bps=d.gpu.hbm_bw_Bps)
 
     # --- attention -----------------------------------------------------------------------------
+    def _attention_graphed(self, s: BatchShape) -> bool:
+        """Whether the step's attention replays a graph: vLLM runs attention outside its piecewise graphs
+        except in full-graph pure-decode batches."""
+        return self._graphed(s.new_tokens, s.num_reqs, s.num_decode) and (
+            s.is_pure_decode or self.dep.engine.capture_rule != "vllm")
+
     def _attention_s(self, s: BatchShape,
                      groups: tuple[tuple[int, MixerSpec, int, int], ...] | None = None) -> float:
-        d = self.dep
-        # vLLM runs attention outside its piecewise graphs except in full-graph pure-decode batches
-        graph = self._graphed(s.new_tokens, s.num_reqs, s.num_decode) and (
-            s.is_pure_decode or d.engine.capture_rule != "vllm")
+        graph = self._attention_graphed(s)
         D = s.num_decode
         d_kv = s.decode_kv
         q = s.decode_q
@@ -427,8 +430,7 @@ class CostModel:
             one = ((1, mx, self.dep.mixer_heads(mx), self.dep.mixer_kv_heads(mx)),)
             t += self._attention_s(s, one)
             if k > 1:  # the later passes: one query per request over its context
-                graph_attn = graph and (s.is_pure_decode or self.dep.engine.capture_rule != "vllm")
-                t += (k - 1) * self._attention_time(graph_attn, R, s.sum_kv, 0, 0, 0, 0, 1, one)
+                t += (k - 1) * self._attention_time(self._attention_graphed(s), R, s.sum_kv, 0, 0, 0, 0, 1, one)
         return t
 
     def _draft_tokens_s(self, M: int, R: int, D: int, graph: bool) -> float:

@@ -600,69 +600,26 @@ class Scheduler:
 
     # ----------------------------------------------------------------------------------------- update
     def update(self, out: SchedulerOutput, now: int) -> list[Request]:
-        """Apply a finished step at time ``now``; returns the requests that finished in it."""
-        if out.drafts:
-            return self._update_verified(out, now)
+        """Apply a finished step at time ``now``; returns the requests that finished in it.
+
+        A speculative decode that accepted a drafts (``out.drafts``) emits 1 + a tokens at the step's end (at
+        most the tokens it still has to produce): its last token and the a accepted drafts become computed
+        KV, the rejected positions do not (their slots are rewritten). A streaming client gets them in one
+        chunk: one gap, then a gaps of zero, so that the gaps average to TPOT as with single tokens."""
         self.steps += 1
         finished: list[Request] = []
         itl = self.itl_counts
         record = self.record_token_times
         prev = self._last_step_end_ns
+        drafts = out.drafts
         same = 0  # requests whose previous token came at the previous step end: one shared gap
         sampled = 0
         if out.lazy:
-            assert self.cohort is not None
+            assert self.cohort is not None and drafts is None
             finished = self.cohort.advance(now, prev)  # ahead of the others in running order
             same = sampled = out.lazy
         for req, q in out.scheduled:
-            computed = req.num_computed_tokens + q
-            req.num_computed_tokens = computed
-            if computed < req.prompt_tokens + req.num_output_tokens:
-                continue  # a prefill chunk short of the prompt's end samples nothing
-            req.num_output_tokens += 1
-            sampled += 1
-            last = req.last_token_ns
-            if last == NO_TIME:
-                req.first_token_ns = now
-            else:
-                gap = now - last
-                if last == prev:
-                    same += 1
-                else:
-                    itl[gap] = itl.get(gap, 0) + 1
-                if gap > req.max_itl_ns:
-                    req.max_itl_ns = gap
-            req.last_token_ns = now
-            if record:
-                if req.token_times_ns is None:
-                    req.token_times_ns = []
-                req.token_times_ns.append(now)
-            if req.num_output_tokens >= req.max_output_tokens:
-                finished.append(req)
-        if same:
-            gap = now - prev
-            itl[gap] = itl.get(gap, 0) + same
-        self.output_tokens += sampled
-        self.mark_applied(self._step_start_ns, now)
-        self.finish(finished, now)
-        return finished
-
-    def _update_verified(self, out: SchedulerOutput, now: int) -> list[Request]:
-        """:meth:`update` for a step with speculative decodes. A decode that accepted a drafts emits 1 + a
-        tokens at the step's end (at most the tokens it still has to produce): its last token and the a
-        accepted drafts become computed KV, the rejected positions do not (their slots are rewritten).
-        A streaming client gets them in one chunk: one gap, then a gaps of zero, so that the gaps average
-        to TPOT as with single tokens."""
-        assert out.drafts is not None and not out.lazy
-        self.steps += 1
-        drafts = out.drafts
-        finished: list[Request] = []
-        itl = self.itl_counts
-        record = self.record_token_times
-        prev = self._last_step_end_ns
-        same = sampled = 0
-        for req, q in out.scheduled:
-            a = drafts.get(req)
+            a = None if drafts is None else drafts.get(req)
             if a is None:
                 computed = req.num_computed_tokens + q
                 req.num_computed_tokens = computed
@@ -672,6 +629,8 @@ class Scheduler:
             else:
                 n = min(1 + a, req.max_output_tokens - req.num_output_tokens)
                 req.num_computed_tokens += n
+                if n > 1:
+                    itl[0] = itl.get(0, 0) + n - 1
             req.num_output_tokens += n
             sampled += n
             last = req.last_token_ns
@@ -685,8 +644,6 @@ class Scheduler:
                     itl[gap] = itl.get(gap, 0) + 1
                 if gap > req.max_itl_ns:
                     req.max_itl_ns = gap
-            if n > 1:
-                itl[0] = itl.get(0, 0) + n - 1
             req.last_token_ns = now
             if record:
                 if req.token_times_ns is None:

@@ -30,15 +30,15 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
     parallel: dict[str, int] = {"ep": ep}
     if attention_dp != 1:
         parallel["attn_dp"] = attention_dp
+    model = load_model(config.model.name)
     spec = config.engine.speculative
     if spec.enabled:
-        model = load_model(config.model.name)
         if not model.mtp_layers:
             raise ConfigError("engine.speculative.method", f"{spec.method!r} drafts with the model's next-token-"
                               f"prediction module, and {model.name} has none (num_nextn_predict_layers = 0)")
         parallel["spec_tokens"] = spec.num_speculative_tokens
     try:
-        dep = Deployment(gpu=load_gpu(gpu or config.hardware.gpu), model=load_model(config.model.name),
+        dep = Deployment(gpu=load_gpu(gpu or config.hardware.gpu), model=model,
                          engine=load_engine(config.engine.name), tp=tp, moe_kernel=config.engine.moe_kernel,
                          **parallel, **dtypes)  # type: ignore[arg-type]
     except (ValueError, TypeError, NotImplementedError) as exc:
