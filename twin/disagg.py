@@ -421,7 +421,8 @@ class DisaggSystem:
         return out
 
     def summary(self) -> dict[str, Any]:
-        staged = np.array([r.staged_wait_ns / 1e9 for r in self.records if r.staged_wait_ns is not None])
+        waits = [r.staged_wait_ns for r in self.records]
+        staged = np.array([w / 1e9 for w in waits if w is not None])
         moved = np.array([r.transfer_ns / 1e9 for r in self.records if r.state in (KVState.RESIDENT, KVState.FREED)
                           and r.transfer_blocks + r.reused_blocks > 0])
         return {"kv_transfer": {

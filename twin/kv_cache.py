@@ -15,6 +15,7 @@ Semantics follow vLLM v1's ``BlockPool`` / ``KVCacheManager``:
 from __future__ import annotations
 
 import itertools
+import operator
 from collections import OrderedDict
 from typing import Callable, Iterable, Sequence
 
@@ -116,7 +117,7 @@ class BlockPool:
         cached = self.cached
         on_evict = self.on_evict
         append = out.append
-        evicted = 0
+        num_cached = len(cached)
         while need:
             # The next `need` entries at once; dead ones among them leave as many to take in another round.
             chunk = queue[head:head + need]
@@ -129,14 +130,13 @@ class BlockPool:
                 if key is not None:
                     block_key[block] = None
                     del cached[key]
-                    evicted += 1
                     if on_evict is not None:
                         on_evict(block, key)
                 ref[block] = 1
                 append(block)
             need = n - len(out)
         self._advance(head)
-        self.evictions += evicted
+        self.evictions += num_cached - len(cached)  # the keys this allocation evicted
         return out
 
     def allocate_one(self) -> int:
@@ -268,14 +268,17 @@ class BlockPool:
         if len(queued) != len(live) or len(live) != self._num_queued:
             raise InvariantError(f"free queue holds {len(live)} live entries ({len(queued)} distinct), "
                                  f"counted {self._num_queued}")
-        unreferenced = {block for block, count in enumerate(self.ref_cnt[:self._fresh]) if count == 0}
+        # The sets and lists below are built by C loops (map, compress): a check at the end of a long run
+        # walks every block of every worker.
+        unreferenced = set(itertools.compress(range(self._fresh), map(operator.not_, self.ref_cnt[:self._fresh])))
         if unreferenced != queued:  # name the first block in the wrong place
             block = min(unreferenced ^ queued)
             raise InvariantError(f"block {block}: ref_cnt={self.ref_cnt[block]} but in_free_queue={block in queued}")
         block_key = self.block_key
-        for key, block in self.cached.items():
-            if block_key[block] != key:
-                raise InvariantError(f"cached key {key} points at block {block} holding {block_key[block]}")
+        if list(map(block_key.__getitem__, self.cached.values())) != list(self.cached):
+            for key, block in self.cached.items():
+                if block_key[block] != key:
+                    raise InvariantError(f"cached key {key} points at block {block} holding {block_key[block]}")
 
 
 def cdiv(a: int, b: int) -> int:

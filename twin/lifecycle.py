@@ -47,6 +47,9 @@ LEGAL: dict[KVState, frozenset[KVState]] = {
 
 TERMINAL = frozenset({KVState.FREED, KVState.DROPPED, KVState.FAILED})
 
+_STAGING_ENDS = (KVState.PULLING, KVState.PUSHING, KVState.EXPIRED)
+"""States that end the staging of a request's KV (at most one of them is ever entered)."""
+
 
 class KVRecord:
     """One request's KV history: the current state and the time of every state entered."""
@@ -79,9 +82,12 @@ class KVRecord:
     @property
     def staged_wait_ns(self) -> int | None:
         """Time the KV waited staged before its pull started (or its lease expired)."""
-        start = self.times_ns.get(KVState.STAGED)
-        end = self.times_ns.get(KVState.PULLING, self.times_ns.get(KVState.PUSHING,
-                                                                   self.times_ns.get(KVState.EXPIRED)))
-        if start is None or end is None:
+        times = self.times_ns
+        start = times.get(KVState.STAGED)
+        if start is None:
             return None
-        return end - start
+        for state in _STAGING_ENDS:
+            end = times.get(state)
+            if end is not None:
+                return end - start
+        return None

@@ -15,7 +15,7 @@ from typing import Hashable, Iterable
 import simpy
 
 from twin.errors import InvariantError
-from twin.sim import ProcessGen, now_ns
+from twin.sim import ProcessGen, due_now, fire, now_ns
 
 
 class Flow:
@@ -155,5 +155,11 @@ class LinkSet:
         self.net.remove(flow.fid, now)
         flow.remaining = 0.0
         assert flow.done is not None
-        flow.done.succeed(flow)
-        self._arm()
+        if due_now(self.env):
+            flow.done.succeed(flow)
+            self._arm()
+        else:
+            # The completion would be the next event processed (after this timer, before anything the
+            # re-armed timer and the completion's callbacks schedule): its callbacks run now, no event.
+            self._arm()
+            fire(flow.done, flow)

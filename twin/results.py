@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 import yaml
 
-from twin.request import NO_TIME, Request
+from twin.request import NO_TIME, Request, Status
 
 NS = 1e9
 
@@ -30,6 +30,9 @@ REQUEST_FIELDS: list[tuple[str, str]] = [
     ("kv_resident_s", "f8"), ("kv_expired_s", "f8"), ("staged_wait_s", "f8"), ("transfer_s", "f8"),
     ("transfer_bytes", "i8"), ("reused_blocks", "i8"),
 ]
+
+
+_STATUS_NAMES = {status: status.name.lower() for status in Status}
 
 
 def _kv_columns(r: Request) -> tuple[object, ...]:
@@ -56,11 +59,11 @@ def request_table(requests: Sequence[Request]) -> np.ndarray:
     for i, r in enumerate(requests):
         arrival = r.arrival_ns / NS
         first = _t(r.first_token_ns)
-        finish = _t(r.finish_ns) if r.status.name == "FINISHED" else float("nan")
+        finish = _t(r.finish_ns) if r.status is Status.FINISHED else float("nan")
         out = r.num_output_tokens
         tpot = (finish - first) / (out - 1) if out > 1 else float("nan")
         table[i] = (
-            r.id, r.session, r.turn, r.worker, r.status.name.lower(), r.fail_reason, r.priority, arrival,
+            r.id, r.session, r.turn, r.worker, _STATUS_NAMES[r.status], r.fail_reason, r.priority, arrival,
             _t(r.queued_ns), _t(r.first_scheduled_ns), first, _t(r.finish_ns), r.prompt_tokens, out,
             max(r.cached_tokens, 0), r.host_hit_tokens, r.recomputed_tokens, r.preemptions, first - arrival, tpot, finish - arrival,
             _t(r.first_scheduled_ns) - arrival, r.max_itl_ns / NS, *_kv_columns(r),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Generator
 
 import simpy
-from simpy.events import EventPriority
+from simpy.events import NORMAL, EventPriority
 
 NS = 1_000_000_000
 
@@ -42,3 +42,25 @@ class StepEnd(simpy.Event):
         self._ok = True
         self._value = None
         env.schedule(self, priority, delay_ns)  # type: ignore[arg-type]  # EventPriority is a NewType of int
+
+
+def fire(event: simpy.Event, value: Any = None) -> None:
+    """Trigger ``event`` and run its callbacks at once, inside the event being processed.
+
+    Exact where ``event``, triggered instead, would be the very next event processed (the caller
+    ensures it: nothing else is due before it at this instant); it saves scheduling and processing an
+    event. SimPy marks a processed event by ``callbacks = None``, as :meth:`simpy.Environment.step` does.
+    """
+    event._ok = True  # type: ignore[attr-defined]
+    event._value = value  # type: ignore[attr-defined]
+    callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]
+    assert callbacks is not None
+    for callback in callbacks:
+        callback(event)
+
+
+def due_now(env: simpy.Environment) -> bool:
+    """Whether an event is due at this instant ahead of an ordinary event triggered now (one of
+    priority URGENT or NORMAL: those are processed first, the one triggered now being the newest)."""
+    queue = env._queue  # type: ignore[attr-defined]  # SimPy's heap of (time, priority, id, event)
+    return bool(queue) and queue[0][0] == env.now and queue[0][1] <= NORMAL

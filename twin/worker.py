@@ -18,7 +18,7 @@ from hardware import BatchShape, CostModel
 from twin.fastforward import DecodeRun, plan_decode_run, safe_steps
 from twin.request import Request
 from twin.scheduler import Scheduler
-from twin.sim import LATE, ProcessGen, StepEnd, now_ns, to_ns
+from twin.sim import LATE, ProcessGen, StepEnd, fire, now_ns, to_ns
 
 
 class Ledger:
@@ -150,6 +150,8 @@ class Worker:
         """True while the worker has work but could schedule none of it (reported by the stall detector)."""
         self.run: DecodeRun | None = None
         self._wake: simpy.Event | None = None
+        self._cut: simpy.Event | None = None
+        """The end of the step in progress, when an outside event cut into a fast-forwarded run."""
         self._armed: simpy.Event | None = None
         """The segment end the fast-forwarded run in progress waits for."""
         self._costed = 0
@@ -167,8 +169,20 @@ class Worker:
         self.wake()
 
     def wake(self) -> None:
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
+        """An outside event: a sleeping worker wakes now, a fast-forwarded one after the step in progress."""
+        wake = self._wake
+        if wake is None or wake.triggered or self._cut is not None:
+            return
+        run = self.run
+        if run is None:
+            wake.succeed()
+            return
+        # The worker resumes at the end of the step in progress (the first step ending at or after now; ends
+        # increase), in its own end-of-step slot: after every event of that instant.
+        t = now_ns(self.env)
+        m = bisect_left(run.ends, t) + 1
+        cut = self._cut = StepEnd(self.env, run.ends[m - 1] - t, self.priority)
+        cut.callbacks.append(lambda _: fire(wake, m))  # type: ignore[union-attr]
 
     def sync(self) -> None:
         """Bring a fast-forwarded worker's state to what step-by-step simulation shows now (for readers)."""
@@ -227,12 +241,12 @@ class Worker:
                 self.on_done(req)
 
     def _fast_forward(self, run: DecodeRun) -> Generator[simpy.Event, Any, tuple[list[Request], bool]]:
-        """Sleep through the planned steps; an outside event cuts the run after the step in progress,
-        unless the batch survives that step boundary (:meth:`_resumable`).
+        """Sleep through the planned steps; an outside event cuts the run after the step in progress
+        (:meth:`wake`), unless the batch survives that step boundary (:meth:`_resumable`).
 
         Steps are costed in segments that double while the run survives (8, 16, 32 ...), so a run cut
         early by an arrival has not paid for the cost of steps it never ran; the end of one segment costs
-        the next (:meth:`_on_segment_end`) and only the end of the last one wakes the worker. Returns the
+        the next (:meth:`_on_segment_end`) and only the end of the last one resumes the worker. Returns the
         requests that finished and whether ``before_schedule`` already ran at the boundary where the run
         stopped.
         """
@@ -241,17 +255,12 @@ class Worker:
         self._segment = 8
         self._cost_segment(run, now_ns(env))
         while True:
-            if self._wake is None or self._wake.triggered:
-                self._wake = env.event()
-            yield self._wake  # triggered by the end of the run's last step or by an outside event
-            assert self._armed is not None
-            if self._armed.processed:  # the last segment's end (an earlier one arms the next at once)
+            self._wake = env.event()
+            # None: the run's last step ended; else an outside event cut the run and its step m just ended.
+            m = yield self._wake
+            if m is None:
                 break
-            t = now_ns(env)
-            m = bisect_left(run.ends, t) + 1  # the first step ending at or after t (ends increase)
-            # Finish the step in progress in its own end-of-step slot (after every event of that instant).
-            self._wake = None
-            yield StepEnd(env, run.ends[m - 1] - t, self.priority)
+            self._cut = None
             if m == run.k:
                 break
             if not self._resumable(run, m):
@@ -278,12 +287,13 @@ class Worker:
         self._armed = end
 
     def _on_segment_end(self, end: simpy.Event) -> None:
-        """A segment ended: cost the next, twice as long, or after the run's last step wake the worker.
+        """A segment ended: cost the next, twice as long, or after the run's last step resume the worker.
 
-        Like a condition, the callback triggers the wake event while the end is processed, so the worker
-        resumes in an ordinary event of the same instant. Costing the next segment here instead, without
-        waking the worker, changes nothing it would see: nothing else runs between the end and that wake
-        event. An end that a shortened or cut run left behind does nothing."""
+        The worker resumes inside this callback (:func:`~twin.sim.fire`), as it would in a wake event
+        triggered here: nothing else runs between the end and that event. Costing the next segment here
+        instead of in the worker changes nothing it would see, for the same reason. An end that a shortened
+        or cut run left behind does nothing, and so does the last end while a cut is pending (the worker
+        resumes at the cut, the same instant)."""
         if end is not self._armed:
             return
         run = self.run
@@ -291,8 +301,9 @@ class Worker:
         if self._costed < run.k:
             self._segment *= 2
             self._cost_segment(run, now_ns(self.env))
-        else:
-            self.wake()
+        elif self._cut is None:
+            assert self._wake is not None
+            fire(self._wake, None)
 
     def _resumable(self, run: DecodeRun, m: int) -> bool:
         """At the boundary after step ``m`` of a run woken by an outside event, do what step-by-step
@@ -303,9 +314,8 @@ class Worker:
         if self.before_schedule is not None:
             self.before_schedule()
         sched = self.sched
-        if not self.quiet() or len(sched.waiting) or len(sched.running) != len(run.reqs):
-            return False
-        if any(a is not b for a, b in zip(sched.running, run.reqs)):
+        # (Requests compare by identity, so list equality is "the same requests in the same order".)
+        if not self.quiet() or len(sched.waiting) or sched.running != run.reqs:
             return False
         further = safe_steps(sched, run.reqs, run.k - m)
         if further < 1:
