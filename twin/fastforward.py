@@ -26,9 +26,8 @@ from twin.request import NO_TIME, Request
 from twin.scheduler import Scheduler, SchedulerOutput
 
 class Pricer(Protocol):
-    """What a run asks of its worker: the price (term vector, ns) of its first step and of decode steps."""
+    """What a run asks of its worker: the prices (term vector, ns) of pure-decode steps."""
 
-    def step_cost(self, shape: BatchShape) -> tuple[np.ndarray, int]: ...
     def decode_costs(self, n: int, sum_kvs: Iterable[int]) -> list[tuple[np.ndarray, int]]: ...
 
 
@@ -63,16 +62,18 @@ class DecodeRun:
         if m <= done:
             return done
         n = len(self.reqs)
-        first = self.first
+        sum_kv = self.first.sum_kv
         t = self.ends[-1] if self.ends else self.start_ns
-        # Step i + 1 (i from 0) attends first.sum_kv + i * n tokens; step 1 is priced from its full shape.
-        prices = self.pricer.decode_costs(n, range(first.sum_kv + max(done, 1) * n, first.sum_kv + m * n, n))
-        if done == 0:
-            prices.insert(0, self.pricer.step_cost(first))
+        # Step i + 1 (i from 0) attends sum_kv + i * n tokens. Step 1 too is a pure-decode step (every
+        # request scheduled one token: plan_decode_run checks it), whose decode price is bit for bit the
+        # price of its full shape (CostModel.decode_step).
+        prices = self.pricer.decode_costs(n, range(sum_kv + done * n, sum_kv + m * n, n))
         ends = self.ends
+        terms_list = self.terms
+        ns_list = self.ns
         for terms, d in prices:
-            self.terms.append(terms)
-            self.ns.append(d)
+            terms_list.append(terms)
+            ns_list.append(d)
             t += d
             ends.append(t)
         return m
@@ -240,4 +241,5 @@ def plan_decode_run(sched: Scheduler, out: SchedulerOutput, start_ns: int, price
     k = safe_steps(sched, reqs, k)
     if k < 2:
         return None
+    assert stats.new_tokens == stats.sum_q_sq == len(reqs) and stats.sum_q_kv == stats.sum_kv and stats.decode_q == 1
     return DecodeRun(sched, reqs, start_ns, k, out.stats, pricer)
