@@ -144,7 +144,7 @@ class SessionDriver:
             bs = self.block_size
             keys = seq.block_keys(bs) if self.keys is None else seq.block_ids(bs, self.keys)
             req = Request(id=len(self.requests), prompt_tokens=prompt, max_output_tokens=call.output_tokens,
-                          block_keys=list(keys), arrival_ns=now_ns(env),
+                          block_keys=tuple(keys), arrival_ns=now_ns(env),
                           session=sid, turn=k, priority=session.priority)
             self.requests.append(req)
             done = env.event()

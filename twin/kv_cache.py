@@ -314,7 +314,7 @@ class HostTier:
             keys.popitem(last=False)
             self.evictions += 1
 
-    def match(self, keys: list[int], start: int, limit: int) -> int:
+    def match(self, keys: Sequence[int], start: int, limit: int) -> int:
         """How many of ``keys[start:limit]`` are held here, consecutively from ``start``."""
         held = self.keys
         n = 0
@@ -324,7 +324,7 @@ class HostTier:
             n += 1
         return n
 
-    def promote(self, keys: list[int]) -> None:
+    def promote(self, keys: Sequence[int]) -> None:
         """Refresh promoted keys (one the same allocation pushed out is already back on the GPU)."""
         held = self.keys
         for key in keys:
