@@ -137,13 +137,13 @@ class DecodeRun:
         sched = self.sched
         ends = self.ends
         steps = m - a + 1
-        itl = sched.itl_counts
+        itl = sched.gap_counts
         n = len(self.reqs)
         # Gaps after a request's first token in this range are the durations of steps a+1 .. m (each end
         # is the previous one plus the step's duration), the same for all requests.
         inner = self.ns[a:m]
-        for d in inner:
-            itl[d] = itl.get(d, 0) + n
+        if inner:
+            sched.add_gap_run(inner, n)
         inner_max = max(inner) if inner else 0  # not max(inner, default=0): a keyword call costs 3 x more
         first_end = ends[a - 1]
         last_end = ends[m - 1]
@@ -241,5 +241,7 @@ def plan_decode_run(sched: Scheduler, out: SchedulerOutput, start_ns: int, price
     k = safe_steps(sched, reqs, k)
     if k < 2:
         return None
-    assert stats.new_tokens == stats.sum_q_sq == len(reqs) and stats.sum_q_kv == stats.sum_kv and stats.decode_q == 1
+    # The pure-decode shape that DecodeRun.extend prices by the decode fast path, step 1 included.
+    assert stats.new_tokens == stats.sum_q_sq == len(reqs) and stats.sum_q_kv == stats.sum_kv
+    assert stats.decode_q == 1
     return DecodeRun(sched, reqs, start_ns, k, out.stats, pricer)

@@ -270,7 +270,8 @@ class BlockPool:
                                  f"counted {self._num_queued}")
         # The sets and lists below are built by C loops (map, compress): a check at the end of a long run
         # walks every block of every worker.
-        unreferenced = set(itertools.compress(range(self._fresh), map(operator.not_, self.ref_cnt[:self._fresh])))
+        used = self.ref_cnt[:self._fresh]
+        unreferenced = set(itertools.compress(range(self._fresh), map(operator.not_, used)))
         if unreferenced != queued:  # name the first block in the wrong place
             block = min(unreferenced ^ queued)
             raise InvariantError(f"block {block}: ref_cnt={self.ref_cnt[block]} but in_free_queue={block in queued}")

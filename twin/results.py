@@ -80,20 +80,26 @@ def stats(values: np.ndarray) -> dict[str, float]:
     return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
-def histogram_stats(counts: dict[int, int]) -> dict[str, float]:
-    """The same statistics over a histogram of nanosecond gaps (value -> count)."""
-    if not counts:
+def histogram_stats(counts: dict[int, int] | tuple[np.ndarray, np.ndarray]) -> dict[str, float]:
+    """The same statistics over a histogram of nanosecond gaps: value -> count, or arrays of values and
+    their counts (where a value may appear more than once)."""
+    if isinstance(counts, dict):
+        gaps = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
+        weights = np.fromiter(counts.values(), dtype=np.int64, count=len(counts))
+    else:
+        gaps, weights = counts
+    if not len(gaps):
         return stats(np.array([]))
     # Sorted in numpy: a long run's histogram holds 10^5 distinct gaps whose int objects lie scattered in
-    # memory, so a Python sort of them costs far more than reading them once.
-    gaps = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
-    weights = np.fromiter(counts.values(), dtype=np.int64, count=len(counts))
+    # memory, so a Python sort of them costs far more than reading them once. Equal gaps are equal floats:
+    # their order, and so the sorted sample, does not depend on how the counts were split.
     order = np.argsort(gaps)
     return stats(np.repeat(gaps[order].astype(np.float64), weights[order]) / NS)
 
 
-def summarize(table: np.ndarray, itl_counts: dict[int, int], *, warmup_s: float = 0.0,
-              slo_ttft_s: float | None = None, slo_tpot_s: float | None = None) -> dict[str, Any]:
+def summarize(table: np.ndarray, itl_counts: dict[int, int] | tuple[np.ndarray, np.ndarray], *,
+              warmup_s: float = 0.0, slo_ttft_s: float | None = None,
+              slo_tpot_s: float | None = None) -> dict[str, Any]:
     """The ``summary.json`` object (requests arriving before ``warmup_s`` are left out)."""
     measured = table[table["arrival_s"] >= warmup_s]
     done = measured[measured["status"] == "finished"]

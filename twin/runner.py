@@ -151,10 +151,8 @@ class Simulation:
     def collect(self) -> Results:
         cfg = self.config
         table = request_table(self.driver.requests)
-        itl: dict[int, int] = {}
-        for w in self.workers:
-            for gap, n in w.sched.itl_counts.items():
-                itl[gap] = itl.get(gap, 0) + n
+        histograms = [w.sched.gap_arrays() for w in self.workers]
+        itl = (np.concatenate([gaps for gaps, _ in histograms]), np.concatenate([n for _, n in histograms]))
         summary = summarize(table, itl, warmup_s=cfg.run.warmup_s, slo_ttft_s=cfg.metrics.slo_ttft_s,
                             slo_tpot_s=cfg.metrics.slo_tpot_s)
         summary["sessions"] = {"started": self.driver.sessions_started, "finished": self.driver.sessions_finished,

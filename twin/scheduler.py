@@ -181,6 +181,8 @@ class Drafter:
     def forget(self, req: Request) -> None:
         self._streams.pop(req.id, None)
 _NO_CUTOFF = 1 << 62
+_GAP_RUN_ITEMS = 1 << 20
+"""Gaps handed in bulk (:meth:`Scheduler.add_gap_run`) that are counted at once when there are more."""
 
 
 class Scheduler:
@@ -198,8 +200,12 @@ class Scheduler:
         self.record_token_times = record_token_times
         self.retain_finished_kv = retain_finished_kv
         """A prefill worker keeps a finished request's blocks (staged KV) until the hand-off releases them."""
-        self.itl_counts: dict[int, int] = {}
-        """Histogram of inter-token gaps (ns -> count) over every request of this worker."""
+        self.gap_counts: dict[int, int] = {}
+        """Inter-token gaps (ns -> count) counted one by one; :attr:`itl_counts` is the whole histogram."""
+        self._gap_runs: list[tuple[list[int], int]] = []
+        """Gaps not in ``gap_counts`` yet: step durations, each the gap of ``count`` requests (a fast-forwarded
+        run hands them in bulk, :meth:`add_gap_run`; they are counted in numpy when the histogram is read)."""
+        self._gap_run_items = 0
         self.prompt_tokens_admitted = 0
         self.cached_tokens_admitted = 0
         self.preemptions = 0
@@ -608,7 +614,7 @@ class Scheduler:
         chunk: one gap, then a gaps of zero, so that the gaps average to TPOT as with single tokens."""
         self.steps += 1
         finished: list[Request] = []
-        itl = self.itl_counts
+        itl = self.gap_counts
         record = self.record_token_times
         prev = self._last_step_end_ns
         drafts = out.drafts
@@ -658,6 +664,48 @@ class Scheduler:
         self.mark_applied(self._step_start_ns, now)
         self.finish(finished, now)
         return finished
+
+    @property
+    def itl_counts(self) -> dict[int, int]:
+        """Histogram of inter-token gaps (ns -> count) over every request of this worker."""
+        if self._gap_runs:
+            self._count_gap_runs()
+        return self.gap_counts
+
+    def add_gap_run(self, gaps: list[int], count: int) -> None:
+        """Count each of ``gaps`` ``count`` times (later, in bulk: a dictionary update per gap and step
+        costs more than the step's other bookkeeping)."""
+        self._gap_runs.append((gaps, count))
+        self._gap_run_items += len(gaps)
+        if self._gap_run_items > _GAP_RUN_ITEMS:
+            self._count_gap_runs()
+
+    def gap_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The whole histogram as arrays of gaps and their counts, without building the dictionary (a gap
+        may appear more than once)."""
+        counts = self.gap_counts
+        runs = self._gap_runs
+        gaps = np.fromiter(itertools.chain(counts, *(g for g, _ in runs)), dtype=np.int64,
+                           count=len(counts) + self._gap_run_items)
+        weights = np.concatenate([np.fromiter(counts.values(), dtype=np.int64, count=len(counts)),
+                                  np.repeat(np.array([c for _, c in runs], dtype=np.int64),
+                                            [len(g) for g, _ in runs])])
+        return gaps, weights
+
+    def _count_gap_runs(self) -> None:
+        """Add the gaps of :meth:`add_gap_run` to ``gap_counts`` (integer sums: any order gives them)."""
+        runs = self._gap_runs
+        gaps = np.fromiter(itertools.chain.from_iterable(g for g, _ in runs), dtype=np.int64,
+                           count=self._gap_run_items)
+        weights = np.repeat(np.array([c for _, c in runs], dtype=np.int64), [len(g) for g, _ in runs])
+        values, where = np.unique(gaps, return_inverse=True)
+        totals = np.zeros(len(values), dtype=np.int64)
+        np.add.at(totals, where, weights)
+        counts = self.gap_counts
+        for gap, n in zip(values.tolist(), totals.tolist()):
+            counts[gap] = counts.get(gap, 0) + n
+        runs.clear()
+        self._gap_run_items = 0
 
     def sync(self) -> None:
         """Bring the cohort's requests up to date (for readers of their fields)."""
