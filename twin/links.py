@@ -154,12 +154,13 @@ class LinkSet:
         now = now_ns(self.env)
         self.net.remove(flow.fid, now)
         flow.remaining = 0.0
-        assert flow.done is not None
+        done, flow.done = flow.done, None  # (the event's value is the flow: no reference cycle left behind)
+        assert done is not None
         if due_now(self.env):
-            flow.done.succeed(flow)
+            done.succeed(flow)
             self._arm()
         else:
             # The completion would be the next event processed (after this timer, before anything the
             # re-armed timer and the completion's callbacks schedule): its callbacks run now, no event.
             self._arm()
-            fire(flow.done, flow)
+            fire(done, flow)

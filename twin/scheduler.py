@@ -181,8 +181,10 @@ class Drafter:
     def forget(self, req: Request) -> None:
         self._streams.pop(req.id, None)
 _NO_CUTOFF = 1 << 62
-_GAP_RUN_ITEMS = 1 << 20
-"""Gaps handed in bulk (:meth:`Scheduler.add_gap_run`) that are counted at once when there are more."""
+_GAP_RUN_BATCH = 4096
+"""Gaps handed in bulk (:meth:`Scheduler.add_gap_run`) that are packed into arrays at once."""
+_GAP_BLOCK_ITEMS = 1 << 22
+"""Packed gaps that are counted into the histogram's dictionary when there are more."""
 
 
 class Scheduler:
@@ -206,6 +208,9 @@ class Scheduler:
         """Gaps not in ``gap_counts`` yet: step durations, each the gap of ``count`` requests (a fast-forwarded
         run hands them in bulk, :meth:`add_gap_run`; they are counted in numpy when the histogram is read)."""
         self._gap_run_items = 0
+        self._gap_blocks: list[tuple[np.ndarray, np.ndarray]] = []
+        """Those gaps packed into arrays (gaps, counts), a batch at a time."""
+        self._gap_block_items = 0
         self.prompt_tokens_admitted = 0
         self.cached_tokens_admitted = 0
         self.preemptions = 0
@@ -668,44 +673,56 @@ class Scheduler:
     @property
     def itl_counts(self) -> dict[int, int]:
         """Histogram of inter-token gaps (ns -> count) over every request of this worker."""
-        if self._gap_runs:
-            self._count_gap_runs()
+        if self._gap_runs or self._gap_blocks:
+            self._count_gap_blocks()
         return self.gap_counts
 
     def add_gap_run(self, gaps: list[int], count: int) -> None:
-        """Count each of ``gaps`` ``count`` times (later, in bulk: a dictionary update per gap and step
-        costs more than the step's other bookkeeping)."""
+        """Count each of ``gaps`` ``count`` times: in bulk, later (a dictionary update per gap and step costs
+        more than the step's other bookkeeping)."""
         self._gap_runs.append((gaps, count))
         self._gap_run_items += len(gaps)
-        if self._gap_run_items > _GAP_RUN_ITEMS:
-            self._count_gap_runs()
+        if self._gap_run_items >= _GAP_RUN_BATCH:
+            self._pack_gap_runs()
+
+    def _pack_gap_runs(self) -> None:
+        """Turn the lists handed to :meth:`add_gap_run` into arrays (which the garbage collector ignores)."""
+        runs = self._gap_runs
+        if not runs:
+            return
+        gaps = np.fromiter(itertools.chain.from_iterable(g for g, _ in runs), dtype=np.int64,
+                           count=self._gap_run_items)
+        weights = np.repeat(np.array([c for _, c in runs], dtype=np.int64), [len(g) for g, _ in runs])
+        self._gap_blocks.append((gaps, weights))
+        self._gap_block_items += len(gaps)
+        runs.clear()
+        self._gap_run_items = 0
+        if self._gap_block_items > _GAP_BLOCK_ITEMS:  # bound the memory of very long runs
+            self._count_gap_blocks()
+
+    def _count_gap_blocks(self) -> None:
+        """Add every gap handed in bulk to ``gap_counts`` (integer sums: any order gives them)."""
+        self._pack_gap_runs()
+        if not self._gap_blocks:
+            return
+        values, where = np.unique(np.concatenate([g for g, _ in self._gap_blocks]), return_inverse=True)
+        totals = np.zeros(len(values), dtype=np.int64)
+        np.add.at(totals, where, np.concatenate([w for _, w in self._gap_blocks]))
+        counts = self.gap_counts
+        for gap, n in zip(values.tolist(), totals.tolist()):
+            counts[gap] = counts.get(gap, 0) + n
+        self._gap_blocks.clear()
+        self._gap_block_items = 0
 
     def gap_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """The whole histogram as arrays of gaps and their counts, without building the dictionary (a gap
         may appear more than once)."""
+        self._pack_gap_runs()
         counts = self.gap_counts
-        runs = self._gap_runs
-        gaps = np.fromiter(itertools.chain(counts, *(g for g, _ in runs)), dtype=np.int64,
-                           count=len(counts) + self._gap_run_items)
-        weights = np.concatenate([np.fromiter(counts.values(), dtype=np.int64, count=len(counts)),
-                                  np.repeat(np.array([c for _, c in runs], dtype=np.int64),
-                                            [len(g) for g, _ in runs])])
-        return gaps, weights
-
-    def _count_gap_runs(self) -> None:
-        """Add the gaps of :meth:`add_gap_run` to ``gap_counts`` (integer sums: any order gives them)."""
-        runs = self._gap_runs
-        gaps = np.fromiter(itertools.chain.from_iterable(g for g, _ in runs), dtype=np.int64,
-                           count=self._gap_run_items)
-        weights = np.repeat(np.array([c for _, c in runs], dtype=np.int64), [len(g) for g, _ in runs])
-        values, where = np.unique(gaps, return_inverse=True)
-        totals = np.zeros(len(values), dtype=np.int64)
-        np.add.at(totals, where, weights)
-        counts = self.gap_counts
-        for gap, n in zip(values.tolist(), totals.tolist()):
-            counts[gap] = counts.get(gap, 0) + n
-        runs.clear()
-        self._gap_run_items = 0
+        return (np.concatenate([np.fromiter(counts, dtype=np.int64, count=len(counts)),
+                                *(g for g, _ in self._gap_blocks)]),
+                np.concatenate([np.fromiter(counts.values(), dtype=np.int64, count=len(counts)),
+                                *(w for _, w in self._gap_blocks)]))
 
     def sync(self) -> None:
         """Bring the cohort's requests up to date (for readers of their fields)."""
