@@ -25,6 +25,10 @@ from hardware import BatchShape
 from twin.request import NO_TIME, Request
 from twin.scheduler import Scheduler, SchedulerOutput
 
+_NEVER = 1 << 62
+"""A step no run reaches."""
+
+
 class Pricer(Protocol):
     """What a run asks of its worker: the prices (term vector, ns) of pure-decode steps."""
 
@@ -40,8 +44,19 @@ class DecodeRun:
         self.reqs = reqs
         self.c0 = [r.num_computed_tokens for r in reqs]
         """Computed tokens of each request before step 1."""
-        self.cap1 = [len(sched.kv.req_blocks[r.id]) * sched.kv.block_size for r in reqs]
+        size = sched.kv.block_size
+        self.cap1 = [len(sched.kv.req_blocks[r.id]) * size for r in reqs]
         """Token capacity of each request's blocks after step 1's allocation."""
+        # Step i computes token c0 + i - 1 (0-based); it needs a new block when that token starts one beyond
+        # the capacity reserved after step 1, and fills a block when c0 + i is a multiple of size: each
+        # request's block events come every `size` steps from the first after step 1.
+        first_alloc = [max(2, cap1 - c0 + 1) for c0, cap1 in zip(self.c0, self.cap1)]
+        self._next_alloc = [i + (-(c0 + i - 1)) % size for c0, i in zip(self.c0, first_alloc)]
+        """Per request: the next step (not scheduled yet) that takes a new block."""
+        self._next_cache = ([2 + (-(c0 + 2)) % size for c0 in self.c0] if sched.kv.enable_prefix_caching
+                            else [_NEVER] * len(reqs))
+        """Per request: the next step (not scheduled yet) that fills a block (registered in the prefix cache)."""
+        self._next_event = min(self._next_alloc + self._next_cache)
         self.k = k
         """Steps planned; their costs are computed on demand (:meth:`extend`), as the run survives."""
         self.first = first
@@ -101,23 +116,19 @@ class DecodeRun:
 
     def schedule_upto(self, m: int) -> None:
         """Replay the schedule phases of steps ``scheduled+1 .. m``: allocations and cache registrations."""
-        a = self.scheduled + 1
-        if m < a:
+        if m < self._next_event:  # no block event in these steps
+            self.scheduled = max(m, self.scheduled)
             return
         kv = self.sched.kv
         size = kv.block_size
         events: list[tuple[int, int, int]] = []
-        for idx, (c0, cap1) in enumerate(zip(self.c0, self.cap1)):
-            # Step i computes token c0 + i - 1 (0-based); it needs a new block when that token starts one
-            # beyond the capacity reserved after step 1, and fills a block when c0 + i is a multiple of size.
-            first_alloc = max(a, cap1 - c0 + 1)
-            first_alloc += (-(c0 + first_alloc - 1)) % size
-            for i in range(first_alloc, m + 1, size):
-                events.append((i, idx, 0))
-            if kv.enable_prefix_caching:
-                first_cache = a + (-(c0 + a)) % size
-                for i in range(first_cache, m + 1, size):
-                    events.append((i, idx, 1))
+        for kind, steps in enumerate((self._next_alloc, self._next_cache)):
+            for idx, i in enumerate(steps):
+                if i <= m:
+                    while i <= m:
+                        events.append((i, idx, kind))
+                        i += size
+                    steps[idx] = i
         events.sort()
         pool = kv.pool
         for i, idx, kind in events:
@@ -127,6 +138,7 @@ class DecodeRun:
             else:
                 kv.cache_computed(req, self.c0[idx] + i)
         self.scheduled = m
+        self._next_event = min(min(self._next_alloc), min(self._next_cache))
 
     def update_upto(self, m: int) -> list[Request]:
         """Apply the update phases of steps ``updated+1 .. m``; returns requests finished at step m."""
