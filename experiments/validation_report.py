@@ -5,7 +5,9 @@
     python -m experiments.validation_report report --out /tmp/validation   # tables from an earlier run
     python -m experiments.validation_report fit-host --csv .../silicon_h100_h200.csv   # engine host terms
     python -m experiments.validation_report fit-eager --csv .../silicon_h100_h200.csv \
-        --journal /work/valruns/full_s12b/rows.jsonl [--engines trtllm sglang]   # eager-step host terms
+        --journal /work/valruns/zero_c16/rows.jsonl [--engines trtllm vllm]   # eager-step host terms
+    python -m experiments.validation_report fit-eager --csv .../silicon_h100_h200.csv \
+        --journal /work/valruns/zero_c16/rows.jsonl --engines sglang --train-models deepseek
     python -m experiments.validation_report implied-rate --csv .../silicon_h100_h200.csv \
         [--opdb /work/shared/data/measured/opdb] [--top 30]   # FLOP rate each row's measurement implies
     python -m experiments.validation_report ttft-steps --csv .../silicon_h100_h200.csv \
@@ -28,7 +30,9 @@ on the TRAIN rows (H100 SXM, aggregated, concurrency per rank <= 16, where TTFT 
 prefill step) by a grid search on the median |log(predicted / measured TTFT)| of a TTFT surrogate: the
 twin's closed-loop TTFT with eager host time 0 (a journal of `twin validate` with the engine's constants at
 0) plus what the eager host term adds to the steps that carry the request's prompt (each chunk, with the
-running decodes beside it when the engine mixes them). Reported on the held-out H200 rows.
+running decodes beside it when the engine mixes them). Reported on the held-out H200 rows. SGLang has no MoE
+row on H100, so its train set also takes its DeepSeek rows (H200, ``--train-models deepseek``) and the rows
+of its other models are the held-out set.
 
 implied-rate: a plausibility check of the measurements, independent of the twin. A closed loop of c clients
 that each send ISL prompt tokens and get OSL output tokens per request, with e2e = TTFT + (OSL - 1) x TPOT,
@@ -45,6 +49,7 @@ import csv
 import itertools
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -182,7 +187,8 @@ def fit_host(csv_path: Path, engines: Sequence[str]) -> dict[str, dict[str, floa
 
 # grid of the eager host fit; ties go to the first point, i.e. the smaller per-layer term
 EAGER_LAYER_HOST = (0.0, 25e-6, 50e-6, 100e-6, 150e-6, 200e-6, 300e-6, 400e-6, 600e-6)
-EAGER_MOE_HOST = (0.0, 0.1e-3, 0.25e-3, 0.5e-3, 0.75e-3, 1e-3, 1.1e-3, 1.2e-3, 1.3e-3, 1.5e-3, 2e-3, 3e-3, 4e-3)
+EAGER_MOE_HOST = (0.0, 0.1e-3, 0.25e-3, 0.5e-3, 0.75e-3, 1e-3, 1.1e-3, 1.2e-3, 1.3e-3, 1.5e-3, 2e-3, 3e-3, 4e-3,
+                  5e-3, 6e-3)
 
 
 def _prompt_steps(row: dict[str, str]) -> tuple[Any, list[Any]]:
@@ -213,7 +219,10 @@ def _prompt_steps(row: dict[str, str]) -> tuple[Any, list[Any]]:
 
 
 def fit_eager(csv_path: Path, journal: Path, engines: Sequence[str],
-              max_conc: int = 16) -> dict[str, dict[str, float]]:
+              max_conc: int = 16, train_models: str | None = None) -> dict[str, dict[str, float]]:
+    """Grid fit of each engine's eager host terms on its TRAIN rows; ``train_models`` (a regular expression
+    on model_path) adds that model's rows on any GPU to the train set, for an engine whose H100 rows cannot
+    constrain a term (SGLang: dense Qwen3-32B only, no MoE layer)."""
     from hardware import CostModel
     from twin.validate import Skip, read_rows, row_spec
 
@@ -238,8 +247,11 @@ def fit_eager(csv_path: Path, journal: Path, engines: Sequence[str],
             if dep.engine.eager_layer_host_s or dep.engine.eager_moe_host_s:
                 raise ValueError(f"{engine}: the journal's run must have the eager host terms at 0")
             rows.append((row, spec, dep, shapes))
-        train = [r for r in rows if r[1].gpu == TRAIN_GPU]
-        test = [r for r in rows if r[1].gpu != TRAIN_GPU]
+        def trains(row: dict[str, str], spec: Any) -> bool:
+            return spec.gpu == TRAIN_GPU or bool(train_models and re.search(train_models, row["model_path"]))
+
+        train = [r for r in rows if trains(r[0], r[1])]
+        test = [r for r in rows if not trains(r[0], r[1])]
         if not train:
             print(f"{engine}: no train rows at concurrency <= {max_conc}")
             continue
@@ -400,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     eag.add_argument("--journal", type=Path, required=True, help="rows.jsonl of a run with those terms at 0")
     eag.add_argument("--engines", nargs="*", default=["trtllm", "sglang"])
     eag.add_argument("--max-conc", type=int, default=16)
+    eag.add_argument("--train-models", default=None,
+                     help="regular expression on model_path: those rows join the train set on any GPU")
     imp = sub.add_parser("implied-rate", help="the FLOP rate each row's measurement implies (plausibility)")
     imp.add_argument("--csv", type=Path, required=True)
     imp.add_argument("--opdb", type=Path, default=None, help="opdb folder: flag rows above its fastest GEMM")
@@ -417,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.cmd == "report":
         print(report(args.out))
     elif args.cmd == "fit-eager":
-        print(json.dumps(fit_eager(args.csv, args.journal, args.engines, args.max_conc), indent=2))
+        print(json.dumps(fit_eager(args.csv, args.journal, args.engines, args.max_conc, args.train_models), indent=2))
     elif args.cmd == "ttft-steps":
         print(ttft_steps(args.csv, args.journal, args.engine))
     elif args.cmd == "implied-rate":

@@ -443,7 +443,8 @@ def test_eager_host_absent_for_graph_replayed_steps() -> None:
     """vLLM's piecewise graphs cover mixed steps up to the largest capture size (512 tokens here); every
     engine replays pure decode batches up to it: no eager_host there, whatever the constants. A TRT-LLM mixed
     step and a decode batch beyond the capture sizes run eager. The shipped vLLM profile's fitted constants
-    (0.15 ms per decoder layer, no MoE layer in Llama-3.1-8B) come to 32 x 0.15 ms, charged only beyond 512."""
+    (no per-layer term, 1 ms per MoE layer) come to 48 x 1 ms for Qwen3-30B-A3B (48 MoE layers), charged only
+    beyond 512."""
     decode = BatchShape.from_requests([1] * 4, [100] * 4)
     mixed = BatchShape.from_requests([300, 1, 1], [400, 300, 1000])
     vllm = CostModel(dep(engine=eager_engine("vllm", 10e-3)), calibration=CAL)
@@ -455,8 +456,9 @@ def test_eager_host_absent_for_graph_replayed_steps() -> None:
     assert trt.step_cost(BatchShape.from_requests([1, 1], [100, 100])).terms["eager_host"] == 0.0
     assert trt.step_cost(decode).terms["eager_host"] > 0.0      # 4 > the largest capture size, 2
     assert trt.step_cost(SHAPE).terms["eager_host"] > 0.0
-    shipped = CostModel(dep(engine=load_engine("vllm")))
-    assert shipped.eager_host_s == pytest.approx(32 * 0.15e-3, rel=1e-12)
+    shipped = CostModel(Deployment(gpu=load_gpu("h100_sxm"), model=load_model("Qwen/Qwen3-30B-A3B"),
+                                   engine=load_engine("vllm"), tp=1))
+    assert shipped.eager_host_s == pytest.approx(48 * 1e-3, rel=1e-12)
     assert shipped.step_cost(mixed).terms["eager_host"] == 0.0
 
 

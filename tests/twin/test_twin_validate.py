@@ -82,7 +82,7 @@ def test_protocols_set_lengths_requests_and_warmup() -> None:
     gp = row(silicon_data_source=src, backend="trtllm")
     assert protocol(gp) is GENAI_PERF
     cfg = row_config(gp)
-    assert cfg["workload"]["input_tokens"] == {"fixed": 128} and cfg["workload"]["num_requests"] == 12 * 4
+    assert cfg["workload"]["input_tokens"] == {"fixed": 128} and cfg["workload"]["num_requests"] == 10 * 4
     # aiconfigurator's benchmark rules: batch cap = concurrency, token budget c + ISL + 1500 (TRT-LLM: x32)
     assert cfg["scheduler"] == {"max_num_seqs": 4, "max_num_batched_tokens": 1632, "chunked_prefill": False}
     assert row_config(row(silicon_data_source=src, backend="vllm"))["scheduler"] == \
