@@ -56,7 +56,7 @@ class DecodeRun:
         self._next_cache = ([2 + (-(c0 + 2)) % size for c0 in self.c0] if sched.kv.enable_prefix_caching
                             else [_NEVER] * len(reqs))
         """Per request: the next step (not scheduled yet) that fills a block (registered in the prefix cache)."""
-        self._next_event = min(self._next_alloc + self._next_cache)
+        self._next_event = min(min(self._next_alloc), min(self._next_cache))
         self.k = k
         """Steps planned; their costs are computed on demand (:meth:`extend`), as the run survives."""
         self.first = first
@@ -124,11 +124,10 @@ class DecodeRun:
         events: list[tuple[int, int, int]] = []
         for kind, steps in enumerate((self._next_alloc, self._next_cache)):
             for idx, i in enumerate(steps):
-                if i <= m:
-                    while i <= m:
-                        events.append((i, idx, kind))
-                        i += size
-                    steps[idx] = i
+                while i <= m:
+                    events.append((i, idx, kind))
+                    i += size
+                steps[idx] = i
         events.sort()
         pool = kv.pool
         for i, idx, kind in events:

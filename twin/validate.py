@@ -400,13 +400,13 @@ class Protocol:
     """How the benchmark client drove one row (closed loop at the row's concurrency c).
 
     ``low_frac``: ISL and OSL drawn uniformly from [low_frac x L, L] (1.0: fixed); ``waves``: measured
-    requests per client slot; ``warmup_waves``: requests per slot sent first and left out of the means.
+    requests per client slot. Every client here starts its measured requests on an idle server (a warm-up
+    runs to completion first), so none is simulated and every request counts.
     """
 
     name: str
     low_frac: float
     waves: int
-    warmup_waves: int = 0
 
 
 # InferenceMAX (SemiAnalysis) client, which produced the rows with a workflow / export source: vLLM's
@@ -764,7 +764,7 @@ def row_config(row: dict[str, str], *, waves: int | None = None) -> dict[str, An
     if reason:
         raise Skip(reason)
     conc = spec.per_rank_concurrency if spec.mode == "agg" else spec.concurrency
-    per_slot = (waves if waves is not None else proto.waves) + proto.warmup_waves
+    per_slot = waves if waves is not None else proto.waves
     cfg: dict[str, Any] = {
         "name": row["id"], "hardware": {"gpu": spec.gpu}, "engine": {"name": spec.backend},
         "model": {"name": spec.model, "weight_dtype": spec.weight_dtype},
@@ -810,10 +810,10 @@ def row_config(row: dict[str, str], *, waves: int | None = None) -> dict[str, An
     return cfg
 
 
-def measured_means(table: np.ndarray, warmup: int) -> tuple[float, float, int]:
-    """Mean TTFT and mean per-request TPOT (seconds) over the finished requests after the first ``warmup``
-    submitted ones (the benchmark client's own definitions), and how many requests that is."""
-    done = table[(table["id"] >= warmup) & (table["status"] == "finished")]
+def measured_means(table: np.ndarray) -> tuple[float, float, int]:
+    """Mean TTFT and mean per-request TPOT (seconds) over the finished requests (the benchmark client's
+    own definitions), and how many requests that is."""
+    done = table[table["status"] == "finished"]
     tpot = done["tpot_s"][np.isfinite(done["tpot_s"])]
     return float(np.mean(done["ttft_s"])), float(np.mean(tpot)) if len(tpot) else float("nan"), len(done)
 
@@ -838,8 +838,7 @@ def simulate_row(row: dict[str, str], waves: int | None = None) -> dict[str, Any
         return {**out, "skipped": f"{s['requests']['failed']} requests failed: {s['fail_reasons']}"}
     spec = row_spec(row)
     proto = protocol(row)
-    conc = spec.per_rank_concurrency if spec.mode == "agg" else spec.concurrency
-    ttft_s, tpot_s, _ = measured_means(res.requests, proto.warmup_waves * conc)
+    ttft_s, tpot_s, _ = measured_means(res.requests)
     meas_ttft, meas_tpot = float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"])
     pred_ttft, pred_tpot = ttft_s * 1e3, tpot_s * 1e3
     out["notes"] = "; ".join(spec.notes)
