@@ -7,7 +7,7 @@
     python -m experiments.validation_report fit-eager --csv .../silicon_h100_h200.csv \
         --journal /work/valruns/zero_c16/rows.jsonl [--engines trtllm vllm]   # eager-step host terms
     python -m experiments.validation_report fit-eager --csv .../silicon_h100_h200.csv \
-        --journal /work/valruns/zero_c16/rows.jsonl --engines sglang --train-models deepseek
+        --journal /work/valruns/zero_c16/rows.jsonl --engines sglang --train-models deepseek [--by-group]
     python -m experiments.validation_report implied-rate --csv .../silicon_h100_h200.csv \
         [--opdb /work/shared/data/measured/opdb] [--top 30]   # FLOP rate each row's measurement implies
     python -m experiments.validation_report ttft-steps --csv .../silicon_h100_h200.csv \
@@ -32,7 +32,9 @@ twin's closed-loop TTFT with eager host time 0 (a journal of `twin validate` wit
 0) plus what the eager host term adds to the steps that carry the request's prompt (each chunk, with the
 running decodes beside it when the engine mixes them). Reported on the held-out H200 rows. SGLang has no MoE
 row on H100, so its train set also takes its DeepSeek rows (H200, ``--train-models deepseek``) and the rows
-of its other models are the held-out set.
+of its other models are the held-out set. ``--by-group`` also prints, per (GPU, model) group of MoE rows,
+the per-MoE-layer value that group alone would choose (a diagnostic of how far one constant per engine is
+from each model).
 
 implied-rate: a plausibility check of the measurements, independent of the twin. A closed loop of c clients
 that each send ISL prompt tokens and get OSL output tokens per request, with e2e = TTFT + (OSL - 1) x TPOT,
@@ -51,7 +53,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import attrs
 import numpy as np
@@ -219,10 +221,13 @@ def _prompt_steps(row: dict[str, str]) -> tuple[Any, list[Any]]:
 
 
 def fit_eager(csv_path: Path, journal: Path, engines: Sequence[str],
-              max_conc: int = 16, train_models: str | None = None) -> dict[str, dict[str, float]]:
+              max_conc: int = 16, train_models: str | None = None,
+              by_group: bool = False) -> dict[str, dict[str, float]]:
     """Grid fit of each engine's eager host terms on its TRAIN rows; ``train_models`` (a regular expression
     on model_path) adds that model's rows on any GPU to the train set, for an engine whose H100 rows cannot
-    constrain a term (SGLang: dense Qwen3-32B only, no MoE layer)."""
+    constrain a term (SGLang: dense Qwen3-32B only, no MoE layer). ``journal`` must come from a run with
+    every eager host term at 0 (its header does not record the constants); the terms are priced from 0
+    here whatever the shipped profiles hold. ``by_group`` also prints what each (GPU, model) group wants."""
     from hardware import CostModel
     from twin.validate import Skip, read_rows, row_spec
 
@@ -244,8 +249,8 @@ def fit_eager(csv_path: Path, journal: Path, engines: Sequence[str],
             if spec.mode != "agg" or spec.per_rank_concurrency > max_conc:
                 continue
             dep, shapes = _prompt_steps(row)
-            if dep.engine.eager_layer_host_s or dep.engine.eager_moe_host_s:
-                raise ValueError(f"{engine}: the journal's run must have the eager host terms at 0")
+            # priced from 0: the journal's TTFT had these terms at 0, whatever the shipped profile holds now
+            dep = attrs.evolve(dep, engine=attrs.evolve(dep.engine, eager_layer_host_s=0.0, eager_moe_host_s=0.0))
             rows.append((row, spec, dep, shapes))
         def trains(row: dict[str, str], spec: Any) -> bool:
             return spec.gpu == TRAIN_GPU or bool(train_models and re.search(train_models, row["model_path"]))
@@ -281,7 +286,28 @@ def fit_eager(csv_path: Path, journal: Path, engines: Sequence[str],
                   + (f"median |error| {100 * np.median(np.abs(te)):.1f} %, MAPE {100 * np.mean(np.abs(te)):.1f} %"
                      if len(te) else ""))
         out[engine] = {"eager_layer_host_s": p[0], "eager_moe_host_s": p[1]}
+        if by_group:
+            print(_eager_by_group(engine, rows, p[0], ratios))
     return out
+
+
+def _eager_by_group(engine: str, rows: list[Any], layer_s: float,
+                    ratios: Callable[[tuple[float, float], list[Any]], np.ndarray]) -> str:
+    """What each (GPU, model) group of an engine's rows wants: the per-MoE-layer value of the grid that
+    minimises the group's median |log error|, the per-layer term held at the engine's fit. A diagnostic, not
+    a fit: one constant per engine is what the profile ships."""
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for r in rows:
+        groups.setdefault((r[1].gpu, r[0]["model_path"].split("/")[-1]), []).append(r)
+    lines = [f"{engine}: eager_moe_host_s each group wants (eager_layer_host_s {layer_s:.3g})"]
+    for (gpu, model), sub in sorted(groups.items()):
+        if not sub[0][2].model.is_moe:
+            continue
+        scores = [(float(np.median(np.abs(np.log(ratios((layer_s, v), sub))))), v) for v in EAGER_MOE_HOST]
+        score, best = min(scores)
+        lines.append(f"  {gpu:9s} {model:28s} {len(sub):3d} rows  {1e3 * best:4.2f} ms  "
+                     f"median |error| {100 * (np.exp(score) - 1):5.1f} %")
+    return "\n".join(lines)
 
 
 def implied_linear_rate(row: dict[str, str]) -> float | None:
@@ -414,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     eag.add_argument("--max-conc", type=int, default=16)
     eag.add_argument("--train-models", default=None,
                      help="regular expression on model_path: those rows join the train set on any GPU")
+    eag.add_argument("--by-group", action="store_true",
+                     help="also print the per-MoE-layer value each (GPU, model) group's rows want")
     imp = sub.add_parser("implied-rate", help="the FLOP rate each row's measurement implies (plausibility)")
     imp.add_argument("--csv", type=Path, required=True)
     imp.add_argument("--opdb", type=Path, default=None, help="opdb folder: flag rows above its fastest GEMM")
@@ -431,7 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.cmd == "report":
         print(report(args.out))
     elif args.cmd == "fit-eager":
-        print(json.dumps(fit_eager(args.csv, args.journal, args.engines, args.max_conc, args.train_models), indent=2))
+        print(json.dumps(fit_eager(args.csv, args.journal, args.engines, args.max_conc, args.train_models,
+                                    args.by_group), indent=2))
     elif args.cmd == "ttft-steps":
         print(ttft_steps(args.csv, args.journal, args.engine))
     elif args.cmd == "implied-rate":
