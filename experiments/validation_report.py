@@ -250,7 +250,8 @@ def fit_eager(csv_path: Path, journal: Path, engines: Sequence[str],
                 continue
             dep, shapes = _prompt_steps(row)
             # priced from 0: the journal's TTFT had these terms at 0, whatever the shipped profile holds now
-            dep = attrs.evolve(dep, engine=attrs.evolve(dep.engine, eager_layer_host_s=0.0, eager_moe_host_s=0.0))
+            zeroed = attrs.evolve(dep.engine, eager_layer_host_s=0.0, eager_moe_host_s=0.0)
+            dep = attrs.evolve(dep, engine=zeroed)
             rows.append((row, spec, dep, shapes))
         def trains(row: dict[str, str], spec: Any) -> bool:
             return spec.gpu == TRAIN_GPU or bool(train_models and re.search(train_models, row["model_path"]))
