@@ -96,8 +96,25 @@ def table(rows: Sequence[dict[str, Any]], key: str) -> list[str]:
     return lines
 
 
+def _warmup_labels(out: Path) -> dict[str, str]:
+    """Row id -> client warm-up label (twin.validate.client_warmup) for the rows of the CSV a run's journal
+    names; empty when that file is not at hand."""
+    from twin.validate import client_warmup, protocol, read_rows
+
+    journal = out / "rows.jsonl"
+    if not journal.is_file():
+        return {}
+    head = json.loads(journal.read_text().split("\n", 1)[0])
+    csv_path = Path(str(head.get("csv", "")))
+    if not csv_path.is_file():
+        return {}
+    return {row["id"]: f"{protocol(row).name}, {client_warmup(row)}" for row in read_rows(csv_path)}
+
+
 def report(out: Path) -> str:
     rows = read_results(out)
+    warmup = _warmup_labels(out)
+    rows = [dict(r, client=warmup[r["id"]]) if r["id"] in warmup else r for r in rows]
     summary = json.loads((out / "summary.json").read_text())
     lines = [f"rows {summary['rows']}, represented {summary['rows_represented']} "
              f"({100 * summary['rows_represented'] / max(1, summary['rows']):.1f} %), skipped "
@@ -112,6 +129,9 @@ def report(out: Path) -> str:
         for key in ("backend", "model", "protocol", "system"):
             lines.append(f" by {key}")
             lines += table(sub, key)
+        if all("client" in r for r in sub):  # InferenceMAX runs before 2026-01-21 met a cold server
+            lines.append(" by client warm-up")
+            lines += table(sub, "client")
         allrows = [dict(r, all="all") for r in sub]
         lines += table(allrows, "all")
     return "\n".join(lines)

@@ -745,6 +745,24 @@ def protocol(row: dict[str, str]) -> Protocol:
     return DYNAMO
 
 
+INFERENCEMAX_WARMUP_SINCE = "2026-01-21"
+"""First measurement date of InferenceMAX single-node runs with a client warm-up (InferenceX
+benchmark_lib.sh, --num-warmups 2 x CONC); earlier runs sent their first measured requests to a cold server."""
+
+
+def client_warmup(row: dict[str, str]) -> str:
+    """Whether the row's client warmed the server up before measuring: ``warm-up`` (genai-perf's 2 x c
+    requests; InferenceMAX single-node runs from INFERENCEMAX_WARMUP_SINCE), ``no warm-up`` (InferenceMAX
+    single-node runs before it), or ``unknown`` (no measurement date, other clients). The twin simulates
+    both alike (it has no JIT or autotuning caches to prime); the validation report groups rows by it."""
+    proto = protocol(row)
+    if proto is GENAI_PERF:
+        return "warm-up"
+    if proto is INFERENCEMAX and row.get("mode", "").strip() == "agg" and _measured(row):
+        return "warm-up" if _measured(row) >= INFERENCEMAX_WARMUP_SINCE else "no warm-up"
+    return "unknown"
+
+
 def _lengths(value: int, low_frac: float) -> dict[str, int]:
     low = max(1, int(value * low_frac))
     return {"fixed": value} if low >= value else {"low": low, "high": value}

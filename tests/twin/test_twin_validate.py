@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import twin.validate as validate_module
-from twin.validate import (GENAI_PERF, INFERENCEMAX, Skip, protocol, read_rows, row_config, row_spec, summarize,
-                           validate_silicon)
+from twin.validate import (GENAI_PERF, INFERENCEMAX, Skip, client_warmup, protocol, read_rows, row_config,
+                           row_spec, summarize, validate_silicon)
 
 COLUMNS = ["id", "silicon_data_source", "backend", "backend_version", "model_path", "system", "precision", "mode",
            "isl", "osl", "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size",
@@ -90,6 +90,17 @@ def test_protocols_set_lengths_requests_and_warmup() -> None:
     assert row_config(row(silicon_data_source=src, backend="sglang"))["scheduler"] == \
         {"max_num_seqs": 4, "max_num_batched_tokens": 128 + 1500}
     assert row_config(row(), waves=2)["workload"]["num_requests"] == 10      # never fewer than 10
+
+
+def test_client_warmup_follows_the_client_and_the_measurement_date() -> None:
+    """genai-perf always warms up; InferenceMAX single-node runs do from 2026-01-21 on; the rest is unknown."""
+    imax = "source_file=2026-04-06.csv; silicon_concurrency=4; measured="
+    assert client_warmup(row(silicon_data_source=imax + "2026-01-20T23:59:59Z")) == "no warm-up"
+    assert client_warmup(row(silicon_data_source=imax + "2026-01-21")) == "warm-up"
+    assert client_warmup(row()) == "unknown"                                   # no measurement date
+    assert client_warmup(row(silicon_data_source=imax + "2026-03-01", mode="disagg")) == "unknown"
+    gap = "source_file=/x/aic-auto-gap-analysis/data.csv; silicon_concurrency=4"
+    assert client_warmup(row(silicon_data_source=gap)) == "warm-up"
 
 
 def test_skips_carry_reasons() -> None:
