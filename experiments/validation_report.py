@@ -64,6 +64,11 @@ REQ_HOST = (0.0, 15e-6, 25e-6, 50e-6, 75e-6, 100e-6, 150e-6)
 KERNEL_FLOOR = (2e-6, 3e-6, 3.5e-6, 4e-6, 4.5e-6, 5e-6, 6e-6)
 
 
+def _log_score(ratios: np.ndarray) -> float:
+    """Median |log(predicted / measured)|: what the grid fits minimise (ties go to the earlier point)."""
+    return float(np.median(np.abs(np.log(ratios))))
+
+
 def _mape(values: Iterable[float]) -> float:
     v = [abs(x) for x in values if math.isfinite(x)]
     return float(np.mean(v)) if v else float("nan")
@@ -96,6 +101,18 @@ def table(rows: Sequence[dict[str, Any]], key: str) -> list[str]:
     return lines
 
 
+def _journal_ttft_ms(journal: Path) -> dict[str, float]:
+    """Row id -> predicted TTFT (ms) of the aggregated rows a ``twin validate`` journal represents."""
+    pred = {}
+    with open(journal) as fh:
+        next(fh, None)  # the header
+        for line in fh:
+            rec = json.loads(line)
+            if not rec.get("skipped") and rec.get("mode") == "agg":
+                pred[rec["id"]] = float(rec["pred_ttft_ms"])
+    return pred
+
+
 def _warmup_labels(out: Path) -> dict[str, str]:
     """Row id -> client warm-up label (twin.validate.client_warmup) for the rows of the CSV a run's journal
     names; empty when that file is not at hand."""
@@ -104,7 +121,8 @@ def _warmup_labels(out: Path) -> dict[str, str]:
     journal = out / "rows.jsonl"
     if not journal.is_file():
         return {}
-    head = json.loads(journal.read_text().split("\n", 1)[0])
+    with open(journal) as fh:
+        head = json.loads(fh.readline())
     csv_path = Path(str(head.get("csv", "")))
     if not csv_path.is_file():
         return {}
@@ -194,7 +212,7 @@ def fit_host(csv_path: Path, engines: Sequence[str]) -> dict[str, dict[str, floa
             continue
         best: tuple[float, tuple[float, float, float]] | None = None
         for params in itertools.product(STEP_HOST, REQ_HOST, KERNEL_FLOOR):
-            score = float(np.median(np.abs(np.log(ratios(params, train)))))
+            score = _log_score(ratios(params, train))
             if best is None or score < best[0] - 1e-9:
                 best = (score, params)
         assert best is not None
@@ -251,11 +269,7 @@ def fit_eager(csv_path: Path, journal: Path, engines: Sequence[str],
     from hardware import CostModel
     from twin.validate import Skip, read_rows, row_spec
 
-    base_ttft = {}
-    for line in journal.read_text().splitlines()[1:]:
-        rec = json.loads(line)
-        if not rec.get("skipped") and rec.get("mode") == "agg":
-            base_ttft[rec["id"]] = float(rec["pred_ttft_ms"])
+    base_ttft = _journal_ttft_ms(journal)
     out: dict[str, dict[str, float]] = {}
     for engine in engines:
         rows = []
@@ -294,7 +308,7 @@ def fit_eager(csv_path: Path, journal: Path, engines: Sequence[str],
 
         best: tuple[float, tuple[float, float]] | None = None
         for params in itertools.product(EAGER_LAYER_HOST, EAGER_MOE_HOST):
-            score = float(np.median(np.abs(np.log(ratios(params, train)))))
+            score = _log_score(ratios(params, train))
             if best is None or score < best[0] - 1e-9:
                 best = (score, params)
         assert best is not None
@@ -318,14 +332,12 @@ def _eager_by_group(engine: str, rows: list[Any], layer_s: float,
     minimises the group's median |log error|, the per-layer term held at the engine's fit. A diagnostic, not
     a fit: one constant per engine is what the profile ships."""
     groups: dict[tuple[str, str], list[Any]] = {}
-    for r in rows:
-        groups.setdefault((r[1].gpu, r[0]["model_path"].split("/")[-1]), []).append(r)
+    for row, spec, dep, shapes in rows:
+        if dep.model.is_moe:
+            groups.setdefault((spec.gpu, row["model_path"].split("/")[-1]), []).append((row, spec, dep, shapes))
     lines = [f"{engine}: eager_moe_host_s each group wants (eager_layer_host_s {layer_s:.3g})"]
     for (gpu, model), sub in sorted(groups.items()):
-        if not sub[0][2].model.is_moe:
-            continue
-        scores = [(float(np.median(np.abs(np.log(ratios((layer_s, v), sub))))), v) for v in EAGER_MOE_HOST]
-        score, best = min(scores)
+        score, best = min((_log_score(ratios((layer_s, v), sub)), v) for v in EAGER_MOE_HOST)
         lines.append(f"  {gpu:9s} {model:28s} {len(sub):3d} rows  {1e3 * best:4.2f} ms  "
                      f"median |error| {100 * (np.exp(score) - 1):5.1f} %")
     return "\n".join(lines)
@@ -415,11 +427,7 @@ def ttft_steps(csv_path: Path, journal: Path, engine: str) -> str:
     """The genai-perf (aiconfigurator gap analysis) aggregated rows of one engine: TTFT in lone prompt steps."""
     from twin.validate import GENAI_PERF, Skip, protocol, read_rows, row_spec
 
-    pred = {}
-    for line in journal.read_text().splitlines()[1:]:
-        rec = json.loads(line)
-        if not rec.get("skipped") and rec.get("mode") == "agg":
-            pred[rec["id"]] = float(rec["pred_ttft_ms"])
+    pred = _journal_ttft_ms(journal)
     recs = []
     for row in read_rows(csv_path):
         if row["backend"] != engine or row["id"] not in pred or protocol(row) is not GENAI_PERF:

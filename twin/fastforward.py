@@ -56,7 +56,7 @@ class DecodeRun:
         self._next_cache = ([2 + (-(c0 + 2)) % size for c0 in self.c0] if sched.kv.enable_prefix_caching
                             else [_NEVER] * len(reqs))
         """Per request: the next step (not scheduled yet) that fills a block (registered in the prefix cache)."""
-        self._next_event = min(min(self._next_alloc), min(self._next_cache))
+        self._next_event = self._earliest_block_event()
         self.k = k
         """Steps planned; their costs are computed on demand (:meth:`extend`), as the run survives."""
         self.first = first
@@ -137,7 +137,11 @@ class DecodeRun:
             else:
                 kv.cache_computed(req, self.c0[idx] + i)
         self.scheduled = m
-        self._next_event = min(min(self._next_alloc), min(self._next_cache))
+        self._next_event = self._earliest_block_event()
+
+    def _earliest_block_event(self) -> int:
+        """The first step not scheduled yet that allocates or fills a block for any request."""
+        return min(min(self._next_alloc), min(self._next_cache))
 
     def update_upto(self, m: int) -> list[Request]:
         """Apply the update phases of steps ``updated+1 .. m``; returns requests finished at step m."""

@@ -411,11 +411,13 @@ class Protocol:
 
 # InferenceMAX (SemiAnalysis) client, which produced the rows with a workflow / export source: vLLM's
 # benchmark_serving.py with --dataset-name random --random-range-ratio 0.8 (lengths uniform in
-# [0.8 L, L]), --num-prompts 10 x CONC, --max-concurrency CONC, --request-rate inf. Since 2026-01-21
-# (InferenceX benchmark_lib.sh, --num-warmups 2 x CONC) a warm-up of 2 x CONC copies of the first prompt
-# runs to completion first; the measured run then starts from an idle server exactly as a run without
-# warm-up does, so none is simulated (the warm-up only primes JIT caches, which the twin does not model).
+# [0.8 L, L]), --num-prompts 10 x CONC, --max-concurrency CONC, --request-rate inf. Since
+# INFERENCEMAX_WARMUP_SINCE (InferenceX benchmark_lib.sh, --num-warmups 2 x CONC) a warm-up of 2 x CONC copies
+# of the first prompt runs to completion first; the measured run then starts from an idle server exactly as a
+# run without warm-up does, so none is simulated (the warm-up only primes JIT caches, which the twin does not
+# model; earlier runs sent their first measured requests to a cold server: client_warmup).
 INFERENCEMAX = Protocol("inferencemax", 0.8, 10)
+INFERENCEMAX_WARMUP_SINCE = "2026-01-21"
 # aiconfigurator's own evaluation (source 'aic-auto-gap-analysis'): genai-perf with fixed lengths
 # (stddev 0), --request-count 10 x c after --warmup-request-count 2 x c. perf_analyzer runs the warm-up as
 # a load phase of its own and joins every worker thread when it is done (ConcurrencyManager::PerformWarmup,
@@ -745,11 +747,6 @@ def protocol(row: dict[str, str]) -> Protocol:
     return DYNAMO
 
 
-INFERENCEMAX_WARMUP_SINCE = "2026-01-21"
-"""First measurement date of InferenceMAX single-node runs with a client warm-up (InferenceX
-benchmark_lib.sh, --num-warmups 2 x CONC); earlier runs sent their first measured requests to a cold server."""
-
-
 def client_warmup(row: dict[str, str]) -> str:
     """Whether the row's client warmed the server up before measuring: ``warm-up`` (genai-perf's 2 x c
     requests; InferenceMAX single-node runs from INFERENCEMAX_WARMUP_SINCE), ``no warm-up`` (InferenceMAX
@@ -758,8 +755,9 @@ def client_warmup(row: dict[str, str]) -> str:
     proto = protocol(row)
     if proto is GENAI_PERF:
         return "warm-up"
-    if proto is INFERENCEMAX and row.get("mode", "").strip() == "agg" and _measured(row):
-        return "warm-up" if _measured(row) >= INFERENCEMAX_WARMUP_SINCE else "no warm-up"
+    day = _measured(row)
+    if proto is INFERENCEMAX and row.get("mode", "").strip() == "agg" and day:
+        return "warm-up" if day >= INFERENCEMAX_WARMUP_SINCE else "no warm-up"
     return "unknown"
 
 
