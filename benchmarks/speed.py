@@ -50,6 +50,7 @@ def run_twin_once(scn: Scenario, *, count_events: bool = True) -> dict[str, Any]
     # Start from a collected heap, as a fresh process would: the previous run's objects (cyclic garbage
     # the collector has not reached yet) are not charged to this one.
     gc.collect()
+    c0 = time.process_time()
     t0 = time.perf_counter()
     cfg = load_config(scn.config)
     t1 = time.perf_counter()
@@ -66,6 +67,7 @@ def run_twin_once(scn: Scenario, *, count_events: bool = True) -> dict[str, Any]
         sim.env.step = counting_step  # type: ignore[method-assign]  # instance attribute shadows the method
     res = sim.run()
     t3 = time.perf_counter()
+    c3 = time.process_time()
     table = res.requests
     status = table["status"]
     return {
@@ -77,6 +79,7 @@ def run_twin_once(scn: Scenario, *, count_events: bool = True) -> dict[str, Any]
         "config_s": t1 - t0, "build_s": t2 - t1, "run_s": t3 - t2,
         "loop_s": float(res.summary["sim"]["wall_s"]),
         "wall_s": t3 - t0,
+        "cpu_s": c3 - c0,
     }
 
 
@@ -88,6 +91,7 @@ def measure_twin(scn: Scenario, repeats: int) -> dict[str, Any]:
     out = dict(med)
     out["wall_s"] = statistics.median(walls)
     out["loop_s"] = statistics.median(r["loop_s"] for r in runs)
+    out["cpu_s"] = statistics.median(r["cpu_s"] for r in runs)
     out["wall_runs_s"] = [round(w, 4) for w in walls]
     out["requests_per_wall_s"] = out["requests"] / out["wall_s"]
     out["sim_per_wall"] = out["simulated_s"] / out["wall_s"]
@@ -161,7 +165,8 @@ def run_vidur(trace: Path, python: str, repo: Path, cache_dir: Path, attention: 
 # ----------------------------------------------------------------------------------------- report
 COLUMNS: list[tuple[str, str, str]] = [
     ("scenario", "", "{}"), ("requests", "requests", "{:d}"), ("sim s", "simulated_s", "{:.0f}"),
-    ("wall s", "wall_s", "{:.2f}"), ("loop s", "loop_s", "{:.2f}"), ("events", "events", "{:d}"),
+    ("wall s", "wall_s", "{:.2f}"), ("cpu s", "cpu_s", "{:.2f}"), ("loop s", "loop_s", "{:.2f}"),
+    ("events", "events", "{:d}"),
     ("steps", "steps", "{:d}"), ("req/wall s", "requests_per_wall_s", "{:.0f}"),
     ("sim/wall", "sim_per_wall", "{:.0f}"), ("twin proc s", "process_wall_s", "{:.2f}"),
     ("vidur s", "vidur_wall_s", "{:.1f}"), ("vidur loop s", "vidur_loop_s", "{:.2f}"),

@@ -34,6 +34,7 @@ def test_twin_measure_counts_events(vidur_dir: Path) -> None:
     # Decode fast-forward covers many steps with one event, so events and steps are not ordered.
     assert r["events"] > 0 and r["steps"] > 0
     assert r["simulated_s"] > 0.15 * 19 and len(r["wall_runs_s"]) == 2
+    assert 0 < r["cpu_s"] and r["loop_s"] < r["wall_s"]
 
 
 def test_main_writes_speed_json(vidur_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
