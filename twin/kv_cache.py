@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import os
 from collections import OrderedDict
 from typing import Callable, Iterable, Sequence
 
@@ -23,8 +24,12 @@ from twin.errors import InvariantError
 from twin.request import Request
 
 
-class BlockPool:
+class PyBlockPool:
     """Blocks ``0 .. num_blocks-1`` with reference counts, an LRU free queue and a key -> block map.
+
+    The specification of the pool. Where the compiled module ``twin._blockpool`` is built (setup.py), the
+    run uses its :class:`BlockPool` instead: the same operations on the same state, with the per-block
+    loops in C (tests run both on the same sequences of operations).
 
     The free queue is a list of block ids read from ``_head`` on, with lazy removal: taking a free block
     out of the middle (a cache hit) only counts its entry as dead (``_dead``); ``allocate`` drops dead
@@ -90,6 +95,11 @@ class BlockPool:
     @property
     def num_cached(self) -> int:
         return len(self.cached)
+
+    def unreferenced(self, blocks: Iterable[int]) -> int:
+        """How many of ``blocks`` have no reference (free blocks a cache hit would take out of the queue)."""
+        ref = self.ref_cnt
+        return [ref[b] for b in blocks].count(0)
 
     def lookup(self, key: int) -> int | None:
         return self.cached.get(key)
@@ -282,6 +292,22 @@ class BlockPool:
                     raise InvariantError(f"cached key {key} points at block {block} holding {block_key[block]}")
 
 
+def _pool_class() -> type[PyBlockPool]:
+    """The compiled pool where ``twin._blockpool`` is built, else :class:`PyBlockPool` (same results);
+    ``SERVETWIN_PURE_PYTHON=1`` in the environment forces the Python one, for comparisons."""
+    if os.environ.get("SERVETWIN_PURE_PYTHON"):
+        return PyBlockPool
+    try:
+        from twin._blockpool import BlockPool as compiled
+    except ImportError:  # not built (no C compiler or Cython at install time)
+        return PyBlockPool
+    return compiled
+
+
+BlockPool = _pool_class()
+"""The block pool class :class:`KVCacheManager` uses."""
+
+
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -391,10 +417,8 @@ class KVCacheManager:
         # Hit blocks with no reference sit in the free queue; taking them shrinks what is allocatable (they
         # are counted only when that could matter: room for the new blocks beside all hits is room enough).
         free = pool.num_free
-        if need > free - len(computed_blocks):
-            ref = pool.ref_cnt
-            if need > free - [ref[b] for b in computed_blocks].count(0):
-                return False
+        if need > free - len(computed_blocks) and need > free - pool.unreferenced(computed_blocks):
+            return False
         blocks = self.req_blocks.get(req.id)
         if blocks is None:
             blocks = self.req_blocks[req.id] = []

@@ -4,15 +4,23 @@ import pytest
 from twin_testkit import make_request
 
 from twin.errors import InvariantError
-from twin.kv_cache import BlockPool, KVCacheManager
+from twin.kv_cache import BlockPool, KVCacheManager, PyBlockPool
+
+POOLS = [PyBlockPool] if BlockPool is PyBlockPool else [PyBlockPool, BlockPool]
+"""The Python pool, and the compiled one where it is built: the pool-level tests run on each."""
 
 
-def free_list(pool: BlockPool) -> list[int]:
+@pytest.fixture(params=POOLS, ids=lambda cls: cls.__module__)
+def pool_cls(request: pytest.FixtureRequest) -> type[PyBlockPool]:
+    return request.param
+
+
+def free_list(pool: PyBlockPool) -> list[int]:
     return pool.free_order()
 
 
-def test_pool_allocates_from_head_and_frees_to_tail():
-    pool = BlockPool(5)
+def test_pool_allocates_from_head_and_frees_to_tail(pool_cls: type[PyBlockPool]) -> None:
+    pool = pool_cls(5)
     assert pool.allocate(2) == [0, 1]
     assert free_list(pool) == [2, 3, 4]
     pool.release([1, 0])
@@ -151,7 +159,7 @@ class _ReferencePool:
 
 
 @pytest.mark.parametrize("seed,slack", [(0, 1024), (1, 1024), (2, 0), (3, 1)])
-def test_pool_matches_reference_block_for_block(seed: int, slack: int) -> None:
+def test_pool_matches_reference_block_for_block(seed: int, slack: int, pool_cls: type[PyBlockPool]) -> None:
     """Random allocate (and allocate_one) / touch / release / cache sequences: same ids, free order, cache
     and evictions as the one-block-at-a-time ordered-dictionary pool (small ``slack`` exercises free-queue
     compaction)."""
@@ -160,7 +168,7 @@ def test_pool_matches_reference_block_for_block(seed: int, slack: int) -> None:
     rng = random.Random(seed)
     n = 48
     evicted: list[tuple[int, int]] = []
-    pool = BlockPool(n, on_evict=lambda b, k: evicted.append((b, k)))
+    pool = pool_cls(n, on_evict=lambda b, k: evicted.append((b, k)))
     pool.compact_slack = slack
     ref = _ReferencePool(n)
     held: list[list[int]] = []  # block tables of live "requests"
@@ -224,14 +232,14 @@ def test_append_one_is_allocate_slots_for_one_token(caching: bool) -> None:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_match_prefix_is_lookup_key_by_key(seed: int) -> None:
+def test_match_prefix_is_lookup_key_by_key(seed: int, pool_cls: type[PyBlockPool]) -> None:
     """``match_prefix`` (successor hints, dictionary only where a hint fails) returns the blocks that looking
     every key up in ``cached`` until the first miss returns, while chains are cached, evicted and re-cached;
     keys equal in value but distinct objects match too."""
     import random
 
     rng = random.Random(seed)
-    pool = BlockPool(40)
+    pool = pool_cls(40)
     # Chains over a tree of prefixes: chain c shares its first blocks with chain c // 3.
     base = 1 << 62  # large ints, so equal keys built twice are distinct objects
     chains: list[list[int]] = []
@@ -268,3 +276,79 @@ def test_match_prefix_is_lookup_key_by_key(seed: int) -> None:
         elif held:
             pool.release(reversed(held.pop(rng.randrange(len(held)))))
         pool.check()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_compiled_pool_is_the_python_pool(seed: int) -> None:
+    """The compiled pool (twin/_blockpool.pyx) against :class:`PyBlockPool` on one random sequence of every
+    operation (allocate, allocate_one, touch, release, cache, cache_run, match_prefix, refused calls): the
+    same return values, errors, evictions in the same order, and the same state after every operation."""
+    compiled = pytest.importorskip("twin._blockpool").BlockPool
+    import random
+
+    rng = random.Random(seed)
+    n = 64
+    log_py: list[tuple[int, int]] = []
+    log_c: list[tuple[int, int]] = []
+    py = PyBlockPool(n, on_evict=lambda b, k: log_py.append((b, k)))
+    c = compiled(n, on_evict=lambda b, k: log_c.append((b, k)))
+    py.compact_slack = c.compact_slack = rng.choice([0, 3, 1024])
+    chains = [[(1 << 62) + 100 * ch + i for i in range(rng.randint(2, 14))] for ch in range(20)]
+    held: list[list[int]] = []
+
+    def same(call):  # the same result, or the same error, from both pools
+        outcome = []
+        for pool in (py, c):
+            try:
+                outcome.append(("ok", call(pool)))
+            except (InvariantError, IndexError) as err:
+                outcome.append((type(err).__name__, str(err)))
+        assert outcome[0] == outcome[1]
+        return outcome[0][1]
+
+    for _ in range(2500):
+        op = rng.random()
+        chain = rng.choice(chains)
+        if op < 0.3:  # a request: prefix hits, then new blocks registered in one run
+            limit = rng.randint(0, len(chain))
+            hits = same(lambda p: p.match_prefix(chain, limit))
+            need = len(chain) - len(hits)
+            free_hits = same(lambda p: p.unreferenced(hits))
+            if need > py.num_free - free_hits:
+                same(lambda p: p.allocate(p.num_free + 1))  # refused, changes nothing
+                continue
+            same(lambda p: p.touch(hits))
+            new = same(lambda p: p.allocate(need)) if need != 1 else [same(lambda p: p.allocate_one())]
+            same(lambda p: p.cache_run(chain[len(hits):], new))
+            held.append(hits + new)
+        elif op < 0.5 and held:
+            table = held.pop(rng.randrange(len(held)))
+            same(lambda p: p.release(reversed(table)))
+        elif op < 0.6 and held:  # one block at a time, keys possibly taken by another block already
+            table = rng.choice(held)
+            block = rng.choice(table)
+            key = rng.choice(chain)
+            same(lambda p: p.cache(block, key))
+        assert py.free_order() == c.free_order()
+        assert py.ref_cnt == c.ref_cnt and py.block_key == c.block_key and py.cached == c.cached
+        assert (py.num_free, py.num_used, py.num_cached, py.evictions) == (c.num_free, c.num_used, c.num_cached,
+                                                                         c.evictions)
+        assert log_py == log_c
+        py.check()
+        c.check()
+    assert log_py, "the sequence never evicted"
+
+
+def test_compiled_pool_refuses_as_the_python_pool_does() -> None:
+    """Errors name the same thing in both pools: too many blocks asked for, a block released twice."""
+    compiled = pytest.importorskip("twin._blockpool").BlockPool
+    for cls in (PyBlockPool, compiled):
+        pool = cls(3)
+        with pytest.raises(InvariantError, match=r"allocate\(4\) with only 3 free blocks"):
+            pool.allocate(4)
+        pool.allocate(3)
+        with pytest.raises(InvariantError, match="allocate\\(1\\) with no free block"):
+            pool.allocate_one()
+        pool.release([2])
+        with pytest.raises(InvariantError, match="block 2 released more often than referenced"):
+            pool.release([2])

@@ -1,0 +1,314 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
+"""Compiled twin of :class:`twin.kv_cache.PyBlockPool`: the same pool, state for state.
+
+The Python class is the specification (its docstrings say what each operation does and why); this one
+keeps reference counts, dead-entry counts, successor hints and the free queue in C arrays, so that the
+per-block loops of a long run cost a few nanoseconds per block instead of a bytecode loop. Block keys
+stay Python objects (any hashable int) and the key -> block map stays a Python dict, touched through its C
+API. Every public method returns what the Python class returns, and leaves the pool in the state the
+Python class would; tests/twin/test_twin_kv_cache.py runs both on the same operation sequences.
+"""
+
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy, memmove, memset
+
+from twin.errors import InvariantError
+
+
+cdef class BlockPool:
+    cdef readonly Py_ssize_t num_blocks
+    cdef int* _ref
+    cdef int* _dead
+    cdef int* _nxt
+    cdef int* _queue
+    cdef Py_ssize_t _qlen
+    cdef Py_ssize_t _qcap
+    cdef Py_ssize_t _head
+    cdef Py_ssize_t _fresh
+    cdef Py_ssize_t _num_queued
+    cdef public list block_key
+    cdef public dict cached
+    cdef public object on_evict
+    cdef public long long evictions
+    cdef public Py_ssize_t compact_slack
+
+    def __cinit__(self, Py_ssize_t num_blocks, on_evict=None):
+        if num_blocks < 1:
+            raise ValueError(f"a block pool needs at least one block, got {num_blocks}")
+        if num_blocks > 2_000_000_000:
+            raise ValueError(f"a block pool holds at most 2e9 blocks, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self._ref = <int*>malloc(num_blocks * sizeof(int))
+        self._dead = <int*>malloc(num_blocks * sizeof(int))
+        self._nxt = <int*>malloc(num_blocks * sizeof(int))
+        self._qcap = 1024
+        self._queue = <int*>malloc(self._qcap * sizeof(int))
+        if not self._ref or not self._dead or not self._nxt or not self._queue:
+            raise MemoryError()
+        memset(self._ref, 0, num_blocks * sizeof(int))
+        memset(self._dead, 0, num_blocks * sizeof(int))
+        memset(self._nxt, 0, num_blocks * sizeof(int))
+        self._qlen = 0
+        self._head = 0
+        self._fresh = 0
+        self._num_queued = 0
+        self.block_key = [None] * num_blocks
+        self.cached = {}
+        self.on_evict = on_evict
+        self.evictions = 0
+        self.compact_slack = 1024
+
+    def __dealloc__(self):
+        free(self._ref)
+        free(self._dead)
+        free(self._nxt)
+        free(self._queue)
+
+    # ------------------------------------------------------------------------------------ state
+    @property
+    def num_free(self) -> int:
+        return self.num_blocks - self._fresh + self._num_queued
+
+    @property
+    def num_used(self) -> int:
+        return self._fresh - self._num_queued
+
+    @property
+    def num_cached(self) -> int:
+        return len(self.cached)
+
+    @property
+    def ref_cnt(self) -> list:
+        """A copy of the reference counts (the Python class exposes its list)."""
+        return [self._ref[i] for i in range(self.num_blocks)]
+
+    def unreferenced(self, blocks) -> int:
+        """How many of ``blocks`` have no reference (free blocks a cache hit would take out of the queue)."""
+        cdef Py_ssize_t n = 0
+        for block in blocks:
+            if self._ref[self._index(block)] == 0:
+                n += 1
+        return n
+
+    def lookup(self, key):
+        return self.cached.get(key)
+
+    cdef inline Py_ssize_t _index(self, block) except -1:
+        cdef Py_ssize_t b = block
+        if b < 0 or b >= self.num_blocks:
+            raise IndexError(f"block {block} outside the pool's 0..{self.num_blocks - 1}")
+        return b
+
+    cdef list _live_queue(self):
+        cdef int* dead = <int*>malloc(self.num_blocks * sizeof(int))
+        if not dead:
+            raise MemoryError()
+        memcpy(dead, self._dead, self.num_blocks * sizeof(int))
+        cdef list live = []
+        cdef Py_ssize_t i
+        cdef int block
+        for i in range(self._head, self._qlen):
+            block = self._queue[i]
+            if dead[block]:
+                dead[block] -= 1
+            else:
+                live.append(block)
+        free(dead)
+        return live
+
+    def free_order(self) -> list:
+        return list(range(self._fresh, self.num_blocks)) + self._live_queue()
+
+    # ------------------------------------------------------------------------------- free queue
+    cdef int _push(self, int block) except -1:
+        cdef int* grown
+        if self._qlen == self._qcap:
+            grown = <int*>realloc(self._queue, 2 * self._qcap * sizeof(int))
+            if not grown:
+                raise MemoryError()
+            self._queue = grown
+            self._qcap *= 2
+        self._queue[self._qlen] = block
+        self._qlen += 1
+        return 0
+
+    cdef void _advance(self, Py_ssize_t head):
+        if head > 4096 and 2 * head > self._qlen:
+            memmove(self._queue, self._queue + head, (self._qlen - head) * sizeof(int))
+            self._qlen -= head
+            head = 0
+        self._head = head
+
+    cdef int _compact(self) except -1:
+        cdef list live = self._live_queue()
+        cdef Py_ssize_t i
+        self._qlen = 0
+        self._head = 0
+        for i in range(len(live)):
+            self._queue[i] = live[i]
+        self._qlen = len(live)
+        memset(self._dead, 0, self.num_blocks * sizeof(int))
+        return 0
+
+    cdef int _evict(self, int block) except -1:
+        key = self.block_key[block]
+        if key is not None:
+            self.block_key[block] = None
+            del self.cached[key]
+            if self.on_evict is not None:
+                self.on_evict(block, key)
+        return 0
+
+    def allocate(self, Py_ssize_t n) -> list:
+        cdef Py_ssize_t num_free = self.num_blocks - self._fresh + self._num_queued
+        if n > num_free:
+            raise InvariantError(f"allocate({n}) with only {num_free} free blocks")
+        cdef list out = []
+        cdef Py_ssize_t fresh = min(n, self.num_blocks - self._fresh)
+        cdef Py_ssize_t i, first, end, head, need, taken
+        cdef int block
+        if fresh > 0:
+            first = self._fresh
+            self._fresh += fresh
+            for i in range(first, first + fresh):
+                self._ref[i] = 1
+                out.append(i)
+        need = n - fresh
+        if need <= 0:
+            return out
+        self._num_queued -= need
+        cdef Py_ssize_t num_cached = len(self.cached)
+        head = self._head
+        taken = fresh
+        while need > 0:
+            end = min(head + need, self._qlen)
+            for i in range(head, end):
+                block = self._queue[i]
+                if self._dead[block]:
+                    self._dead[block] -= 1
+                    continue
+                if self.block_key[block] is not None:
+                    self._evict(block)
+                self._ref[block] = 1
+                out.append(block)
+                taken += 1
+            head = end
+            need = n - taken
+        self._advance(head)
+        self.evictions += num_cached - len(self.cached)
+        return out
+
+    def allocate_one(self) -> int:
+        cdef int block
+        cdef Py_ssize_t head
+        if self._fresh < self.num_blocks:
+            block = <int>self._fresh
+            self._fresh += 1
+            self._ref[block] = 1
+            return block
+        if not self._num_queued:
+            raise InvariantError("allocate(1) with no free block")
+        self._num_queued -= 1
+        head = self._head
+        block = self._queue[head]
+        while self._dead[block]:
+            self._dead[block] -= 1
+            head += 1
+            block = self._queue[head]
+        self._advance(head + 1)
+        if self.block_key[block] is not None:
+            self._evict(block)
+            self.evictions += 1
+        self._ref[block] = 1
+        return block
+
+    def touch(self, blocks) -> None:
+        cdef Py_ssize_t left = 0
+        cdef Py_ssize_t b
+        for block in blocks:
+            b = self._index(block)
+            if self._ref[b] == 0:
+                self._dead[b] += 1
+                left += 1
+            self._ref[b] += 1
+        if left:
+            self._num_queued -= left
+            if self._qlen - self._head > 2 * self._num_queued + self.compact_slack:
+                self._compact()
+
+    def release(self, blocks) -> None:
+        cdef Py_ssize_t b
+        cdef int left
+        cdef Py_ssize_t freed = 0
+        for block in blocks:
+            b = self._index(block)
+            left = self._ref[b] - 1
+            self._ref[b] = left
+            if left == 0:
+                self._push(<int>b)
+                freed += 1
+            elif left < 0:
+                self._num_queued += freed
+                raise InvariantError(f"block {block} released more often than referenced")
+        self._num_queued += freed
+
+    # ----------------------------------------------------------------------------- prefix cache
+    def cache(self, block, key) -> None:
+        cdef Py_ssize_t b = self._index(block)
+        if self.block_key[b] is None and self.cached.setdefault(key, block) is block:
+            self.block_key[b] = key
+
+    def cache_run(self, keys, blocks) -> None:
+        cdef Py_ssize_t b
+        cdef list block_key = self.block_key
+        cdef dict cached = self.cached
+        for key, block in zip(keys, blocks):
+            b = self._index(block)
+            if block_key[b] is None and cached.setdefault(key, block) is block:
+                block_key[b] = key
+
+    def match_prefix(self, keys, Py_ssize_t limit) -> list:
+        if limit <= 0:
+            return []
+        cdef dict cached = self.cached
+        first = cached.get(keys[0])
+        if first is None:
+            return []
+        cdef list block_key = self.block_key
+        cdef list found = [first]
+        cdef Py_ssize_t block = first
+        cdef Py_ssize_t nxt, i
+        cdef Py_ssize_t n = min(limit, len(keys))
+        for i in range(1, n):
+            key = keys[i]
+            nxt = self._nxt[block]
+            held = block_key[nxt]
+            if held is not key and held != key:
+                looked = cached.get(key)
+                if looked is None:
+                    break
+                nxt = looked
+                self._nxt[block] = <int>nxt
+            found.append(nxt)
+            block = nxt
+        return found
+
+    # ---------------------------------------------------------------------------------- checks
+    def check(self) -> None:
+        """Every block is either referenced or free, never both; cached keys point at blocks holding them."""
+        cdef Py_ssize_t i
+        for i in range(self._fresh, self.num_blocks):
+            if self._ref[i] != 0 or self.block_key[i] is not None:
+                raise InvariantError("a never-allocated block is referenced or cached")
+        live = self._live_queue()
+        queued = set(live)
+        if len(queued) != len(live) or len(live) != self._num_queued:
+            raise InvariantError(f"free queue holds {len(live)} live entries ({len(queued)} distinct), "
+                                 f"counted {self._num_queued}")
+        unreferenced = {i for i in range(self._fresh) if self._ref[i] == 0}
+        if unreferenced != queued:
+            block = min(unreferenced ^ queued)
+            raise InvariantError(f"block {block}: ref_cnt={self._ref[block]} but in_free_queue={block in queued}")
+        for key, block in self.cached.items():
+            if self.block_key[block] != key:
+                raise InvariantError(f"cached key {key} points at block {block} holding {self.block_key[block]}")
