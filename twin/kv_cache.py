@@ -295,7 +295,7 @@ class PyBlockPool:
 def _pool_class() -> type[PyBlockPool]:
     """The compiled pool where ``twin._blockpool`` is built, else :class:`PyBlockPool` (same results);
     ``SERVETWIN_PURE_PYTHON=1`` in the environment forces the Python one, for comparisons."""
-    if os.environ.get("SERVETWIN_PURE_PYTHON"):
+    if os.environ.get("SERVETWIN_PURE_PYTHON") == "1":
         return PyBlockPool
     try:
         from twin._blockpool import BlockPool as compiled
