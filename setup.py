@@ -10,19 +10,24 @@ from setuptools.command.build_ext import build_ext
 
 
 class OptionalBuildExt(build_ext):
-    """build_ext that warns instead of failing the install when the extension cannot be compiled."""
+    """build_ext that warns instead of failing the install when the extension cannot be compiled: no
+    compiler at all (DistutilsPlatformError, raised by run) or a failed compile (CCompilerError,
+    DistutilsExecError, raised by build_extension)."""
 
     def run(self) -> None:
         try:
             super().run()
-        except Exception as err:  # no compiler at all (DistutilsPlatformError and kin)
-            self.warn(f"twin._blockpool not built ({err}); the pure-Python block pool will be used")
+        except Exception as err:
+            self._skipped(err)
 
     def build_extension(self, ext: Extension) -> None:
         try:
             super().build_extension(ext)
-        except Exception as err:  # the compiler failed (CCompilerError, DistutilsExecError)
-            self.warn(f"{ext.name} not built ({err}); the pure-Python block pool will be used")
+        except Exception as err:
+            self._skipped(err)
+
+    def _skipped(self, err: Exception) -> None:
+        self.warn(f"twin._blockpool not built ({err}); the pure-Python block pool will be used")
 
 
 try:

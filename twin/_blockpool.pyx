@@ -65,9 +65,12 @@ cdef class BlockPool:
         free(self._queue)
 
     # ------------------------------------------------------------------------------------ state
+    cdef inline Py_ssize_t _num_free(self):
+        return self.num_blocks - self._fresh + self._num_queued
+
     @property
     def num_free(self) -> int:
-        return self.num_blocks - self._fresh + self._num_queued
+        return self._num_free()
 
     @property
     def num_used(self) -> int:
@@ -142,25 +145,26 @@ cdef class BlockPool:
     cdef int _compact(self) except -1:
         cdef list live = self._live_queue()
         cdef Py_ssize_t i
-        self._qlen = 0
-        self._head = 0
         for i in range(len(live)):
             self._queue[i] = live[i]
         self._qlen = len(live)
+        self._head = 0
         memset(self._dead, 0, self.num_blocks * sizeof(int))
         return 0
 
     cdef int _evict(self, int block) except -1:
+        """Drop the cached key a reused block holds, if any; 1 when there was one."""
         key = self.block_key[block]
-        if key is not None:
-            self.block_key[block] = None
-            del self.cached[key]
-            if self.on_evict is not None:
-                self.on_evict(block, key)
-        return 0
+        if key is None:
+            return 0
+        self.block_key[block] = None
+        del self.cached[key]
+        if self.on_evict is not None:
+            self.on_evict(block, key)
+        return 1
 
     def allocate(self, Py_ssize_t n) -> list:
-        cdef Py_ssize_t num_free = self.num_blocks - self._fresh + self._num_queued
+        cdef Py_ssize_t num_free = self._num_free()
         if n > num_free:
             raise InvariantError(f"allocate({n}) with only {num_free} free blocks")
         cdef list out = []
@@ -177,7 +181,6 @@ cdef class BlockPool:
         if need <= 0:
             return out
         self._num_queued -= need
-        cdef Py_ssize_t num_cached = len(self.cached)
         head = self._head
         taken = fresh
         while need > 0:
@@ -187,15 +190,13 @@ cdef class BlockPool:
                 if self._dead[block]:
                     self._dead[block] -= 1
                     continue
-                if self.block_key[block] is not None:
-                    self._evict(block)
+                self.evictions += self._evict(block)
                 self._ref[block] = 1
                 out.append(block)
                 taken += 1
             head = end
             need = n - taken
         self._advance(head)
-        self.evictions += num_cached - len(self.cached)
         return out
 
     def allocate_one(self) -> int:
@@ -216,9 +217,7 @@ cdef class BlockPool:
             head += 1
             block = self._queue[head]
         self._advance(head + 1)
-        if self.block_key[block] is not None:
-            self._evict(block)
-            self.evictions += 1
+        self.evictions += self._evict(block)
         self._ref[block] = 1
         return block
 
@@ -296,19 +295,6 @@ cdef class BlockPool:
     # ---------------------------------------------------------------------------------- checks
     def check(self) -> None:
         """Every block is either referenced or free, never both; cached keys point at blocks holding them."""
-        cdef Py_ssize_t i
-        for i in range(self._fresh, self.num_blocks):
-            if self._ref[i] != 0 or self.block_key[i] is not None:
-                raise InvariantError("a never-allocated block is referenced or cached")
-        live = self._live_queue()
-        queued = set(live)
-        if len(queued) != len(live) or len(live) != self._num_queued:
-            raise InvariantError(f"free queue holds {len(live)} live entries ({len(queued)} distinct), "
-                                 f"counted {self._num_queued}")
-        unreferenced = {i for i in range(self._fresh) if self._ref[i] == 0}
-        if unreferenced != queued:
-            block = min(unreferenced ^ queued)
-            raise InvariantError(f"block {block}: ref_cnt={self._ref[block]} but in_free_queue={block in queued}")
-        for key, block in self.cached.items():
-            if self.block_key[block] != key:
-                raise InvariantError(f"cached key {key} points at block {block} holding {self.block_key[block]}")
+        from twin.kv_cache import check_pool  # the one check, shared with the Python pool
+
+        check_pool(self, self._fresh, self._num_queued, self._live_queue())

@@ -270,26 +270,31 @@ class PyBlockPool:
 
     def check(self) -> None:
         """Every block is either referenced or free, never both; cached keys point at blocks holding them."""
-        fresh = self.num_blocks - self._fresh
-        if self.ref_cnt[self._fresh:].count(0) != fresh or self.block_key[self._fresh:].count(None) != fresh:
-            raise InvariantError("a never-allocated block is referenced or cached")
-        live = self._live_queue()
-        queued = set(live)
-        if len(queued) != len(live) or len(live) != self._num_queued:
-            raise InvariantError(f"free queue holds {len(live)} live entries ({len(queued)} distinct), "
-                                 f"counted {self._num_queued}")
-        # The sets and lists below are built by C loops (map, compress): a check at the end of a long run
-        # walks every block of every worker.
-        used = self.ref_cnt[:self._fresh]
-        unreferenced = set(itertools.compress(range(self._fresh), map(operator.not_, used)))
-        if unreferenced != queued:  # name the first block in the wrong place
-            block = min(unreferenced ^ queued)
-            raise InvariantError(f"block {block}: ref_cnt={self.ref_cnt[block]} but in_free_queue={block in queued}")
-        block_key = self.block_key
-        if list(map(block_key.__getitem__, self.cached.values())) != list(self.cached):
-            for key, block in self.cached.items():
-                if block_key[block] != key:
-                    raise InvariantError(f"cached key {key} points at block {block} holding {block_key[block]}")
+        check_pool(self, self._fresh, self._num_queued, self._live_queue())
+
+
+def check_pool(pool: PyBlockPool, fresh: int, num_queued: int, live: list[int]) -> None:
+    """The end-of-run consistency check of a pool, Python or compiled: ``fresh`` is where its never-used
+    blocks start, ``num_queued`` its count of live free-queue entries and ``live`` those entries.
+
+    The sets and lists are built by C loops (map, compress): the check at the end of a long run walks
+    every block of every worker."""
+    ref_cnt, block_key, cached = pool.ref_cnt, pool.block_key, pool.cached
+    never = pool.num_blocks - fresh
+    if ref_cnt[fresh:].count(0) != never or block_key[fresh:].count(None) != never:
+        raise InvariantError("a never-allocated block is referenced or cached")
+    queued = set(live)
+    if len(queued) != len(live) or len(live) != num_queued:
+        raise InvariantError(f"free queue holds {len(live)} live entries ({len(queued)} distinct), "
+                             f"counted {num_queued}")
+    unreferenced = set(itertools.compress(range(fresh), map(operator.not_, ref_cnt[:fresh])))
+    if unreferenced != queued:  # name the first block in the wrong place
+        block = min(unreferenced ^ queued)
+        raise InvariantError(f"block {block}: ref_cnt={ref_cnt[block]} but in_free_queue={block in queued}")
+    if list(map(block_key.__getitem__, cached.values())) != list(cached):
+        for key, block in cached.items():
+            if block_key[block] != key:
+                raise InvariantError(f"cached key {key} points at block {block} holding {block_key[block]}")
 
 
 def _pool_class() -> type[PyBlockPool]:
