@@ -418,6 +418,9 @@ class Protocol:
 # model; earlier runs sent their first measured requests to a cold server: client_warmup).
 INFERENCEMAX = Protocol("inferencemax", 0.8, 10)
 INFERENCEMAX_WARMUP_SINCE = "2026-01-21"
+INFERENCEMAX_TRT_TOKEN_FLOOR_SINCE = "2026-01-22"
+"""First measurement date of InferenceMAX's DeepSeek TRT-LLM script with its 8192-token floor on --max_num_tokens
+(InferenceX 64af5a771, 2026-01-21 23:05 UTC; no row is dated 2026-01-21)."""
 # aiconfigurator's own evaluation (source 'aic-auto-gap-analysis'): genai-perf with fixed lengths
 # (stddev 0), --request-count 10 x c after --warmup-request-count 2 x c. perf_analyzer runs the warm-up as
 # a load phase of its own and joins every worker thread when it is done (ConcurrencyManager::PerformWarmup,
@@ -472,7 +475,7 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "vllm":
         out.update(max_num_seqs=conc, max_num_batched_tokens=8192)
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "trtllm":
-        out.update(_inferencemax_trtllm(spec, conc, harness_speculative(row, spec, proto)))
+        out.update(_inferencemax_trtllm(spec, conc, harness_speculative(row, spec, proto), _measured(row)))
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "sglang":
         out.update(_inferencemax_sglang(spec))
     return out
@@ -491,12 +494,16 @@ def _inferencemax_sglang(spec: "RowSpec") -> dict[str, Any]:
     return {}
 
 
-def _inferencemax_trtllm(spec: "RowSpec", conc: int, spec_tokens: int = 0) -> dict[str, Any]:
+def _inferencemax_trtllm(spec: "RowSpec", conc: int, spec_tokens: int = 0, measured: str = "") -> dict[str, Any]:
     """InferenceMAX's trtllm-serve launch flags (SemiAnalysisAI/InferenceX benchmarks/*_h200_trt*.sh).
 
-    gpt-oss: --max_batch_size CONC --max_num_tokens 20000; DeepSeek-R1/V3: --max_num_tokens = max(8192,
-    CONC + ISL + 64 rounded up to 64), engine-default batch size; with MTP (``spec_tokens`` drafts) the
-    MTP script's flags; Llama-3.1-70B (measured 2025-10-29,
+    ``conc``: one attention-DP rank's share of the clients; ``measured``: the row's measurement date ('' when
+    the row has none). gpt-oss: --max_batch_size CONC --max_num_tokens 20000; DeepSeek-R1/V3
+    (dsr1_fp8_h200_trt_slurm.sh): --max_num_tokens = CONC + ISL + 64 rounded up to 64 with CONC the client
+    concurrency (every rank's limit), engine-default batch size, and from INFERENCEMAX_TRT_TOKEN_FLOOR_SINCE on at
+    least 8192 (64af5a771 raised it to fit the lm-eval prompts run after the benchmark); runs before that
+    date fit one 1k prompt per step beside the decodes, chunked prefill being off. With MTP (``spec_tokens``
+    drafts) the MTP script's flags; Llama-3.1-70B (measured 2025-10-29,
     70b_fp8_h200_trt_slurm.sh as of 1b563c8, 2025-09-18): --max_num_tokens 16384, and for 1k/1k at TP < 8
     batch_wait_timeout_iters 20 / batch_wait_max_tokens_ratio 0.9.
     """
@@ -509,7 +516,10 @@ def _inferencemax_trtllm(spec: "RowSpec", conc: int, spec_tokens: int = 0) -> di
         return {"max_num_seqs": conc,
                 "max_num_batched_tokens": cdiv((spec_tokens + 1) * conc + spec.isl + 64, 64) * 64}
     if "deepseek" in model:
-        return {"max_num_batched_tokens": max(8192, cdiv(conc + spec.isl + 64, 64) * 64)}
+        budget = cdiv(spec.concurrency + spec.isl + 64, 64) * 64
+        if not measured or measured >= INFERENCEMAX_TRT_TOKEN_FLOOR_SINCE:
+            budget = max(8192, budget)
+        return {"max_num_batched_tokens": budget}
     if "llama-3.1-70b" in model:
         assert spec.agg is not None
         wait = {"batch_wait_iters": 20, "batch_wait_max_tokens_ratio": 0.9} \

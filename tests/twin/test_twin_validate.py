@@ -181,6 +181,18 @@ def test_inferencemax_trtllm_rows_get_the_launch_flags_of_their_script() -> None
     assert oss["scheduler"] == {"chunked_prefill": False, "max_num_seqs": 16, "max_num_batched_tokens": 20000}
     r1 = row_config(row(model_path="deepseek-ai/DeepSeek-R1", gemm_quant_mode="fp8", **base))
     assert r1["scheduler"]["max_num_batched_tokens"] == (16 + 8192 + 64 + 63) // 64 * 64 == 8320
+    # DeepSeek 1k prompts: CONC + ISL + 64 rounded up to 64, raised to 8192 only from 2026-01-22 (64af5a771); CONC
+    # is the client concurrency, every attention-DP rank's limit (here 256 clients over 8 ranks)
+    def r1k(day: str, **kw: str) -> int:
+        src = f"source_file=2026-04-06.csv; silicon_concurrency={kw.get('batch_size', '16')}; measured={day}"
+        cfg = row_config(row(model_path="deepseek-ai/DeepSeek-R1", gemm_quant_mode="fp8",
+                             **{**base, "isl": "1024", "tp_size": "8", "silicon_data_source": src, **kw}))
+        budget: int = cfg["scheduler"]["max_num_batched_tokens"]
+        return budget
+    assert r1k("2025-11-02T00:00:00.000Z") == (16 + 1024 + 64 + 63) // 64 * 64 == 1152
+    assert r1k("2026-01-28T00:00:00.000Z") == 8192
+    assert r1k("2025-11-02T00:00:00.000Z", batch_size="256", tp_size="1", attention_dp_size="8",
+               moe_ep_size="8") == (256 + 1024 + 64 + 63) // 64 * 64 == 1344
     l70 = row_config(row(model_path="meta-llama/Llama-3.1-70B", gemm_quant_mode="fp8", **{**base, "isl": "1024"}))
     assert l70["scheduler"]["max_num_batched_tokens"] == 16384
     assert l70["scheduler"]["batch_wait_iters"] == 20 and l70["scheduler"]["batch_wait_max_tokens_ratio"] == 0.9
