@@ -38,6 +38,7 @@ TERMS: Mapping[str, tuple[str, str]] = MappingProxyType({
     "spec_draft": ("throughput", OWNER_GPU_MODEL),
     "tp_allreduce": ("throughput", OWNER_GPU_MODEL),
     "ep_alltoall": ("throughput", OWNER_GPU_MODEL),
+    "ep_imbalance": ("throughput", OWNER_GPU_MODEL),
     "step_host": ("scheduler", OWNER_ENGINE),
     "request_host": ("scheduler", OWNER_ENGINE),
     "cuda_graph_padding": ("scheduler", OWNER_ENGINE),
@@ -49,7 +50,7 @@ TERMS: Mapping[str, tuple[str, str]] = MappingProxyType({
 })
 # terms that depend only on (tokens, requests, decode requests) and are recomputed for CUDA-graph padding
 TOKEN_TERMS = ("qkv_proj", "o_proj", "ssm_proj", "ssm_scan", "mlp", "moe_experts", "moe_shared", "elementwise",
-               "lm_head", "tp_allreduce", "ep_alltoall")
+               "lm_head", "tp_allreduce", "ep_alltoall", "ep_imbalance")
 # CPU-side terms (hidden under GPU work when the engine overlaps scheduling with execution)
 HOST_TERMS = ("step_host", "request_host", "kv_traversal")
 DEVICE_TERMS = tuple(name for name in TERMS if name not in HOST_TERMS)
@@ -298,15 +299,20 @@ class CostModel:
         if g.mixer is not None and g.mixer.kind in ("mamba2", "gdn"):
             t["ssm_scan"] += n * self._ssm_s(g.mixer, M, R, D, cal)
         if g.ffn is not None and g.ffn.kind == "moe":
-            t["moe_experts"] += n * self._moe_s(g.ffn, M, cal)
+            mean_rank = self._moe_s(g.ffn, M, cal)
+            t["moe_experts"] += n * mean_rank
+            if d.ep > 1:
+                t["ep_imbalance"] += n * (self._moe_s(g.ffn, M, cal, busiest=True) - mean_rank)
             if g.moe_allreduce:
                 t["tp_allreduce"] += n * self._allreduce_s(msg * d.attn_dp, d.moe_tp, self.ar_link_Bps)
             if d.attn_dp > 1 and d.ep > 1:
                 t["ep_alltoall"] += n * 2 * (cal.alltoall.alpha_s + M * g.ffn.experts_per_token * h
                                              * ACT_BYTES * (d.ep - 1) / d.ep / self.a2a_link_Bps)
 
-    def _moe_s(self, f: FfnSpec, M: int, cal: Calibration) -> float:
-        """Routed experts: distinct experts touched by T tokens under uniform routing, E(1-(1-k/E)^T)."""
+    def _moe_s(self, f: FfnSpec, M: int, cal: Calibration, busiest: bool = False) -> float:
+        """Routed experts: distinct experts touched by T tokens under uniform routing, E(1-(1-k/E)^T), on the
+        mean expert-parallel rank, or with ``busiest`` on the rank the layer waits for (``ep_imbalance`` is
+        the difference)."""
         d = self.dep
         if d.moe_kernel == "deepgemm":  # DeepGEMM's padded grouped GEMM, on the block-FP8 GEMM curve
             price, roof = kernels.deepgemm_moe_s, cal.gemm_for(d.weight_dtype)
@@ -315,7 +321,8 @@ class CostModel:
         return price(roof, tokens=M * d.attn_dp, width=f.latent_size or d.model.hidden_size,
                      inter=-(-f.intermediate_size // d.moe_tp), topk=f.experts_per_token,
                      num_experts=f.num_experts, ep=d.ep, mats=f.mats, w_bytes_per_elem=d.weight_bytes_per_elem,
-                     peak_flops=d.gpu.flops_for(COMPUTE_DTYPE[d.weight_dtype]), bw_Bps=d.gpu.hbm_bw_Bps)
+                     peak_flops=d.gpu.flops_for(COMPUTE_DTYPE[d.weight_dtype]), bw_Bps=d.gpu.hbm_bw_Bps,
+                     busiest=busiest)
 
     def _ssm_s(self, mx: MixerSpec, M: int, R: int, D: int, cal: Calibration) -> float:
         """Mamba2 / GDN conv + scan (hardware.kernels.ssm_s); Mamba2 state is heads x head_dim x state."""

@@ -5,6 +5,9 @@ Each takes a Roofline / Collective (the frozen constants) and spec numbers, neve
 
 from __future__ import annotations
 
+import functools
+import math
+
 from hardware.calibration import Collective, Roofline
 
 ACT_BYTES = 2
@@ -46,15 +49,72 @@ def experts_touched(tokens: float, topk: int, num_experts: int, local_experts: f
     return local_experts * (1.0 - (1.0 - topk / num_experts) ** tokens)
 
 
+_EXACT_TRIALS = 2048
+"""Largest binomial whose expected maximum is summed exactly; above it the normal approximation is used."""
+
+
+@functools.lru_cache(maxsize=4096)
+def expected_max_binomial(trials: int, p: float, ranks: int) -> float:
+    """E[max of ``ranks`` independent Binomial(trials, p)]: the busiest of ``ranks`` GPUs that each draw
+    the same binomial load. Summed exactly as sum over x of 1 - F(x)^ranks up to ``_EXACT_TRIALS`` trials,
+    above that mean + sd x E[max of ``ranks`` standard normals] (the binomial is then near normal)."""
+    if ranks <= 1 or trials <= 0 or p <= 0.0:
+        return trials * max(p, 0.0)
+    if p >= 1.0:
+        return float(trials)
+    if trials > _EXACT_TRIALS:
+        return trials * p + math.sqrt(trials * p * (1.0 - p)) * _expected_max_std_normal(ranks)
+    log_p, log_q = math.log(p), math.log1p(-p)
+    base = math.lgamma(trials + 1)
+    cdf, total = 0.0, 0.0
+    for x in range(trials):
+        cdf += math.exp(base - math.lgamma(x + 1) - math.lgamma(trials - x + 1) + x * log_p + (trials - x) * log_q)
+        total += 1.0 - min(cdf, 1.0) ** ranks
+    return total
+
+
+@functools.lru_cache(maxsize=64)
+def _expected_max_std_normal(n: int) -> float:
+    """E[max of n independent standard normals] (trapezoid rule on x n phi(x) Phi(x)^(n-1) over [-8, 8])."""
+    steps = 4000
+    h = 16.0 / steps
+    total = 0.0
+    for i in range(steps + 1):
+        x = -8.0 + i * h
+        w = 0.5 if i in (0, steps) else 1.0
+        phi = math.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+        cdf = 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+        total += w * x * n * phi * cdf ** (n - 1)
+    return total * h
+
+
+def experts_touched_busiest(tokens: float, topk: int, num_experts: int, ep: int) -> float:
+    """Distinct local experts on the busiest of ``ep`` expert-parallel ranks under uniform top-k routing:
+    each rank's count is Binomial(local experts, P(an expert is hit)), and the layer waits for the maximum."""
+    local = -(-num_experts // ep)
+    return expected_max_binomial(local, 1.0 - (1.0 - topk / num_experts) ** tokens, ep)
+
+
+def pairs_busiest(tokens: float, topk: int, ep: int) -> float:
+    """(token, expert) pairs on the busiest of ``ep`` expert-parallel ranks: each of the tokens x topk
+    pairs lands on a given rank with probability 1 / ep."""
+    return expected_max_binomial(round(tokens * topk), 1.0 / ep, ep)
+
+
 def moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, topk: int, num_experts: int, ep: int,
-          mats: int, w_bytes_per_elem: float, peak_flops: float, bw_Bps: float) -> float:
+          mats: int, w_bytes_per_elem: float, peak_flops: float, bw_Bps: float, busiest: bool = False) -> float:
     """Routed-expert grouped GEMMs on one GPU: tokens x topk / ep (token, expert) pairs, distinct experts'
-    weights streamed once; `inter` is one expert's width on this GPU (after moe_tp)."""
+    weights streamed once; `inter` is one expert's width on this GPU (after moe_tp). ``busiest``: the
+    expert-parallel rank with the most experts and pairs under random routing (what a serving step waits
+    for), instead of the mean rank (what a kernel table with evenly routed tokens times)."""
     if tokens <= 0:
         return 0.0
-    local = -(-num_experts // ep)
-    touched = experts_touched(tokens, topk, num_experts, local)
-    pairs = tokens * topk / ep
+    if busiest and ep > 1:
+        touched = experts_touched_busiest(tokens, topk, num_experts, ep)
+        pairs = pairs_busiest(tokens, topk, ep)
+    else:
+        touched = experts_touched(tokens, topk, num_experts, -(-num_experts // ep))
+        pairs = tokens * topk / ep
     flops = 2.0 * pairs * mats * width * inter
     nbytes = touched * mats * width * inter * w_bytes_per_elem + pairs * (2 * width + mats * inter) * ACT_BYTES
     return roof.time_s(flops, nbytes, pairs / touched if touched > 0 else 0.0, peak_flops, bw_Bps)
@@ -66,7 +126,8 @@ get_m_alignment_for_contiguous_layout(), which vLLM's DeepGemmExperts aligns eac
 
 
 def deepgemm_moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, topk: int, num_experts: int,
-                   ep: int, mats: int, w_bytes_per_elem: float, peak_flops: float, bw_Bps: float) -> float:
+                   ep: int, mats: int, w_bytes_per_elem: float, peak_flops: float, bw_Bps: float,
+                   busiest: bool = False) -> float:
     """Routed experts as vLLM's DeepGemmExperts runs them: two m-grouped contiguous FP8 GEMMs over
     M_sum = round_up(tokens x topk + local_experts x (align - 1), align) rows, the worst case vLLM sizes the
     layout to when the per-expert counts are not on the CPU (deep_gemm_utils.compute_aligned_M). The
@@ -75,13 +136,15 @@ def deepgemm_moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, top
     `roof` (fitted on DeepGEMM / CUTLASS rows at m >= 512), weights of the touched experts read once. An
     approximation both ways: a compute-bound step whose M_sum is mostly padding (prefill under EP, where the
     other ranks' pairs are padding too) is over-priced, and the walk over padding blocks is priced by FLOPs,
-    not by its own (unmeasured) rate."""
+    not by its own (unmeasured) rate. ``busiest``: the weights of the busiest expert-parallel rank's touched
+    experts (the layout is sized the same on every rank)."""
     if tokens <= 0:
         return 0.0
     local = -(-num_experts // ep)
     align = DEEPGEMM_M_ALIGN
     m_sum = -(-(tokens * topk + local * (align - 1)) // align) * align
-    touched = experts_touched(tokens, topk, num_experts, local)
+    touched = (experts_touched_busiest(tokens, topk, num_experts, ep) if busiest and ep > 1
+               else experts_touched(tokens, topk, num_experts, local))
     total = 0.0
     for n, k in (((mats - 1) * inter, width), (width, inter)):
         flops = 2.0 * m_sum * n * k

@@ -1,5 +1,6 @@
 """Step-cost ledger checked against FLOPs and bytes worked out by hand from Llama-3.1-8B's dimensions."""
 
+import math
 import time
 
 import attrs
@@ -56,8 +57,8 @@ def moe_ledger(gpu: str, model: str, cal: Calibration, kernel: str, **dep_kw: ob
 
 
 def without_moe_experts(cost: StepCost) -> dict[str, float]:
-    """Every term of a ledger but the routed experts."""
-    return {k: v for k, v in cost.terms.items() if k != "moe_experts"}
+    """Every term of a ledger but the routed experts (on the mean rank and the busiest's excess)."""
+    return {k: v for k, v in cost.terms.items() if k not in ("moe_experts", "ep_imbalance")}
 
 
 def test_shape_from_requests_and_causal_pairs() -> None:
@@ -383,6 +384,64 @@ def test_deepgemm_moe_prices_the_padded_contiguous_layout() -> None:
     assert without_moe_experts(base) == without_moe_experts(dg)
     with pytest.raises(ValueError, match="deepgemm runs block-FP8 weights only"):
         Deployment(gpu=gpu, model=model, engine=SERIAL, tp=2, weight_dtype="bf16", moe_kernel="deepgemm")
+
+
+def _binomial_max_by_enumeration(trials: int, p: float, ranks: int) -> float:
+    """E[max of ``ranks`` iid Binomial(trials, p)] from P(max <= x) = F(x)^ranks, with math.comb."""
+    cdf = [sum(math.comb(trials, j) * p ** j * (1 - p) ** (trials - j) for j in range(x + 1))
+           for x in range(trials + 1)]
+    below = [0.0] + [c ** ranks for c in cdf[:-1]]
+    return sum(x * (cdf[x] ** ranks - below[x]) for x in range(trials + 1))
+
+
+def test_expected_max_binomial_by_hand() -> None:
+    from hardware.kernels import _expected_max_std_normal, expected_max_binomial
+
+    assert expected_max_binomial(1, 0.5, 2) == pytest.approx(0.75)          # 1 - P(both 0)
+    assert expected_max_binomial(2, 0.5, 2) == pytest.approx(22 / 16)       # P(max=1) 8/16, P(max=2) 7/16
+    assert expected_max_binomial(32, 1 / 16, 4) == pytest.approx(_binomial_max_by_enumeration(32, 1 / 16, 4))
+    assert expected_max_binomial(10, 0.3, 1) == pytest.approx(3.0)          # one rank: the mean
+    assert expected_max_binomial(10, 0.0, 8) == 0.0 and expected_max_binomial(10, 1.0, 8) == 10.0
+    assert _expected_max_std_normal(2) == pytest.approx(1 / math.sqrt(math.pi), rel=1e-6)
+    assert _expected_max_std_normal(8) == pytest.approx(1.4236, abs=1e-4)   # tabulated E[max of 8 N(0,1)]
+    # above 2,048 trials: mean + sd x E[max of the ranks' standard normals]
+    assert expected_max_binomial(10_000, 0.125, 8) == pytest.approx(
+        1250 + math.sqrt(10_000 * 0.125 * 0.875) * _expected_max_std_normal(8))
+    # where the two meet they agree (the exact sum at 2,048 trials against the normal approximation)
+    exact = expected_max_binomial(2048, 0.125, 8)
+    assert exact == pytest.approx(256 + math.sqrt(2048 * 0.125 * 0.875) * _expected_max_std_normal(8), rel=0.005)
+
+
+def test_ep_imbalance_prices_the_busiest_expert_parallel_rank_by_hand() -> None:
+    """Qwen3-235B (94 MoE layers, 128 experts, top-8, 4096 x 1536) at TP4 / EP4, one decode token: the
+    mean rank touches 32 x 8/128 = 2 experts and routes 2 pairs; the layer waits for the busiest rank,
+    E[max of 4 Binomial(32, 1/16)] experts and E[max of 4 Binomial(8, 1/4)] pairs. ``ep_imbalance`` is the
+    difference, in every MoE layer; without EP it is 0, and switching it off removes only it."""
+    gpu = load_gpu("h200_sxm")
+    peak, bw = gpu.flops_for("bf16"), gpu.hbm_bw_Bps
+
+    def hand(touched: float, pairs: float) -> float:
+        return GEMM.time_s(2.0 * pairs * 3 * 4096 * 1536, touched * 3 * 4096 * 1536 * 2
+                           + pairs * (2 * 4096 + 3 * 1536) * 2, pairs / touched, peak, bw)
+
+    busiest = hand(_binomial_max_by_enumeration(32, 1 / 16, 4), _binomial_max_by_enumeration(8, 1 / 4, 4))
+    mean = hand(32 * (1 - (1 - 8 / 128) ** 1), 8 / 4)
+    shape = BatchShape.from_requests([1], [1000])
+    cost = moe_ledger("h200_sxm", "Qwen/Qwen3-235B-A22B-FP8", CAL, "default", tp=4, ep=4,
+                      weight_dtype="bf16").step_cost(shape)
+    assert cost.terms["ep_imbalance"] == pytest.approx(94 * (busiest - mean), rel=1e-9)
+    no_ep = moe_ledger("h200_sxm", "Qwen/Qwen3-235B-A22B-FP8", CAL, "default", tp=4,
+                       weight_dtype="bf16").step_cost(shape)
+    assert no_ep.terms["ep_imbalance"] == 0.0
+    off = CostModel(Deployment(gpu=gpu, model=load_model("Qwen/Qwen3-235B-A22B-FP8"), engine=SERIAL, tp=4, ep=4,
+                               weight_dtype="bf16"), calibration=CAL, cuda_graph=False,
+                    disabled_terms=frozenset({"ep_imbalance"})).step_cost(shape)
+    assert "ep_imbalance" not in off.terms
+    assert dict(off.terms) == {k: v for k, v in cost.terms.items() if k != "ep_imbalance"}
+    # a prefill's thousands of pairs spread evenly: the busiest rank is within a few percent of the mean
+    big = moe_ledger("h200_sxm", "Qwen/Qwen3-235B-A22B-FP8", CAL, "default", tp=4, ep=4,
+                     weight_dtype="bf16").step_cost(BatchShape.from_requests([8192], [8192]))
+    assert 0.0 < big.terms["ep_imbalance"] < 0.05 * big.terms["moe_experts"]
 
 
 # --- eager-step host time (eager_host) -------------------------------------------------------------------
