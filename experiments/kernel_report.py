@@ -103,7 +103,7 @@ def predict_moe(cal: Calibration, gpu: str, r: Row) -> float:
                          num_experts=int(r["num_experts"]), ep=int(r["moe_ep_size"]),
                          mats=2 if "nongated" in r.get("kernel_source", "") else 3,
                          w_bytes_per_elem=DTYPE_BYTES[dtype], peak_flops=g.flops_for(COMPUTE_DTYPE[dtype]),
-                         bw_Bps=g.hbm_bw_Bps)
+                         bw_Bps=g.hbm_bw_Bps, routing="balanced")
 
 
 def _split_moe_format(cal: Calibration, moe_dtype: str) -> bool:

@@ -23,6 +23,7 @@ import numpy as np
 import yaml
 from scipy.optimize import least_squares
 
+from hardware import kernels
 from hardware._data import read_yaml
 from hardware.calibration import CALIBRATION_DIR, CURVE_MOE_KERNELS, moe_curve_key
 from hardware.dtypes import COMPUTE_DTYPE, DTYPE_BYTES
@@ -245,9 +246,10 @@ def moe_features(rows: list[dict[str, str]], dtype: str) -> tuple[np.ndarray, ..
     tp, ep = _f(rows, "moe_tp_size"), _f(rows, "moe_ep_size")
     mats = np.array([2.0 if "nongated" in r.get("kernel_source", "") else 3.0 for r in rows])
     inter_gpu = np.ceil(inter / tp)
-    local = np.ceil(E / ep)
-    touched = local * (1.0 - (1.0 - k / E) ** T)
-    pairs = T * k / ep
+    # the tables route their tokens evenly ('balanced'): rank 0's experts and pairs as the collector made them
+    loads = np.array([kernels.balanced_local_load(int(t), int(kk), int(e), int(p))
+                      for t, kk, e, p in zip(T, k, E, ep)]).reshape(-1, 2)
+    touched, pairs = loads[:, 0], loads[:, 1]
     flops = 2 * pairs * mats * hid * inter_gpu
     nbytes = touched * mats * hid * inter_gpu * DTYPE_BYTES[dtype] + pairs * (2 * hid + mats * inter_gpu) * ACT
     return flops, nbytes, pairs / np.maximum(touched, 1e-9)

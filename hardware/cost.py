@@ -302,17 +302,17 @@ class CostModel:
             mean_rank = self._moe_s(g.ffn, M, cal)
             t["moe_experts"] += n * mean_rank
             if d.ep > 1:
-                t["ep_imbalance"] += n * (self._moe_s(g.ffn, M, cal, busiest=True) - mean_rank)
+                t["ep_imbalance"] += n * (self._moe_s(g.ffn, M, cal, "busiest") - mean_rank)
             if g.moe_allreduce:
                 t["tp_allreduce"] += n * self._allreduce_s(msg * d.attn_dp, d.moe_tp, self.ar_link_Bps)
             if d.attn_dp > 1 and d.ep > 1:
                 t["ep_alltoall"] += n * 2 * (cal.alltoall.alpha_s + M * g.ffn.experts_per_token * h
                                              * ACT_BYTES * (d.ep - 1) / d.ep / self.a2a_link_Bps)
 
-    def _moe_s(self, f: FfnSpec, M: int, cal: Calibration, busiest: bool = False) -> float:
+    def _moe_s(self, f: FfnSpec, M: int, cal: Calibration, routing: str = "uniform") -> float:
         """Routed experts: distinct experts touched by T tokens under uniform routing, E(1-(1-k/E)^T), on the
-        mean expert-parallel rank, or with ``busiest`` on the rank the layer waits for (``ep_imbalance`` is
-        the difference)."""
+        mean expert-parallel rank, or with routing "busiest" on the rank the layer waits for (``ep_imbalance``
+        is the difference)."""
         d = self.dep
         if d.moe_kernel == "deepgemm":  # DeepGEMM's padded grouped GEMM, on the block-FP8 GEMM curve
             price, roof = kernels.deepgemm_moe_s, cal.gemm_for(d.weight_dtype)
@@ -322,7 +322,7 @@ class CostModel:
                      inter=-(-f.intermediate_size // d.moe_tp), topk=f.experts_per_token,
                      num_experts=f.num_experts, ep=d.ep, mats=f.mats, w_bytes_per_elem=d.weight_bytes_per_elem,
                      peak_flops=d.gpu.flops_for(COMPUTE_DTYPE[d.weight_dtype]), bw_Bps=d.gpu.hbm_bw_Bps,
-                     busiest=busiest)
+                     routing=routing)
 
     def _ssm_s(self, mx: MixerSpec, M: int, R: int, D: int, cal: Calibration) -> float:
         """Mamba2 / GDN conv + scan (hardware.kernels.ssm_s); Mamba2 state is heads x head_dim x state."""

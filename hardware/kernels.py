@@ -95,6 +95,30 @@ def experts_touched_busiest(tokens: float, topk: int, num_experts: int, ep: int)
     return expected_max_binomial(local, 1.0 - (1.0 - topk / num_experts) ** tokens, ep)
 
 
+@functools.lru_cache(maxsize=65536)
+def balanced_local_load(tokens: int, topk: int, num_experts: int, ep: int) -> tuple[float, float]:
+    """Distinct experts and (token, expert) pairs on rank 0 of ``ep`` when the tokens are routed as the
+    opdb MoE tables' 'balanced' rows were (aiconfigurator collector/helper.py balanced_logits): with stride
+    s = ceil(E / k), token t picks experts t + j s (mod E) once T >= s, which touches every expert, and
+    floor(t s / T + j s) (mod E) below that, T x k distinct experts spread evenly. Rank 0 holds experts
+    [0, ceil(E / ep)). So the tables touch min(T k, E) experts in all where uniform routing touches
+    E (1 - (1 - k / E)^T): at T = s 1.55 times as many (16 tokens, top-8 of 128)."""
+    local = -(-num_experts // ep)
+    stride = -(-num_experts // topk)
+    if tokens <= 0:
+        return 0.0, 0.0
+    if tokens >= stride:
+        return float(local), tokens * topk * local / num_experts
+    ids = [int((t * stride / tokens + j * stride) % num_experts) for t in range(tokens) for j in range(topk)]
+    mine = [e for e in ids if e < local]
+    return float(len(set(mine))), float(len(mine))
+
+
+ROUTINGS = ("uniform", "busiest", "balanced")
+"""How a MoE layer's tokens reach its experts (``moe_s``): uniform random top-k on the mean rank; the same on
+the busiest expert-parallel rank; or the kernel tables' even spread (``balanced_local_load``)."""
+
+
 def pairs_busiest(tokens: float, topk: int, ep: int) -> float:
     """(token, expert) pairs on the busiest of ``ep`` expert-parallel ranks: each of the tokens x topk
     pairs lands on a given rank with probability 1 / ep."""
@@ -102,19 +126,24 @@ def pairs_busiest(tokens: float, topk: int, ep: int) -> float:
 
 
 def moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, topk: int, num_experts: int, ep: int,
-          mats: int, w_bytes_per_elem: float, peak_flops: float, bw_Bps: float, busiest: bool = False) -> float:
-    """Routed-expert grouped GEMMs on one GPU: tokens x topk / ep (token, expert) pairs, distinct experts'
-    weights streamed once; `inter` is one expert's width on this GPU (after moe_tp). ``busiest``: the
-    expert-parallel rank with the most experts and pairs under random routing (what a serving step waits
-    for), instead of the mean rank (what a kernel table with evenly routed tokens times)."""
+          mats: int, w_bytes_per_elem: float, peak_flops: float, bw_Bps: float, routing: str = "uniform") -> float:
+    """Routed-expert grouped GEMMs on one GPU: (token, expert) pairs, distinct experts' weights streamed
+    once; `inter` is one expert's width on this GPU (after moe_tp). ``routing`` (ROUTINGS): "uniform", the
+    mean rank under random top-k routing (tokens x topk / ep pairs); "busiest", the expert-parallel rank with
+    the most experts and pairs under it (what a serving step waits for); "balanced", rank 0 of a kernel
+    table's evenly routed tokens."""
     if tokens <= 0:
         return 0.0
-    if busiest and ep > 1:
+    if routing == "balanced":
+        touched, pairs = balanced_local_load(round(tokens), topk, num_experts, ep)
+    elif routing == "busiest" and ep > 1:
         touched = experts_touched_busiest(tokens, topk, num_experts, ep)
         pairs = pairs_busiest(tokens, topk, ep)
-    else:
+    elif routing in ROUTINGS:
         touched = experts_touched(tokens, topk, num_experts, -(-num_experts // ep))
         pairs = tokens * topk / ep
+    else:
+        raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}, not {routing!r}")
     flops = 2.0 * pairs * mats * width * inter
     nbytes = touched * mats * width * inter * w_bytes_per_elem + pairs * (2 * width + mats * inter) * ACT_BYTES
     return roof.time_s(flops, nbytes, pairs / touched if touched > 0 else 0.0, peak_flops, bw_Bps)
@@ -127,7 +156,7 @@ get_m_alignment_for_contiguous_layout(), which vLLM's DeepGemmExperts aligns eac
 
 def deepgemm_moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, topk: int, num_experts: int,
                    ep: int, mats: int, w_bytes_per_elem: float, peak_flops: float, bw_Bps: float,
-                   busiest: bool = False) -> float:
+                   routing: str = "uniform") -> float:
     """Routed experts as vLLM's DeepGemmExperts runs them: two m-grouped contiguous FP8 GEMMs over
     M_sum = round_up(tokens x topk + local_experts x (align - 1), align) rows, the worst case vLLM sizes the
     layout to when the per-expert counts are not on the CPU (deep_gemm_utils.compute_aligned_M). The
@@ -136,15 +165,19 @@ def deepgemm_moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, top
     `roof` (fitted on DeepGEMM / CUTLASS rows at m >= 512), weights of the touched experts read once. An
     approximation both ways: a compute-bound step whose M_sum is mostly padding (prefill under EP, where the
     other ranks' pairs are padding too) is over-priced, and the walk over padding blocks is priced by FLOPs,
-    not by its own (unmeasured) rate. ``busiest``: the weights of the busiest expert-parallel rank's touched
-    experts (the layout is sized the same on every rank)."""
+    not by its own (unmeasured) rate. ``routing`` "busiest": the weights of the busiest expert-parallel rank's
+    touched experts (the layout is sized the same on every rank); "balanced": a kernel table's even spread."""
     if tokens <= 0:
         return 0.0
     local = -(-num_experts // ep)
     align = DEEPGEMM_M_ALIGN
     m_sum = -(-(tokens * topk + local * (align - 1)) // align) * align
-    touched = (experts_touched_busiest(tokens, topk, num_experts, ep) if busiest and ep > 1
-               else experts_touched(tokens, topk, num_experts, local))
+    if routing == "balanced":
+        touched = balanced_local_load(round(tokens), topk, num_experts, ep)[0]
+    elif routing == "busiest" and ep > 1:
+        touched = experts_touched_busiest(tokens, topk, num_experts, ep)
+    else:
+        touched = experts_touched(tokens, topk, num_experts, local)
     total = 0.0
     for n, k in (((mats - 1) * inter, width), (width, inter)):
         flops = 2.0 * m_sum * n * k

@@ -412,6 +412,29 @@ def test_expected_max_binomial_by_hand() -> None:
     assert exact == pytest.approx(256 + math.sqrt(2048 * 0.125 * 0.875) * _expected_max_std_normal(8), rel=0.005)
 
 
+def test_balanced_tables_touch_every_expert_the_collector_routed_to() -> None:
+    """The opdb MoE tables' 'balanced' rows: with stride s = ceil(128 / 8) = 16, token t of T < 16 picks
+    experts floor(16 t / T) + 16 j, T x 8 distinct; from T = 16 on every expert. Rank 0 of EP 4 holds experts
+    0-31: one token hits 0 and 16, two tokens 0, 8, 16 and 24. The calibration fits the tables with these
+    counts (uniform routing would touch 128 (1 - (120/128)^16) = 82.4 experts at T = 16, not 128)."""
+    from hardware import kernels
+    from hardware.calibrate import moe_features
+
+    load = kernels.balanced_local_load
+    assert [load(t, 8, 128, 1) for t in (1, 4, 16, 64)] == [(8, 8), (32, 32), (128, 128), (128, 512)]
+    assert load(1, 8, 128, 4) == (2, 2) and load(2, 8, 128, 4) == (4, 4) and load(64, 8, 128, 4) == (32, 128)
+    assert kernels.experts_touched(16, 8, 128, 128) == pytest.approx(82.42, abs=0.01)
+    row = {"num_tokens": "2", "hidden_size": "4096", "inter_size": "1536", "topk": "8", "num_experts": "128",
+           "moe_tp_size": "1", "moe_ep_size": "4", "kernel_source": "x"}
+    flops, nbytes, m = moe_features([row], "fp8_block")
+    assert flops[0] == 2 * 4 * 3 * 4096 * 1536                                  # 4 pairs on rank 0
+    assert nbytes[0] == 4 * 3 * 4096 * 1536 * 1 + 4 * (2 * 4096 + 3 * 1536) * 2   # 4 experts' FP8 weights
+    assert m[0] == 1.0
+    with pytest.raises(ValueError, match="routing must be one of uniform, busiest, balanced, not 'even'"):
+        kernels.moe_s(GEMM, tokens=2, width=4096, inter=1536, topk=8, num_experts=128, ep=4, mats=3,
+                      w_bytes_per_elem=1.0, peak_flops=1e15, bw_Bps=3e12, routing="even")
+
+
 def test_ep_imbalance_prices_the_busiest_expert_parallel_rank_by_hand() -> None:
     """Qwen3-235B (94 MoE layers, 128 experts, top-8, 4096 x 1536) at TP4 / EP4, one decode token: the
     mean rank touches 32 x 8/128 = 2 experts and routes 2 pairs; the layer waits for the busiest rank,
