@@ -114,36 +114,38 @@ def balanced_local_load(tokens: int, topk: int, num_experts: int, ep: int) -> tu
     return float(len(set(mine))), float(len(mine))
 
 
-ROUTINGS = ("uniform", "busiest", "balanced")
-"""How a MoE layer's tokens reach its experts (``moe_s``): uniform random top-k on the mean rank; the same on
-the busiest expert-parallel rank; or the kernel tables' even spread (``balanced_local_load``)."""
-
-
 def pairs_busiest(tokens: float, topk: int, ep: int) -> float:
     """(token, expert) pairs on the busiest of ``ep`` expert-parallel ranks: each of the tokens x topk
     pairs lands on a given rank with probability 1 / ep."""
     return expected_max_binomial(round(tokens * topk), 1.0 / ep, ep)
 
 
+ROUTINGS = ("uniform", "busiest", "balanced")
+"""How a MoE layer's tokens reach its experts (``routed_load``): uniform random top-k on the mean rank; the
+same on the busiest expert-parallel rank; or the kernel tables' even spread (``balanced_local_load``)."""
+
+
+def routed_load(tokens: float, topk: int, num_experts: int, ep: int, routing: str) -> tuple[float, float]:
+    """Distinct experts and (token, expert) pairs one GPU's routed experts handle, by ``routing``
+    (ROUTINGS): "uniform", the mean rank under random top-k routing, E / ep (1 - (1 - k/E)^T) experts and
+    T k / ep pairs; "busiest", the expert-parallel rank with the most of both under it (what a serving step
+    waits for); "balanced", rank 0 of a kernel table's evenly routed tokens."""
+    if routing == "balanced":
+        return balanced_local_load(round(tokens), topk, num_experts, ep)
+    if routing == "busiest" and ep > 1:
+        return experts_touched_busiest(tokens, topk, num_experts, ep), pairs_busiest(tokens, topk, ep)
+    if routing not in ROUTINGS:
+        raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}, not {routing!r}")
+    return experts_touched(tokens, topk, num_experts, -(-num_experts // ep)), tokens * topk / ep
+
+
 def moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, topk: int, num_experts: int, ep: int,
           mats: int, w_bytes_per_elem: float, peak_flops: float, bw_Bps: float, routing: str = "uniform") -> float:
-    """Routed-expert grouped GEMMs on one GPU: (token, expert) pairs, distinct experts' weights streamed
-    once; `inter` is one expert's width on this GPU (after moe_tp). ``routing`` (ROUTINGS): "uniform", the
-    mean rank under random top-k routing (tokens x topk / ep pairs); "busiest", the expert-parallel rank with
-    the most experts and pairs under it (what a serving step waits for); "balanced", rank 0 of a kernel
-    table's evenly routed tokens."""
+    """Routed-expert grouped GEMMs on one GPU: its (token, expert) pairs, its distinct experts' weights
+    streamed once (``routed_load`` by ``routing``); `inter` is one expert's width on this GPU (after moe_tp)."""
     if tokens <= 0:
         return 0.0
-    if routing == "balanced":
-        touched, pairs = balanced_local_load(round(tokens), topk, num_experts, ep)
-    elif routing == "busiest" and ep > 1:
-        touched = experts_touched_busiest(tokens, topk, num_experts, ep)
-        pairs = pairs_busiest(tokens, topk, ep)
-    elif routing in ROUTINGS:
-        touched = experts_touched(tokens, topk, num_experts, -(-num_experts // ep))
-        pairs = tokens * topk / ep
-    else:
-        raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}, not {routing!r}")
+    touched, pairs = routed_load(tokens, topk, num_experts, ep, routing)
     flops = 2.0 * pairs * mats * width * inter
     nbytes = touched * mats * width * inter * w_bytes_per_elem + pairs * (2 * width + mats * inter) * ACT_BYTES
     return roof.time_s(flops, nbytes, pairs / touched if touched > 0 else 0.0, peak_flops, bw_Bps)
@@ -172,12 +174,7 @@ def deepgemm_moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, top
     local = -(-num_experts // ep)
     align = DEEPGEMM_M_ALIGN
     m_sum = -(-(tokens * topk + local * (align - 1)) // align) * align
-    if routing == "balanced":
-        touched = balanced_local_load(round(tokens), topk, num_experts, ep)[0]
-    elif routing == "busiest" and ep > 1:
-        touched = experts_touched_busiest(tokens, topk, num_experts, ep)
-    else:
-        touched = experts_touched(tokens, topk, num_experts, local)
+    touched = routed_load(tokens, topk, num_experts, ep, routing)[0]
     total = 0.0
     for n, k in (((mats - 1) * inter, width), (width, inter)):
         flops = 2.0 * m_sum * n * k
