@@ -56,10 +56,11 @@ def predict_context(cal: Calibration, gpu: str, r: Row) -> float:
 def predict_generation(cal: Calibration, gpu: str, r: Row) -> float:
     g = load_gpu(gpu)
     b, step, hd = int(r["batch_size"]), int(r["step"]), int(r["head_dim"])
-    return kernels.gqa_decode_s(cal.attn_decode, reqs=b, sum_kv=b * (step + 1), heads=int(r["num_heads"]),
-                                kv_heads=int(r["num_key_value_heads"]), head_dim=hd, v_head_dim=hd,
-                                kv_bytes=KV_BYTES.get(r["kv_cache_dtype"], 2.0),
-                                peak_flops=g.flops_for("bf16"), bw_Bps=g.hbm_bw_Bps)
+    kv_bytes = KV_BYTES.get(r["kv_cache_dtype"], 2.0)
+    return kernels.gqa_decode_s(cal.gqa_decode(kv_bytes), reqs=b, sum_kv=b * (step + 1),
+                                heads=int(r["num_heads"]), kv_heads=int(r["num_key_value_heads"]),
+                                head_dim=hd, v_head_dim=hd,
+                                kv_bytes=kv_bytes, peak_flops=g.flops_for("bf16"), bw_Bps=g.hbm_bw_Bps)
 
 
 def predict_mla_context(cal: Calibration, gpu: str, r: Row) -> float:
@@ -151,6 +152,8 @@ def report(data: Path, engines: Iterable[str]) -> list[dict[str, object]]:
                         e = predict(cal, gpu, r) / meas - 1.0
                         errs.setdefault(name, []).append(e)
                         fmt = r.get("gemm_dtype") or r.get("moe_dtype")
+                        if table == "generation_attention_perf":
+                            fmt = "kv " + r["kv_cache_dtype"]
                         if fmt:
                             errs.setdefault(f"{name}[{fmt}]", []).append(e)
                         if table == "moe_perf" and _split_moe_format(cal, r["moe_dtype"]):
@@ -175,9 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --data {args.data} is not a folder", file=sys.stderr)
         return 2
     rows = report(args.data, args.engines)
-    print(f"{'engine':8s} {'table':28s} {'rows':>7s} {'median|err|%':>13s} {'p90|err|%':>10s} {'bias%':>7s}")
+    print(f"{'engine':8s} {'table':34s} {'rows':>7s} {'median|err|%':>13s} {'p90|err|%':>10s} {'bias%':>7s}")
     for r in rows:
-        print(f"{r['engine']!s:8s} {r['table']!s:28s} {r['rows']!s:>7s} {r['median_abs_err_pct']!s:>13s} "
+        print(f"{r['engine']!s:8s} {r['table']!s:34s} {r['rows']!s:>7s} {r['median_abs_err_pct']!s:>13s} "
               f"{r['p90_abs_err_pct']!s:>10s} {r['median_signed_err_pct']!s:>7s}")
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -87,10 +87,14 @@ def roof_np(p: Sequence[float] | np.ndarray, flops: np.ndarray, nbytes: np.ndarr
 def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.ndarray, bw: np.ndarray,
                  meas_s: np.ndarray, start: dict[str, float],
                  tiles: Sequence[int] = (1,), per_m: bool = False,
-                 nk: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict[str, float], np.ndarray]:
+                 nk: tuple[np.ndarray, np.ndarray] | None = None,
+                 min_compute_eff: float = 0.02) -> tuple[dict[str, float], np.ndarray]:
     """Least-squares fit of the roofline constants on log error (tile size chosen from `tiles`;
-    with per_m also a serial cost per row; with the GEMM widths nk = (n, k) also k_half and n_half)."""
-    lo = [0.02, 0.0, 0.02, 0.0, 0.0] + ([0.0] if per_m else []) + ([0.0, 0.0] if nk is not None else [])
+    with per_m also a serial cost per row; with the GEMM widths nk = (n, k) also k_half and n_half).
+    ``min_compute_eff``: the lowest compute efficiency allowed (a fraction of the tensor-core peak; work done
+    on the CUDA cores, as a quantised KV cache's dequantisation, runs at a few percent of it)."""
+    lo = ([min_compute_eff, 0.0, 0.02, 0.0, 0.0] + ([0.0] if per_m else [])
+          + ([0.0, 0.0] if nk is not None else []))
     hi = ([1.0, 8192.0, 1.0, 2.0e9, 2.0e-4] + ([2.0e-6] if per_m else [])
           + ([65536.0, 65536.0] if nk is not None else []))
     ok = np.isfinite(meas_s) & (meas_s > 0) & np.isfinite(flops) & np.isfinite(nbytes)
@@ -157,7 +161,9 @@ def gen_attn_features(rows: list[dict[str, str]]) -> tuple[np.ndarray, ...]:
     kvb = np.array([KV_BYTES.get(r["kv_cache_dtype"], 2.0) for r in rows])
     sum_kv = b * (step + 1)
     tok_kv, qo = kvh * 2 * hd * kvb, h * 2 * hd * ACT
-    return 2 * h * 2 * hd * sum_kv, sum_kv * tok_kv + b * (qo + tok_kv), b
+    work = np.array([kernels.decode_attention_work(float(n), float(q), float(k), 2.0 * float(d), float(x))
+                     for n, q, k, d, x in zip(sum_kv, h, kvh, hd, kvb)])
+    return work, sum_kv * tok_kv + b * (qo + tok_kv), b
 
 
 def mla_context_features(rows: list[dict[str, str]]) -> tuple[np.ndarray, ...]:
@@ -315,22 +321,29 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
         log(f"{engine} gemm {dtype}: {_summary(err)}")
     out["gemm"] = gemm
     # attention
-    for table, key, feats in (("context_attention_perf", "attention_prefill", context_attn_features),
-                              ("generation_attention_perf", "attention_decode", gen_attn_features),
-                              ("context_mla_perf", "mla_prefill", mla_context_features),
-                              ("generation_mla_perf", "mla_decode", mla_generation_features)):
+    # (GQA decode: one curve per KV-cache format, see Calibration.gqa_decode)
+    attention_fits: tuple[tuple[str, str, Callable[..., tuple[np.ndarray, ...]], str | None], ...] = (
+        ("context_attention_perf", "attention_prefill", context_attn_features, None),
+        ("generation_attention_perf", "attention_decode", gen_attn_features, "bfloat16"),
+        ("generation_attention_perf", "attention_decode_fp8kv", gen_attn_features, "fp8"),
+        ("context_mla_perf", "mla_prefill", mla_context_features, None),
+        ("generation_mla_perf", "mla_decode", mla_generation_features, None))
+    for table, key, feats, kv in attention_fits:
         # full attention at the GQA ratios real models use (<= 16 query heads per KV head)
         rows = _sample([r for r in _load(data, table, version) if r.get("window_size", "0") == "0"
                         and ("num_key_value_heads" not in r
-                             or int(r["num_heads"]) <= 16 * int(r["num_key_value_heads"]))])
+                             or int(r["num_heads"]) <= 16 * int(r["num_key_value_heads"]))
+                        and (kv is None or r["kv_cache_dtype"] == kv)])
         if not rows:
             continue
         flops, nbytes, m = feats(rows)
         peak, bw = _gpu_arrays(rows, lambda r: "bf16")
         st = start.get(key) or start["attention_decode"]
-        p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, st, per_m=True)
+        p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, st, per_m=True,
+                              min_compute_eff=1e-3 if kv == "fp8" else 0.02)
         out[key] = p
-        notes[key] = f"fitted on {src} {table} (full attention, GQA ratio <= 16): {_summary(err)}"
+        cache = f", {kv} KV cache" if kv else ""
+        notes[key] = f"fitted on {src} {table} (full attention, GQA ratio <= 16{cache}): {_summary(err)}"
         log(f"{engine} {key}: {_summary(err)}")
     # MoE per weight format, uniform ('balanced') routing rows only
     moe_rows = [r for r in _load(data, "moe_perf", version) if r["distribution"] == "balanced"]

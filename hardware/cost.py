@@ -372,9 +372,9 @@ class CostModel:
                 # Each kernel costs 0.0 without its requests: skipping the call adds nothing (exact).
                 t = 0.0
                 if D > 0:
-                    t = kernels.gqa_decode_s(cal.attn_decode, reqs=D, sum_kv=dk, heads=heads * dq, kv_heads=kvh,
-                                             head_dim=mx.head_dim, v_head_dim=mx.vdim, kv_bytes=kvb,
-                                             peak_flops=peak, bw_Bps=bw)
+                    t = kernels.gqa_decode_s(cal.gqa_decode(kvb), reqs=D, sum_kv=dk, heads=heads * dq,
+                                             kv_heads=kvh, head_dim=mx.head_dim, v_head_dim=mx.vdim,
+                                             kv_bytes=kvb, peak_flops=peak, bw_Bps=bw)
                 if p_tokens > 0:
                     t += kernels.gqa_prefill_s(cal.attn_prefill, tokens=p_tokens, sum_kv=pk, pairs=pp,
                                                heads=heads, kv_heads=kvh, head_dim=mx.head_dim,

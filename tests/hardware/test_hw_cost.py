@@ -122,6 +122,33 @@ def test_decode_is_memory_bound_by_hand() -> None:
     assert graph == pytest.approx(L * (stream / (HBM * 0.75) + 2 * g), rel=1e-12)
 
 
+def test_fp8_kv_decode_attention_uses_its_own_curve_and_dequant_work_by_hand() -> None:
+    """Decode attention over an FP8 cache is priced with the FP8-KV curve, its compute side being two
+    operations per cached K / V element (not the query heads' FLOPs); a BF16 cache keeps the BF16 curve and
+    the attention FLOPs; a calibration without an FP8-KV curve prices an FP8 cache's work with the BF16 curve.
+
+    Eager, one decode of a request with 2,048 tokens in context; per layer: K + V elements 2,048 x 8 x 256
+    read, the new token's K / V written, queries and outputs 32 x 256 x 2 B."""
+    fp8_curve = Roofline(compute_eff=0.01, mem_eff=0.6, floor_s=17e-6)
+    cal = attrs.evolve(CAL, attn_decode_fp8kv=fp8_curve)
+    s = BatchShape.from_requests([1], [2048])
+    elems = 2048 * NKV * 2 * HD                        # cached K / V elements the kernel reads
+    qo = NH * 2 * HD * 2
+    fp8_dep = attrs.evolve(dep(), kv_dtype="fp8")
+    fp8 = CostModel(fp8_dep, calibration=cal, cuda_graph=False).step_cost(s).terms["attention"]
+    nbytes = elems * 1 + qo + NKV * 2 * HD * 1
+    assert fp8 == pytest.approx(L * roofline(2.0 * elems, nbytes, fp8_curve), rel=1e-12)
+    bf16 = CostModel(dep(), calibration=cal, cuda_graph=False).step_cost(s).terms["attention"]
+    nbytes = elems * 2 + qo + NKV * 2 * HD * 2
+    assert bf16 == pytest.approx(L * roofline(2.0 * NH * 2 * HD * 2048, nbytes, DECODE), rel=1e-12)
+    no_curve = CostModel(fp8_dep, calibration=CAL, cuda_graph=False).step_cost(s).terms["attention"]
+    nbytes = elems * 1 + qo + NKV * 2 * HD * 1
+    assert no_curve == pytest.approx(L * roofline(2.0 * elems, nbytes, DECODE), rel=1e-12)
+    assert CAL.graph_mode(3e-6).attn_decode_fp8kv is None
+    graph_fp8 = cal.graph_mode(3e-6).attn_decode_fp8kv
+    assert graph_fp8 is not None and graph_fp8.floor_s == pytest.approx(3 * 3e-6)
+
+
 def test_gemm_width_and_per_row_terms_by_hand() -> None:
     """A compute-bound GEMM slows by k / (k + k_half) x n / (n + n_half) and adds m_cost_s per row; the
     memory side and a curve without these terms are untouched."""
@@ -552,3 +579,37 @@ def test_disabling_eager_host_removes_exactly_it() -> None:
         assert full.terms["eager_host"] > 0.0 and "eager_host" not in part.terms
         assert {k: v for k, v in full.terms.items() if k != "eager_host"} == dict(part.terms)
         assert full.by_owner()["engine"] - part.by_owner()["engine"] == pytest.approx(full.terms["eager_host"])
+
+
+def test_calibration_fit_formula_is_the_ledgers() -> None:
+    """hardware.calibrate fits with roof_np; the ledger prices with Roofline.time_s. The two must agree on
+    every parameter layout the fit writes, or the fitted constants would mean something else in the ledger.
+    A fit of rows made by a known curve recovers it."""
+    import numpy as np
+
+    from hardware.calibrate import fit_roofline, roof_np
+
+    rng = np.random.default_rng(3)
+    flops = rng.uniform(1e9, 1e13, 40)
+    nbytes = rng.uniform(1e6, 1e10, 40)
+    m = rng.uniform(1, 4096, 40)
+    n, k = rng.uniform(256, 16384, 40), rng.uniform(256, 16384, 40)
+    peak, bw = np.full(40, 989e12), np.full(40, 3.35e12)
+    base = dict(compute_eff=0.6, m_half=40.0, mem_eff=0.8, bytes_half=2e5, floor_s=9e-6)
+    layouts = [({}, {}), ({"m_cost_s": 3e-9}, {"per_m": True}),
+               ({"m_cost_s": 3e-9, "k_half": 150.0, "n_half": 900.0}, {"per_m": True, "nk": (n, k)})]
+    for extra, kw in layouts:
+        r = Roofline(**base, **extra)  # type: ignore[arg-type]
+        p = list(base.values()) + [v for key, v in extra.items()]
+        got = roof_np(np.array(p), flops, nbytes, m, peak, bw, **kw)  # type: ignore[arg-type]
+        for i in range(40):
+            width = r.width_factor(n[i], k[i]) if "nk" in kw else 1.0
+            want = r.time_s(flops[i], nbytes[i], m[i], 989e12, 3.35e12, width)
+            assert got[i] == pytest.approx(want, rel=1e-12)
+    truth = np.array(list(base.values()) + [3e-9])
+    meas = roof_np(truth, flops, nbytes, m, peak, bw, per_m=True)
+    start = {"compute_eff": 0.5, "mem_eff": 0.7, "floor_s": 1e-5}
+    fit, err = fit_roofline(flops, nbytes, m, peak, bw, meas, start, per_m=True)
+    assert float(np.max(np.abs(err))) < 1e-3
+    assert fit["compute_eff"] == pytest.approx(0.6, rel=0.05)
+    assert fit["mem_eff"] == pytest.approx(0.8, rel=0.05)
