@@ -243,6 +243,9 @@ class CostModel:
         self._attn_groups = tuple((g.count, g.mixer, d.mixer_heads(g.mixer), d.mixer_kv_heads(g.mixer))
                                   for g in self.groups if g.mixer is not None and g.mixer.is_attention)
         """(layers, mixer, heads per GPU, KV heads per GPU) of each attention layer kind."""
+        power_law = d.moe_routing == "power_law"
+        self._routing_mean = "power_law" if power_law else "uniform"
+        self._routing_busiest = "power_law_busiest" if power_law else "busiest"
         self._kv_bytes = d.kv_bytes_per_elem
         self._peak_bf16 = d.gpu.flops_for("bf16")
         self._hbm_Bps = d.gpu.hbm_bw_Bps
@@ -299,20 +302,20 @@ class CostModel:
         if g.mixer is not None and g.mixer.kind in ("mamba2", "gdn"):
             t["ssm_scan"] += n * self._ssm_s(g.mixer, M, R, D, cal)
         if g.ffn is not None and g.ffn.kind == "moe":
-            mean_rank = self._moe_s(g.ffn, M, cal)
+            mean_rank = self._moe_s(g.ffn, M, cal, self._routing_mean)
             t["moe_experts"] += n * mean_rank
             if d.ep > 1:
-                t["ep_imbalance"] += n * (self._moe_s(g.ffn, M, cal, "busiest") - mean_rank)
+                t["ep_imbalance"] += n * (self._moe_s(g.ffn, M, cal, self._routing_busiest) - mean_rank)
             if g.moe_allreduce:
                 t["tp_allreduce"] += n * self._allreduce_s(msg * d.attn_dp, d.moe_tp, self.ar_link_Bps)
             if d.attn_dp > 1 and d.ep > 1:
                 t["ep_alltoall"] += n * 2 * (cal.alltoall.alpha_s + M * g.ffn.experts_per_token * h
                                              * ACT_BYTES * (d.ep - 1) / d.ep / self.a2a_link_Bps)
 
-    def _moe_s(self, f: FfnSpec, M: int, cal: Calibration, routing: str = "uniform") -> float:
-        """Routed experts: distinct experts touched by T tokens under uniform routing, E(1-(1-k/E)^T), on the
-        mean expert-parallel rank, or with routing "busiest" on the rank the layer waits for (``ep_imbalance``
-        is the difference)."""
+    def _moe_s(self, f: FfnSpec, M: int, cal: Calibration, routing: str) -> float:
+        """Routed experts: the distinct experts and pairs T tokens give the mean expert-parallel rank under the
+        deployment's routing (uniform: E(1-(1-k/E)^T) experts; power_law: kernels.power_law_load), or the
+        rank the layer waits for (``ep_imbalance`` is the difference)."""
         d = self.dep
         if d.moe_kernel == "deepgemm":  # DeepGEMM's padded grouped GEMM, on the block-FP8 GEMM curve
             price, roof = kernels.deepgemm_moe_s, cal.gemm_for(d.weight_dtype)

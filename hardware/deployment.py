@@ -15,6 +15,7 @@ from hardware.calibration import MOE_KERNELS
 from hardware.dtypes import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, check_dtype
 from hardware.engine import EngineProfile
 from hardware.gpu import GPUSpec
+from hardware.kernels import SERVING_ROUTINGS
 from hardware.layers import FfnSpec, MixerSpec
 from hardware.model import ModelSpec
 
@@ -68,6 +69,12 @@ class Deployment:
     GEMM as vLLM's DeepGemmExperts launches it, over the worst-case padded row count whatever the batch;
     priced with the engine's block-FP8 GEMM curve, hardware.kernels.deepgemm_moe_s)."""
 
+    moe_routing: str = "power_law"
+    """How the router spreads a step's tokens over the experts (hardware.kernels.SERVING_ROUTINGS):
+    ``power_law`` (default), the skewed per-expert loads aiconfigurator prices MoE layers with by default
+    (kernels.power_law_load: fewer distinct experts than independent draws, a busier busiest rank), or
+    ``uniform``, independent top-k draws (E (1 - (1 - k/E)^T) experts)."""
+
     spec_tokens: int = 0
     """Draft tokens per decode step of MTP speculative decoding (0: off). The draft is the model's own
     next-token-prediction module (ModelSpec.mtp_layers), run spec_tokens times in a chain (TensorRT-LLM's
@@ -83,6 +90,8 @@ class Deployment:
         check_dtype("kv_dtype", self.kv_dtype, KV_DTYPES)
         if self.moe_kernel not in MOE_KERNELS:
             raise ValueError(f"moe_kernel must be one of {', '.join(MOE_KERNELS)}, got {self.moe_kernel!r}")
+        if self.moe_routing not in SERVING_ROUTINGS:
+            raise ValueError(f"moe_routing must be one of {', '.join(SERVING_ROUTINGS)}, got {self.moe_routing!r}")
         if self.moe_kernel == "deepgemm" and self.weight_dtype != "fp8_block":
             raise ValueError(f"moe_kernel deepgemm runs block-FP8 weights only, got weight_dtype {self.weight_dtype!r}")
         m = self.model

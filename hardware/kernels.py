@@ -8,6 +8,8 @@ from __future__ import annotations
 import functools
 import math
 
+import numpy as np
+
 from hardware.calibration import Collective, Roofline
 
 ACT_BYTES = 2
@@ -137,18 +139,77 @@ def pairs_busiest(tokens: float, topk: int, ep: int) -> float:
     return expected_max_binomial(round(tokens * topk), 1.0 / ep, ep)
 
 
-ROUTINGS = ("uniform", "busiest", "balanced")
+ROUTINGS = ("uniform", "busiest", "balanced", "power_law", "power_law_busiest")
 """How a MoE layer's tokens reach its experts (``routed_load``): uniform random top-k on the mean rank; the
-same on the busiest expert-parallel rank; or the kernel tables' even spread (``balanced_local_load``)."""
+same on the busiest expert-parallel rank; the kernel tables' even spread (``balanced_local_load``); or
+aiconfigurator's power-law loads on the mean rank or the busiest one (``power_law_load``)."""
+SERVING_ROUTINGS = ("uniform", "power_law")
+"""How a serving deployment's router spreads tokens over experts (Deployment.moe_routing): ``uniform``,
+independent top-k draws; ``power_law``, aiconfigurator's model of a skewed router (power_law_load)."""
+POWER_LAW_ALPHA = 1.01
+POWER_LAW_SAMPLES = 64
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def power_law_load(tokens: int, topk: int, num_experts: int, ep: int) -> tuple[float, float, float, float]:
+    """Distinct experts and (token, expert) pairs of the mean expert-parallel rank and of the busiest one
+    when T tokens are routed as aiconfigurator models a real router: the per-expert token counts its
+    collector draws for its power-law tables (collector/helper.py _generate_power_law_distribution), alpha
+    1.01, the distribution its SDK prices MoE layers with by default (aic-core sdk/config.py
+    workload_distribution "power_law", sdk/models/deepseek.py alpha 1.01).
+
+    One draw: E values from a power law on [1, 0.8 T] (on [0.01, 2] when T k <= E) by inverse CDF, scaled to
+    T k and rounded, each clamped to T; the clamped excess and then the rounding remainder are handed out one
+    at a time, rank after rank, each rank to its emptiest valid expert (a deficit is taken from its fullest).
+    Handing out d units that way fills d of a rank's empty experts first, and taking d units away empties an
+    expert only once every count is down to 1, so the counts of touched experts follow without the loop.
+    Returns (mean-rank experts, mean-rank pairs, busiest-rank experts, busiest-rank pairs), averaged over
+    POWER_LAW_SAMPLES draws seeded by the arguments (deterministic)."""
+    if tokens <= 0:
+        return 0.0, 0.0, 0.0, 0.0
+    if num_experts % ep:
+        raise ValueError(f"expert parallelism {ep} does not divide {num_experts} experts")
+    local = num_experts // ep
+    a = POWER_LAW_ALPHA
+    lo, hi = (1.0, tokens * 0.8) if tokens * topk > num_experts else (0.01, 2.0)
+    rng = np.random.default_rng((tokens, topk, num_experts, ep))
+    u = rng.random((POWER_LAW_SAMPLES, num_experts))
+    x = ((hi ** (1 - a) - lo ** (1 - a)) * u + lo ** (1 - a)) ** (1 / (1 - a))
+    target = tokens * topk
+    counts = np.round(x / x.sum(axis=1, keepdims=True) * target).astype(np.int64)
+    overflow = np.clip(counts - tokens, 0, None).sum(axis=1)
+    counts = np.minimum(counts, tokens).reshape(POWER_LAW_SAMPLES, ep, local)
+    touched = (counts > 0).sum(axis=2)
+    pairs = counts.sum(axis=2)
+    ranks = np.arange(ep)
+
+    def share(units: np.ndarray) -> np.ndarray:   # round robin from rank 0: units per rank, per draw
+        return units[:, None] // ep + (ranks[None, :] < (units[:, None] % ep))
+
+    give = share(overflow)
+    delta = target - (pairs.sum(axis=1) + overflow)
+    give = give + share(np.clip(delta, 0, None))
+    take = share(np.clip(-delta, 0, None))
+    touched = touched + np.minimum(give, local - touched)
+    touched = touched - np.clip(take - (pairs + give - touched), 0, None)
+    pairs = pairs + give - take
+    busiest = np.argmax(pairs, axis=1)
+    rows = np.arange(POWER_LAW_SAMPLES)
+    return (float(touched.mean()), float(pairs.mean()), float(touched[rows, busiest].mean()),
+            float(pairs[rows, busiest].mean()))
 
 
 def routed_load(tokens: float, topk: int, num_experts: int, ep: int, routing: str) -> tuple[float, float]:
     """Distinct experts and (token, expert) pairs one GPU's routed experts handle, by ``routing``
     (ROUTINGS): "uniform", the mean rank under random top-k routing, E / ep (1 - (1 - k/E)^T) experts and
     T k / ep pairs; "busiest", the expert-parallel rank with the most of both under it (what a serving step
-    waits for); "balanced", rank 0 of a kernel table's evenly routed tokens."""
+    waits for); "balanced", rank 0 of a kernel table's evenly routed tokens; "power_law" and
+    "power_law_busiest", the mean and the busiest rank under aiconfigurator's power-law loads."""
     if routing == "balanced":
         return balanced_local_load(round(tokens), topk, num_experts, ep)
+    if routing in ("power_law", "power_law_busiest"):
+        mean_e, mean_p, top_e, top_p = power_law_load(int(round(tokens)), topk, num_experts, ep)
+        return (top_e, top_p) if routing == "power_law_busiest" else (mean_e, mean_p)
     if routing == "busiest" and ep > 1:
         return experts_touched_busiest(tokens, topk, num_experts, ep), pairs_busiest(tokens, topk, ep)
     if routing not in ROUTINGS:

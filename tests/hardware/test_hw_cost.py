@@ -50,7 +50,10 @@ SHAPE = BatchShape(num_reqs=3, num_decode=2, new_tokens=514, sum_kv=612 + 300 + 
 
 
 def moe_ledger(gpu: str, model: str, cal: Calibration, kernel: str, **dep_kw: object) -> CostModel:
-    """An eager-mode ledger of a MoE deployment on the serial engine, pricing its experts with ``kernel``."""
+    """An eager-mode ledger of a MoE deployment on the serial engine, pricing its experts with ``kernel``,
+    its tokens routed by independent top-k draws (the routing the hand computations write down) unless
+    ``moe_routing`` says otherwise."""
+    dep_kw.setdefault("moe_routing", "uniform")
     d = Deployment(gpu=load_gpu(gpu), model=load_model(model), engine=SERIAL, moe_kernel=kernel,
                    **dep_kw)  # type: ignore[arg-type]
     return CostModel(d, calibration=cal, cuda_graph=False)
@@ -457,7 +460,7 @@ def test_balanced_tables_touch_every_expert_the_collector_routed_to() -> None:
     assert flops[0] == 2 * 4 * 3 * 4096 * 1536                                  # 4 pairs on rank 0
     assert nbytes[0] == 4 * 3 * 4096 * 1536 * 1 + 4 * (2 * 4096 + 3 * 1536) * 2   # 4 experts' FP8 weights
     assert m[0] == 1.0
-    with pytest.raises(ValueError, match="routing must be one of uniform, busiest, balanced, not 'even'"):
+    with pytest.raises(ValueError, match="routing must be one of uniform, busiest, balanced, power_law, power_law_busiest, not 'even'"):
         kernels.moe_s(GEMM, tokens=2, width=4096, inter=1536, topk=8, num_experts=128, ep=4, mats=3,
                       w_bytes_per_elem=1.0, peak_flops=1e15, bw_Bps=3e12, routing="even")
 
@@ -484,7 +487,7 @@ def test_ep_imbalance_prices_the_busiest_expert_parallel_rank_by_hand() -> None:
                        weight_dtype="bf16").step_cost(shape)
     assert no_ep.terms["ep_imbalance"] == 0.0
     off = CostModel(Deployment(gpu=gpu, model=load_model("Qwen/Qwen3-235B-A22B-FP8"), engine=SERIAL, tp=4, ep=4,
-                               weight_dtype="bf16"), calibration=CAL, cuda_graph=False,
+                               weight_dtype="bf16", moe_routing="uniform"), calibration=CAL, cuda_graph=False,
                     disabled_terms=frozenset({"ep_imbalance"})).step_cost(shape)
     assert "ep_imbalance" not in off.terms
     assert dict(off.terms) == {k: v for k, v in cost.terms.items() if k != "ep_imbalance"}
@@ -613,3 +616,93 @@ def test_calibration_fit_formula_is_the_ledgers() -> None:
     assert float(np.max(np.abs(err))) < 1e-3
     assert fit["compute_eff"] == pytest.approx(0.6, rel=0.05)
     assert fit["mem_eff"] == pytest.approx(0.8, rel=0.05)
+
+
+def _collector_power_law_counts(u: "np.ndarray", tokens: int, topk: int, ep: int) -> "np.ndarray":
+    """aiconfigurator's collector/helper.py _generate_power_law_distribution step by step (its round-robin
+    loop kept as a loop) on given uniforms u: per-expert counts, shape (ep, experts per rank)."""
+    import numpy as np
+
+    a, E = 1.01, u.size
+    lo, hi = (1.0, tokens * 0.8) if tokens * topk > E else (0.01, 2.0)
+    x = ((hi ** (1 - a) - lo ** (1 - a)) * u + lo ** (1 - a)) ** (1 / (1 - a))
+    target = tokens * topk
+    counts = np.round(x / x.sum() * target).astype(np.int64)
+    overflow = int(np.clip(counts - tokens, 0, None).sum())
+    counts = np.minimum(counts, tokens).reshape(ep, E // ep)
+
+    def round_robin(remaining: int, fill: bool) -> None:
+        while remaining > 0:
+            progressed = False
+            for r in range(ep):
+                ok = np.nonzero(counts[r] < tokens if fill else counts[r] > 0)[0]
+                if ok.size == 0:
+                    continue
+                j = ok[int(np.argmin(counts[r, ok]) if fill else np.argmax(counts[r, ok]))]
+                counts[r, j] += 1 if fill else -1
+                remaining -= 1
+                progressed = True
+                if remaining == 0:
+                    break
+            if not progressed:
+                break
+
+    round_robin(overflow, True)
+    delta = target - int(counts.sum())
+    round_robin(abs(delta), delta > 0)
+    return counts
+
+
+@pytest.mark.parametrize("tokens,topk,experts,ep", [(1, 8, 256, 1), (3, 8, 256, 8), (16, 8, 128, 4),
+                                                    (64, 8, 256, 8), (200, 2, 8, 2), (1000, 4, 128, 1)])
+def test_power_law_routing_is_the_collectors_without_its_loop(tokens: int, topk: int, experts: int, ep: int) -> None:
+    """kernels.power_law_load counts the experts and pairs of aiconfigurator's power-law routing in closed
+    form; the collector's own procedure, run step by step on the same draws, gives the same numbers. Every
+    draw routes T k pairs (so the mean rank has T k / ep of them), no expert more than T, and the busiest
+    rank is at least the mean."""
+    import numpy as np
+
+    from hardware import kernels
+
+    rng = np.random.default_rng((tokens, topk, experts, ep))
+    u = rng.random((kernels.POWER_LAW_SAMPLES, experts))
+    te = tp = be = bp = 0.0
+    for row in u:
+        c = _collector_power_law_counts(row, tokens, topk, ep)
+        assert int(c.sum()) == tokens * topk and int(c.max()) <= tokens
+        touched, pairs = (c > 0).sum(axis=1), c.sum(axis=1)
+        top = int(np.argmax(pairs))
+        te += touched.mean(); tp += pairs.mean(); be += touched[top]; bp += pairs[top]
+    n = kernels.POWER_LAW_SAMPLES
+    got = kernels.power_law_load(tokens, topk, experts, ep)
+    assert got == pytest.approx((te / n, tp / n, be / n, bp / n), rel=1e-12)
+    assert got[1] == pytest.approx(tokens * topk / ep) and got[3] >= got[1] and got[2] >= got[0] - 1e-12
+    if tokens == 1:
+        assert got[0] * ep == topk        # one token: exactly k distinct experts in all
+
+
+def test_power_law_routing_touches_fewer_experts_and_loads_the_busiest_rank_more() -> None:
+    """DeepSeek-V3's router (256 experts, top-8): 16 tokens touch fewer distinct experts than independent
+    draws (E (1 - (1 - k/E)^T) = 102), and under EP 8 the busiest rank carries more pairs than uniform
+    routing's busiest; the ledger uses the deployment's routing (power_law by default) for moe_experts (the
+    mean rank: fewer experts to read) and ep_imbalance, and for nothing else."""
+    from hardware import kernels
+
+    mean_e, mean_p, top_e, top_p = kernels.power_law_load(16, 8, 256, 1)
+    assert mean_e < kernels.experts_touched(16, 8, 256, 256) and mean_p == 128
+    _, _, _, top8 = kernels.power_law_load(16, 8, 256, 8)
+    assert top8 > kernels.pairs_busiest(16, 8, 8)
+    shape = BatchShape.from_requests([1] * 16, [500] * 16)
+    skewed = moe_ledger("h200_sxm", "deepseek-ai/DeepSeek-V3", CAL, "default", tp=8, ep=8, weight_dtype="bf16",
+                        moe_routing="power_law").step_cost(shape)
+    uniform = moe_ledger("h200_sxm", "deepseek-ai/DeepSeek-V3", CAL, "default", tp=8, ep=8,
+                         weight_dtype="bf16").step_cost(shape)
+    assert skewed.terms["moe_experts"] < uniform.terms["moe_experts"]
+    assert skewed.terms["ep_imbalance"] != uniform.terms["ep_imbalance"]
+    assert {k: v for k, v in skewed.terms.items() if k not in ("moe_experts", "ep_imbalance")} == \
+        {k: v for k, v in uniform.terms.items() if k not in ("moe_experts", "ep_imbalance")}
+    default = Deployment(gpu=load_gpu("h200_sxm"), model=load_model("deepseek-ai/DeepSeek-V3"),
+                         engine=SERIAL, tp=8, ep=8)
+    assert default.moe_routing == "power_law"
+    with pytest.raises(ValueError, match="moe_routing must be one of uniform, power_law, got 'zipf'"):
+        attrs.evolve(default, moe_routing="zipf")

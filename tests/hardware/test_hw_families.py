@@ -23,7 +23,8 @@ def roof(flops: float, nbytes: float) -> float:
 def test_moe_distinct_experts_by_hand() -> None:
     """Qwen3-30B-A3B: 48 MoE layers, 128 experts, top-8, expert width 768, hidden 2048, BF16, one GPU."""
     model = load_model("Qwen/Qwen3-30B-A3B")
-    dep = Deployment(gpu=load_gpu("h200_sxm"), model=model, engine=load_engine("vllm"), weight_dtype="bf16")
+    dep = Deployment(gpu=load_gpu("h200_sxm"), model=model, engine=load_engine("vllm"), weight_dtype="bf16",
+                     moe_routing="uniform")
     M = 20
     cost = CostModel(dep, calibration=CAL, cuda_graph=False).step_cost(BatchShape.from_requests([1] * M, [500] * M))
     touched = 128 * (1 - (1 - 8 / 128) ** M)          # expected distinct experts under uniform routing
@@ -36,7 +37,7 @@ def test_moe_distinct_experts_by_hand() -> None:
 def test_moe_padding_touches_more_experts() -> None:
     """CUDA-graph padding of 5 decodes to 8 includes the experts the padded rows touch."""
     dep = Deployment(gpu=load_gpu("h200_sxm"), model=load_model("Qwen/Qwen3-30B-A3B"), engine=load_engine("vllm"),
-                     weight_dtype="bf16")
+                     weight_dtype="bf16", moe_routing="uniform")
     c = CostModel(dep, calibration=CAL).step_cost(BatchShape.from_requests([1] * 5, [100] * 5))
     t8 = 128 * (1 - (1 - 8 / 128) ** 8)
     t5 = 128 * (1 - (1 - 8 / 128) ** 5)
