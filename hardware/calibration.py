@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import attrs
 
 from hardware._data import DATA_DIR, read_yaml, unknown_name
+from hardware.dtypes import quantised_kv
 
 CALIBRATION_DIR = DATA_DIR / "calibration"
 CURVE_MOE_KERNELS = ("marlin", "flashinfer")
@@ -163,7 +164,7 @@ class Calibration:
         caches give 0.72-0.78, the bandwidth ratio being 0.70), which one curve over both caches cannot
         follow (it over-priced BF16 caches by 8-17 % and under-priced FP8 ones by 6-38 %). The FP8 curve's
         compute side is the dequantisation (hardware.kernels.decode_attention_work)."""
-        if kv_bytes < 2.0 and self.attn_decode_fp8kv is not None:
+        if quantised_kv(kv_bytes) and self.attn_decode_fp8kv is not None:
             return self.attn_decode_fp8kv
         return self.attn_decode
 

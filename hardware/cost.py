@@ -17,6 +17,7 @@ from hardware import kernels
 from hardware.calibration import CURVE_MOE_KERNELS, Calibration, Roofline, calibration_for_engine
 from hardware.deployment import ACT_BYTES, Deployment, Linear
 from hardware.dtypes import COMPUTE_DTYPE
+from hardware.kernels import BUSIEST_RANK
 from hardware.layers import FfnSpec, MixerSpec
 from hardware.shape import BatchShape
 
@@ -243,9 +244,7 @@ class CostModel:
         self._attn_groups = tuple((g.count, g.mixer, d.mixer_heads(g.mixer), d.mixer_kv_heads(g.mixer))
                                   for g in self.groups if g.mixer is not None and g.mixer.is_attention)
         """(layers, mixer, heads per GPU, KV heads per GPU) of each attention layer kind."""
-        power_law = d.moe_routing == "power_law"
-        self._routing_mean = "power_law" if power_law else "uniform"
-        self._routing_busiest = "power_law_busiest" if power_law else "busiest"
+        self._routing_mean, self._routing_busiest = d.moe_routing, BUSIEST_RANK[d.moe_routing]
         self._kv_bytes = d.kv_bytes_per_elem
         self._peak_bf16 = d.gpu.flops_for("bf16")
         self._hbm_Bps = d.gpu.hbm_bw_Bps

@@ -26,6 +26,12 @@ COMPUTE_DTYPE: Mapping[str, str] = {
 }
 
 
+def quantised_kv(kv_bytes: float) -> bool:
+    """A KV cache stored below BF16 width (FP8): its decode kernels dequantise K and V in their inner loop
+    (hardware.kernels.decode_attention_work, Calibration.gqa_decode)."""
+    return kv_bytes < DTYPE_BYTES["bf16"]
+
+
 def check_dtype(kind: str, dtype: str, valid: tuple[str, ...]) -> None:
     """Raise a ValueError naming the bad dtype and the valid ones."""
     if dtype not in valid:

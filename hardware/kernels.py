@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from hardware.calibration import Collective, Roofline
+from hardware.dtypes import quantised_kv
 
 ACT_BYTES = 2
 
@@ -32,7 +33,7 @@ def decode_attention_work(sum_kv: float, heads: float, kv_heads: float, width: f
     0.24, 32 requests x 8k tokens, 4 KV heads: 0.112 ms at 8 and at 64 query heads), and an H200 is barely
     faster than an H100 (0.100 ms: 56 % of its HBM bandwidth against the H100's 72 %, where a BF16 cache
     reaches 83 / 87 %), so the dequantising loop, not the memory, sets the time."""
-    if kv_bytes < ACT_BYTES:
+    if quantised_kv(kv_bytes):
         return 2.0 * sum_kv * kv_heads * width
     return 2.0 * heads * width * sum_kv
 
@@ -143,7 +144,9 @@ ROUTINGS = ("uniform", "busiest", "balanced", "power_law", "power_law_busiest")
 """How a MoE layer's tokens reach its experts (``routed_load``): uniform random top-k on the mean rank; the
 same on the busiest expert-parallel rank; the kernel tables' even spread (``balanced_local_load``); or
 aiconfigurator's power-law loads on the mean rank or the busiest one (``power_law_load``)."""
-SERVING_ROUTINGS = ("uniform", "power_law")
+BUSIEST_RANK: dict[str, str] = {"uniform": "busiest", "power_law": "power_law_busiest"}
+"""A serving routing's busiest-rank counterpart (its own name prices the mean rank)."""
+SERVING_ROUTINGS = tuple(BUSIEST_RANK)
 """How a serving deployment's router spreads tokens over experts (Deployment.moe_routing): ``uniform``,
 independent top-k draws; ``power_law``, aiconfigurator's model of a skewed router (power_law_load)."""
 POWER_LAW_ALPHA = 1.01

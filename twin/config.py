@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import attrs
 
 from hardware.calibration import MOE_KERNELS
+from hardware.kernels import SERVING_ROUTINGS
 from twin.configio import from_dict, parse_override, read_yaml, set_path, to_dict
 from twin.errors import ConfigError
 from twin.registry import Pluggable
@@ -74,7 +75,7 @@ class ModelConfig:
         "auto", "bf16", "fp16", "fp8", "fp8_block", "fp4", "int4"))
     """``auto``: the checkpoint's own format (FP8 for an FP8 checkpoint, else BF16)."""
     kv_dtype: str = attrs.field(default="auto", validator=one_of("auto", "bf16", "fp16", "fp8"))
-    moe_routing: str = attrs.field(default="power_law", validator=one_of("power_law", "uniform"))
+    moe_routing: str = attrs.field(default="power_law", validator=one_of(*SERVING_ROUTINGS))
     """How a MoE model's router spreads tokens over experts: ``power_law`` (aiconfigurator's skewed loads,
     hardware.kernels.power_law_load) or ``uniform`` (independent top-k draws). Ignored for dense models."""
 
