@@ -231,9 +231,11 @@ EAGER_MOE_HOST = (0.0, 0.1e-3, 0.25e-3, 0.5e-3, 0.75e-3, 1e-3, 1.1e-3, 1.2e-3, 1
                   5e-3, 6e-3)
 
 
-def _prompt_steps(row: dict[str, str]) -> tuple[Any, list[Any]]:
-    """The row's worker deployment (as the twin builds it) and the batch shapes of the steps that carry one
-    request's prompt at the mean lengths: each chunk, beside c - 1 running decodes if the engine mixes."""
+def _prompt_steps(row: dict[str, str]) -> tuple[Any, list[Any], Any]:
+    """The row's worker deployment (as the twin builds it), the batch shapes of the steps that carry one
+    request's prompt at the mean lengths (each chunk, beside c - 1 running decodes if the engine mixes) and
+    the row's resolved config (:func:`twin.system.cost_model` prices a deployment as the row's worker does:
+    its scheduler limits and CUDA-graph settings)."""
     from hardware import BatchShape
     from twin.config import load_config
     from twin.system import make_deployment, resolve
@@ -255,7 +257,7 @@ def _prompt_steps(row: dict[str, str]) -> tuple[Any, list[Any]]:
         q = min(chunk, isl - done)
         done += q
         shapes.append(BatchShape.from_requests([1] * others + [q], [kv] * others + [done]))
-    return dep, shapes
+    return dep, shapes, cfg
 
 
 def fit_eager(csv_path: Path, journal: Path, engines: Sequence[str],
@@ -266,7 +268,7 @@ def fit_eager(csv_path: Path, journal: Path, engines: Sequence[str],
     constrain a term (SGLang: dense Qwen3-32B only, no MoE layer). ``journal`` must come from a run with
     every eager host term at 0 (its header does not record the constants); the terms are priced from 0
     here whatever the shipped profiles hold. ``by_group`` also prints what each (GPU, model) group wants."""
-    from hardware import CostModel
+    from twin.system import cost_model
     from twin.validate import Skip, read_rows, row_spec
 
     base_ttft = _journal_ttft_ms(journal)
@@ -282,11 +284,11 @@ def fit_eager(csv_path: Path, journal: Path, engines: Sequence[str],
                 continue
             if spec.mode != "agg" or spec.per_rank_concurrency > max_conc:
                 continue
-            dep, shapes = _prompt_steps(row)
+            dep, shapes, cfg = _prompt_steps(row)
             # priced from 0: the journal's TTFT had these terms at 0, whatever the shipped profile holds now
             zeroed = attrs.evolve(dep.engine, eager_layer_host_s=0.0, eager_moe_host_s=0.0)
             dep = attrs.evolve(dep, engine=zeroed)
-            rows.append((row, spec, dep, shapes))
+            rows.append((row, spec, dep, shapes, cfg))
         def trains(row: dict[str, str], spec: Any) -> bool:
             return spec.gpu == TRAIN_GPU or bool(train_models and re.search(train_models, row["model_path"]))
 
@@ -295,13 +297,14 @@ def fit_eager(csv_path: Path, journal: Path, engines: Sequence[str],
         if not train:
             print(f"{engine}: no train rows at concurrency <= {max_conc}")
             continue
-        zero = {id(dep): sum(CostModel(dep).step_cost(sh).total_s for sh in shapes) for _, _, dep, shapes in rows}
+        zero = {id(dep): sum(cost_model(cfg, dep).step_cost(sh).total_s for sh in shapes)
+                for _, _, dep, shapes, cfg in rows}
 
         def ratios(params: tuple[float, float], subset: list[Any]) -> np.ndarray:
             res = []
-            for row, spec, dep, shapes in subset:
+            for row, spec, dep, shapes, cfg in subset:
                 eng = attrs.evolve(dep.engine, eager_layer_host_s=params[0], eager_moe_host_s=params[1])
-                cm = CostModel(attrs.evolve(dep, engine=eng))
+                cm = cost_model(cfg, attrs.evolve(dep, engine=eng))
                 delta_ms = (sum(cm.step_cost(sh).total_s for sh in shapes) - zero[id(dep)]) * 1e3
                 res.append((base_ttft[row["id"]] + delta_ms) / float(row["silicon_ttft_ms"]))
             return np.array(res)
@@ -332,9 +335,10 @@ def _eager_by_group(engine: str, rows: list[Any], layer_s: float,
     minimises the group's median |log error|, the per-layer term held at the engine's fit. A diagnostic, not
     a fit: one constant per engine is what the profile ships."""
     groups: dict[tuple[str, str], list[Any]] = {}
-    for row, spec, dep, shapes in rows:
+    for rec in rows:
+        row, spec, dep = rec[:3]
         if dep.model.is_moe:
-            groups.setdefault((spec.gpu, row["model_path"].split("/")[-1]), []).append((row, spec, dep, shapes))
+            groups.setdefault((spec.gpu, row["model_path"].split("/")[-1]), []).append(rec)
     lines = [f"{engine}: eager_moe_host_s each group wants (eager_layer_host_s {layer_s:.3g})"]
     for (gpu, model), sub in sorted(groups.items()):
         score, best = min((_log_score(ratios((layer_s, v), sub)), v) for v in EAGER_MOE_HOST)
@@ -395,12 +399,13 @@ def implied_rates(csv_path: Path, opdb: Path | None, top: int) -> str:
 def lone_prompt_step_ms(row: dict[str, str]) -> float:
     """The twin's cost (ms) of a step that carries one request's whole prompt (the row's mean ISL) and
     nothing else, on the row's deployment: the unit P in which queueing behind other prompts is counted."""
-    from hardware import BatchShape, CostModel
+    from hardware import BatchShape
+    from twin.system import cost_model
     from twin.validate import protocol, row_spec
 
-    dep, _ = _prompt_steps(row)
+    dep, _, cfg = _prompt_steps(row)
     isl = max(1, round(row_spec(row).isl * (1.0 + protocol(row).low_frac) / 2.0))
-    return CostModel(dep).step_cost(BatchShape.from_requests([isl], [isl])).total_s * 1e3
+    return cost_model(cfg, dep).step_cost(BatchShape.from_requests([isl], [isl])).total_s * 1e3
 
 
 def ttft_step_table(recs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

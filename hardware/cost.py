@@ -17,6 +17,7 @@ from hardware import kernels
 from hardware.calibration import CURVE_MOE_KERNELS, Calibration, Roofline, calibration_for_engine
 from hardware.deployment import ACT_BYTES, Deployment, Linear
 from hardware.dtypes import COMPUTE_DTYPE
+from hardware.engine import FULL_GRAPH_MODES, GRAPH_MODES
 from hardware.kernels import BUSIEST_RANK
 from hardware.layers import FfnSpec, MixerSpec
 from hardware.shape import BatchShape
@@ -138,10 +139,18 @@ class CostModel:
     def __init__(self, dep: Deployment, *, disabled_terms: frozenset[str] = frozenset(),
                  cuda_graph: bool = True, calibration: Calibration | None = None,
                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
-                 kv_bucket_tokens: int = 0) -> None:
+                 kv_bucket_tokens: int = 0, graph_mode: str | None = None,
+                 max_capture_size: int | None = None) -> None:
         self.dep = dep
         self.disabled_terms = _check_terms(frozenset(disabled_terms))
-        self.cuda_graph = cuda_graph
+        if graph_mode is not None and graph_mode not in GRAPH_MODES:
+            raise ValueError(f"unknown CUDA-graph mode {graph_mode!r}; expected one of {', '.join(GRAPH_MODES)}")
+        self.graph_mode = "none" if not cuda_graph else (graph_mode or dep.engine.default_graph_mode)
+        """What replays a CUDA graph (GRAPH_MODES): ``full_and_piecewise`` (vLLM's default: pure-decode batches
+        as one full graph, other steps up to the largest capture size as piecewise graphs with attention
+        launched eagerly), ``piecewise`` (vLLM ``cudagraph_mode: PIECEWISE``: attention eager in every step),
+        ``full_decode_only`` (SGLang's and TRT-LLM's rule: pure-decode batches only) or ``none`` (eager)."""
+        self.cuda_graph = self.graph_mode != "none"
         self.cal = calibration if calibration is not None else calibration_for_engine(dep.engine.name)
         self.gcal = self.cal.graph_mode(dep.engine.graph_kernel_floor_s)
         """The constants as a replayed CUDA graph sees them (per-kernel GPU floors, no eager launch cost)."""
@@ -151,7 +160,7 @@ class CostModel:
         self.max_num_batched_tokens = (max_num_batched_tokens
                                        or dep.engine.default_max_num_batched_tokens(dep.gpu))
         self.capture_sizes = dep.engine.cuda_graph_sizes(self.max_num_seqs, self.max_num_batched_tokens,
-                                                         gpu=dep.gpu, tp=dep.tp)
+                                                         gpu=dep.gpu, tp=dep.tp, max_size=max_capture_size)
         self.max_capture = self.capture_sizes[-1]
         self.kv_bucket_tokens = kv_bucket_tokens
         self.spec_tokens = dep.spec_tokens
@@ -164,7 +173,7 @@ class CostModel:
         self._cache: dict[BatchShape, tuple[Mapping[str, float], int]] = {}
         self._token_cache: dict[tuple[int, int, int, int], dict[str, float]] = {}
         self._draft_cache: dict[tuple[int, int, int, bool], float] = {}
-        self._decode_bases: dict[int, tuple[bool, dict[str, float]]] = {}
+        self._decode_bases: dict[int, tuple[bool, float, dict[str, float]]] = {}
         self._batch_bases: dict[tuple[int, int, int, int], dict[str, float]] = {}
         self._build()
 
@@ -268,16 +277,17 @@ class CostModel:
         return t
 
     def _graphed(self, M: int, R: int, D: int) -> bool:
-        """Whether a step's GEMM / MoE / attention kernels replay a CUDA graph.
+        """Whether a step's GEMM / MoE kernels replay a CUDA graph (attention: :meth:`_attention_graphed`).
 
         vLLM captures piecewise graphs by token count (mixed batches up to the largest capture size run
         graphed, attention excepted); SGLang and TRT-LLM capture pure-decode batches only.
         """
-        if not self.cuda_graph:
+        mode = self.graph_mode
+        if mode == "none":
             return False
-        if self.dep.engine.capture_rule == "vllm":
-            return M <= self.max_capture
-        return D == R and R <= self.max_capture
+        if mode == "full_decode_only":
+            return D == R and R <= self.max_capture
+        return M <= self.max_capture
 
     def _fill_token_terms(self, t: dict[str, float], M: int, R: int, D: int, q: int = 1) -> None:
         graph = self._graphed(M, R, D)
@@ -335,10 +345,13 @@ class CostModel:
 
     # --- attention -----------------------------------------------------------------------------
     def _attention_graphed(self, s: BatchShape) -> bool:
-        """Whether the step's attention replays a graph: vLLM runs attention outside its piecewise graphs
-        except in full-graph pure-decode batches."""
-        return self._graphed(s.new_tokens, s.num_reqs, s.num_decode) and (
-            s.is_pure_decode or self.dep.engine.capture_rule != "vllm")
+        """Whether the step's attention replays a graph: only in a full graph, i.e. a graphed pure-decode
+        batch (piecewise graphs leave attention outside)."""
+        return s.is_pure_decode and self._decode_attention_graphed(s.num_reqs, s.new_tokens)
+
+    def _decode_attention_graphed(self, R: int, M: int) -> bool:
+        """Whether a pure-decode batch of R requests (M tokens) runs its attention inside a full graph."""
+        return self.graph_mode in FULL_GRAPH_MODES and self._graphed(M, R, R)
 
     def _attention_s(self, s: BatchShape,
                      groups: tuple[tuple[int, MixerSpec, int, int], ...] | None = None) -> float:
@@ -559,7 +572,7 @@ class CostModel:
         piecewise graphs with attention launched eagerly (vLLM v1); without graphs every kernel is launched.
         """
         if self.cuda_graph:
-            if s.is_pure_decode and s.num_reqs <= self.max_capture:
+            if s.is_pure_decode and s.num_reqs <= self.max_capture and self.graph_mode in FULL_GRAPH_MODES:
                 return 0.0
             return self.attn_layers * self.dep.engine.launch_s
         return self.kernels_per_step * self.dep.engine.launch_s
@@ -595,27 +608,29 @@ class CostModel:
                 raise ValueError("decode_step prices plain one-token decodes; with speculative decoding a decode "
                                  "verifies 1 + spec_tokens tokens: price its shape with step()")
             base = self._decode_base(n)
-        graph, fixed = base
+        graph, eager, fixed = base
         if self.kv_bucket_tokens > 0:
             b = self.kv_bucket_tokens
             sum_kv = -(-sum_kv // b) * b
         t = fixed.copy()
         # BatchShape(n, n, n, sum_kv, sum_kv, n): every request decodes, so no prefill part.
         t["attention"] = attn = self._attention_time(graph, n, sum_kv, 0, 0, 0, 0)
-        self._fill_context_terms(t, sum_kv, n, attn, 0.0 if graph else self.eager_host_s)
+        self._fill_context_terms(t, sum_kv, n, attn, eager)
         out = [t[name] for name in self._enabled]
         return out, max(1, round(sum(out) * 1e9))
 
-    def _decode_base(self, n: int) -> tuple[bool, dict[str, float]]:
-        """Whether a pure-decode batch of ``n`` replays a graph for attention, and its batch terms."""
+    def _decode_base(self, n: int) -> tuple[bool, float, dict[str, float]]:
+        """Whether a pure-decode batch of ``n`` replays a graph for attention, its eager host time (0.0 when
+        its other kernels replay graphs) and its batch terms, as :meth:`_terms` decides them."""
         s = BatchShape(num_reqs=n, num_decode=n, new_tokens=n, sum_kv=n, sum_q_kv=n, sum_q_sq=n)
         t = dict.fromkeys(self._terms_all, 0.0)
         self._fill_batch_terms(t, s)
-        graph = self._graphed(n, n, n)  # as _attention_s decides it for a pure-decode batch
+        graph = self._decode_attention_graphed(n, n)  # as _attention_s decides it for a pure-decode batch
+        eager = 0.0 if self._graphed(n, n, n) else self.eager_host_s
         if len(self._decode_bases) >= _CACHE_LIMIT:
             self._decode_bases.clear()
-        self._decode_bases[n] = (graph, t)
-        return graph, t
+        self._decode_bases[n] = (graph, eager, t)
+        return graph, eager, t
 
     def step_time_ns(self, shape: BatchShape) -> int:
         """Total step time in integer nanoseconds (>= 1), memoised on the exact shape."""

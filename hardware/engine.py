@@ -13,6 +13,13 @@ ENGINE_DIR = DATA_DIR / "engines"
 _GIB = 2**30
 CAPTURE_RULES = ("vllm", "sglang", "trtllm")
 KV_MEMORY_RULES = ("total", "free")
+GRAPH_MODES = ("full_and_piecewise", "piecewise", "full_decode_only", "none")
+"""What replays a CUDA graph; vLLM's ``cudagraph_mode`` names (FULL_AND_PIECEWISE, PIECEWISE,
+FULL_DECODE_ONLY, NONE), which also describe SGLang's and TRT-LLM's decode-only graphs."""
+FULL_GRAPH_MODES = ("full_and_piecewise", "full_decode_only")
+"""The modes in which a pure-decode batch replays one full graph, attention included."""
+TRTLLM_DEFAULT_GRAPH_MAX = 128
+"""TRT-LLM CudaGraphConfig: max_batch_size 0 means 128."""
 
 
 @attrs.frozen(kw_only=True)
@@ -89,20 +96,39 @@ class EngineProfile:
             return 512
         return 256 if tp < 4 else 512
 
+    @property
+    def default_graph_mode(self) -> str:
+        """The engine's CUDA-graph mode when the user sets none (GRAPH_MODES): vLLM v1 replays full graphs
+        for pure-decode batches and piecewise graphs for the rest; SGLang and TRT-LLM graph pure decodes."""
+        return "full_and_piecewise" if self.capture_rule == "vllm" else "full_decode_only"
+
     def cuda_graph_sizes(self, max_num_seqs: int, max_num_batched_tokens: int, *,
-                         gpu: GPUSpec | None = None, tp: int = 1) -> tuple[int, ...]:
-        """Decode batch sizes captured as CUDA graphs, ascending (a decode batch pads up to the next one)."""
+                         gpu: GPUSpec | None = None, tp: int = 1, max_size: int | None = None) -> tuple[int, ...]:
+        """Batch sizes captured as CUDA graphs, ascending (a graphed batch pads up to the next one).
+
+        ``max_size``: the largest size the user asked for (vLLM max_cudagraph_capture_size, SGLang
+        cuda_graph_max_bs, TRT-LLM cuda_graph_config.max_batch_size); None: the engine's default.
+        vLLM: [1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16), max = min(2 x max_num_seqs, 512) by
+        default, capped by the token budget. SGLang: [1, 2, 4, 8, 12] + range(16, 257, 8) + range(272, 512,
+        16) + range(512, max + 1, 32), capped by the running-request limit, which is itself captured when
+        the list passes it (cuda_graph_runner.get_batch_sizes_to_capture adds req_to_token_pool.size).
+        TRT-LLM with enable_padding: [1, 2, 4] + range(8, 129, 8) + the powers of two from 256 below max, +
+        max (default 128), capped by max_batch_size, which is then captured itself.
+        """
         if self.capture_rule == "vllm":
-            top = min(2 * max_num_seqs, 512)
+            top = max_size if max_size is not None else min(2 * max_num_seqs, 512)
             sizes = [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)]
             limit = min(top, max_num_batched_tokens)
         elif self.capture_rule == "sglang":
-            top = self.cuda_graph_max_bs(gpu, tp)
+            top = max_size if max_size is not None else self.cuda_graph_max_bs(gpu, tp)
             sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, top + 1, 32)]
             limit = min(top, max_num_seqs, max_num_batched_tokens)
         else:
-            sizes = [2**i for i in range(14)]
-            limit = min(max_num_seqs, 8192, max_num_batched_tokens)
+            top = max_size if max_size is not None else TRTLLM_DEFAULT_GRAPH_MAX
+            sizes = [1, 2, 4, *range(8, 129, 8), *(2**i for i in range(8, 14) if 2**i < top), top]
+            limit = min(top, max_num_seqs, max_num_batched_tokens)
+        if self.capture_rule != "vllm":
+            sizes.append(limit)      # the largest batch the engine can run is captured too
         out = tuple(sorted({s for s in sizes if s <= limit}))
         return out if out else (1,)
 

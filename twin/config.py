@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import attrs
 
 from hardware.calibration import MOE_KERNELS
+from hardware.engine import GRAPH_MODES
 from hardware.kernels import SERVING_ROUTINGS
 from twin.configio import from_dict, parse_override, read_yaml, set_path, to_dict
 from twin.errors import ConfigError
@@ -142,6 +143,16 @@ class EngineConfig:
     engine's FlashInfer rows of the weight format, e.g. vLLM block-FP8 on Hopper with expert parallelism) or
     ``deepgemm`` (block-FP8 weights: vLLM's DeepGemmExperts, DeepGEMM's contiguous grouped GEMM over the
     worst-case padded rows; hardware.kernels.deepgemm_moe_s)."""
+    cuda_graph_mode: str | None = attrs.field(default=None,
+                                              validator=attrs.validators.optional(one_of(*GRAPH_MODES)))
+    """What replays a CUDA graph, in vLLM's cudagraph_mode terms: ``full_and_piecewise`` (pure-decode
+    batches as one full graph, other steps up to the largest capture size as piecewise graphs with attention
+    launched eagerly), ``piecewise`` (attention eager in every step), ``full_decode_only`` (pure-decode
+    batches only: SGLang's and TRT-LLM's graphs) or ``none`` (eager: vLLM --enforce-eager, SGLang
+    --disable-cuda-graph). Null: the engine's default."""
+    cuda_graph_max_size: int | None = attrs.field(default=None, validator=positive)
+    """Largest captured batch (vLLM max_cudagraph_capture_size, in tokens; SGLang cuda_graph_max_bs;
+    TRT-LLM cuda_graph_config.max_batch_size). Null: the engine's default for the scheduler limits."""
     speculative: SpeculativeConfig = attrs.Factory(SpeculativeConfig)
 
 

@@ -104,8 +104,10 @@ class DisaggSystem:
         self._layers = self.p_dep.layers_per_gpu
         p_blocks = kv_blocks(config, self.p_dep, spec.prefill.num_blocks)
         d_blocks = kv_blocks(config, self.d_dep, spec.decode.num_blocks)
-        p_prices = StepPrices(cost_model(config, self.p_dep))
-        d_prices = StepPrices(cost_model(config, self.d_dep))
+        p_prices = StepPrices(cost_model(config, self.p_dep, max_num_seqs=spec.prefill.max_num_seqs,
+                                         max_num_batched_tokens=spec.prefill.max_num_batched_tokens))
+        d_prices = StepPrices(cost_model(config, self.d_dep, max_num_seqs=spec.decode.max_num_seqs,
+                                         max_num_batched_tokens=spec.decode.max_num_batched_tokens))
         self.prefill = [
             Worker(env, i, build_scheduler(config, p_blocks, self.p_dep, max_num_seqs=spec.prefill.max_num_seqs,
                                            max_num_batched_tokens=spec.prefill.max_num_batched_tokens,

@@ -118,9 +118,16 @@ def fast_forward_steps(config: TwinConfig) -> int:
     return config.run.fast_forward_max_steps
 
 
-def cost_model(config: TwinConfig, dep: Deployment) -> CostModel:
+def cost_model(config: TwinConfig, dep: Deployment, *, max_num_seqs: int | None = None,
+               max_num_batched_tokens: int | None = None) -> CostModel:
+    """The step prices of one worker: its CUDA graphs are captured for its scheduler limits (a pool's own
+    ``max_num_seqs`` / ``max_num_batched_tokens`` where given, else the config's), as the engine does."""
+    s, e = config.scheduler, config.engine
     try:
-        return CostModel(dep, disabled_terms=frozenset(config.hardware.disabled_terms))
+        return CostModel(dep, disabled_terms=frozenset(config.hardware.disabled_terms),
+                         max_num_seqs=max_num_seqs or s.max_num_seqs,
+                         max_num_batched_tokens=max_num_batched_tokens or s.max_num_batched_tokens,
+                         graph_mode=e.cuda_graph_mode, max_capture_size=e.cuda_graph_max_size)
     except ValueError as exc:
         raise ConfigError("hardware.disabled_terms", str(exc)) from None
 

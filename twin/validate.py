@@ -452,9 +452,9 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
     same source's 0.5.6 runs are of 2026-01-23) run mixed: over their 70 rows TPOT / TTFT MAPE 31.0 / 120.0 %
     prefill-first against 21.8 / 66.1 % mixed (Qwen3-235B alone 12.7 / 40.4 against 12.2 / 50.3 %), so
     which rule those runs had is the doubt recorded here; the 0.5.8 rows (6, KV-bound) were not re-examined. InferenceMAX
-    launches vLLM with --max-num-seqs CONC and --max-num-batched-tokens 8192; its SGLang / TRT-LLM settings
-    are left at the engine defaults. An engine whose profile has chunked prefill off by default (TRT-LLM)
-    gets it off here.
+    launches vLLM with --max-num-seqs CONC and --max-num-batched-tokens 8192 (its MiniMax-M2.5 scripts: --max-num-seqs
+    256 on H100, neither flag on H200); its SGLang / TRT-LLM settings are below. An engine whose profile has
+    chunked prefill off by default (TRT-LLM) gets it off here.
     """
     import hardware
 
@@ -473,7 +473,13 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
         elif spec.backend == "vllm":
             out.update(max_num_seqs=conc, max_num_batched_tokens=conc + spec.isl + 1500)
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "vllm":
-        out.update(max_num_seqs=conc, max_num_batched_tokens=8192)
+        if "minimax" in spec.model.lower():
+            # minimaxm2.5_fp8_h100.sh: --max-num-seqs 256; minimaxm2.5_fp8_h200.sh: neither flag (a36346339,
+            # 1d5cae141): the engine's defaults.
+            if spec.gpu == "h100_sxm":
+                out.update(max_num_seqs=256)
+        else:
+            out.update(max_num_seqs=conc, max_num_batched_tokens=8192)
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "trtllm":
         out.update(_inferencemax_trtllm(spec, conc, harness_speculative(row, spec, proto), _measured(row)))
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "sglang":
@@ -651,6 +657,66 @@ def harness_moe_kernel(row: dict[str, str], spec: "RowSpec", proto: Protocol) ->
     return "default"
 
 
+VLLM_FULL_GRAPHS_SINCE = "2025-11-04"
+"""First InferenceMAX vLLM image past v0.10.2 (7103d6608, vLLM 0.11.0): v0.10.2 replayed piecewise graphs only
+(vLLM PR #25444 made FULL_AND_PIECEWISE the default in 0.11.0)."""
+
+
+def harness_graphs(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> dict[str, Any]:
+    """The CUDA-graph settings the row's harness ran (engine.cuda_graph_mode / engine.cuda_graph_max_size;
+    empty: the engine's defaults for the row's scheduler limits). InferenceMAX (SemiAnalysisAI/InferenceX):
+
+    * vLLM images before VLLM_FULL_GRAPHS_SINCE were v0.10.2 (70b-tmpl.yml and gptoss-tmpl.yml at 9596d23 /
+      e06929c70), whose default cudagraph_mode was PIECEWISE: the Llama-3.1-70B rows of 2025-10-29 and the
+      gpt-oss rows of 2025-11-02. From 0.11.0 on the default is FULL_AND_PIECEWISE; gptoss_fp4_*.sh set
+      PIECEWISE explicitly from 7103d6608 (2025-11-04) until 25506e87c (2025-12-05), when no row was measured.
+    * vLLM gpt-oss: ``cuda-graph-sizes: 2048`` (v0.10.2) and ``max-cudagraph-capture-size: 2048`` (0.11.2 on,
+      gptoss_fp4_h100.sh / gptoss_fp4_h200.sh at cec542a9a): piecewise graphs up to 2,048 tokens, so a 1k
+      prompt's step replays graphs.
+    * vLLM MiniMax-M2.5 H100 (minimaxm2.5_fp8_h100.sh from ac0d2a853 until 298d8f94c, 2026-05-22):
+      ``--compilation-config '{"cudagraph_mode":"PIECEWISE"}'``.
+    * TRT-LLM gpt-oss (gptoss_fp4_h200_trt*.sh): cuda_graph_config max_batch_size CONC, padding on;
+      DeepSeek-R1/V3 (dsr1_fp8_h200_trt*.sh): max_batch_size 128 (the default); Llama-3.1-70B
+      (70b_fp8_h200_trt_slurm.sh): 1024.
+
+    * SGLang Qwen3.5 (qwen3.5_fp8_h200.sh at f65d6b4b1): --cuda-graph-max-bs CONC; DeepSeek-R1/V3
+      (dsr1_fp8_h200.sh at 41aff0afc): --cuda-graph-max-bs 512 at 1k/1k, else 256, as its
+      --max-running-requests (experiments/harness/inferencemax_flags.md).
+
+    aiconfigurator's gap analysis (genai-perf): its TRT-LLM agg configs capture every batch size up to the
+    batch limit (961028348 cli/backends/trtllm.py: cuda_graph_batch_sizes = 1 .. bs, bs standing for c as in
+    :func:`deployment_limits`); the twin captures up to c (padding to the next of its sizes below that).
+    TRT-LLM disaggregated rows: the decode workers capture up to their batch limit (the Dynamo recipes name
+    it, e.g. ``..._batch128_...yaml``); prefill workers run no pure-decode step.
+    """
+    if spec.backend == "trtllm" and spec.mode == "disagg":
+        return {"cuda_graph_max_size": spec.decode_batch} if spec.decode_batch else {}
+    if proto is GENAI_PERF and spec.mode == "agg" and spec.backend == "trtllm":
+        return {"cuda_graph_max_size": spec.per_rank_concurrency}
+    if proto is not INFERENCEMAX or spec.mode != "agg":
+        return {}
+    model, day = spec.model.lower(), _measured(row)
+    out: dict[str, Any] = {}
+    if spec.backend == "vllm":
+        if day and day < VLLM_FULL_GRAPHS_SINCE:
+            out["cuda_graph_mode"] = "piecewise"
+        if "minimax" in model and spec.gpu == "h100_sxm":
+            out["cuda_graph_mode"] = "piecewise"
+        if "gpt-oss" in model:
+            out["cuda_graph_max_size"] = 2048
+    elif spec.backend == "trtllm":
+        if "gpt-oss" in model:
+            out["cuda_graph_max_size"] = spec.per_rank_concurrency
+        elif "llama-3.1-70b" in model:
+            out["cuda_graph_max_size"] = 1024
+    elif spec.backend == "sglang":
+        if "qwen3.5" in model:
+            out["cuda_graph_max_size"] = spec.per_rank_concurrency
+        elif "deepseek" in model:
+            out["cuda_graph_max_size"] = 512 if (spec.isl, spec.osl) == (1024, 1024) else 256
+    return out
+
+
 HOPPER = ("h100_sxm", "h100_pcie", "h200_sxm")
 
 
@@ -808,6 +874,7 @@ def row_config(row: dict[str, str], *, waves: int | None = None) -> dict[str, An
         kernel = engine_moe_kernel(row, spec)
     if kernel != "default":
         cfg["engine"]["moe_kernel"] = kernel
+    cfg["engine"].update(harness_graphs(row, spec, proto))
     drafts = harness_speculative(row, spec, proto)
     if drafts:
         cfg["engine"]["speculative"] = {"method": "mtp", "num_speculative_tokens": drafts,

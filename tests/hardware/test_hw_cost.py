@@ -262,6 +262,46 @@ def test_step_time_ns_memoised_and_fast() -> None:
     assert (time.perf_counter() - t0) / 10000 < 20e-6     # < 5 us typical; generous for slow CI
 
 
+def test_graph_modes_move_exactly_what_they_leave_out_of_graphs() -> None:
+    """vLLM cudagraph_mode PIECEWISE runs a pure decode's attention outside the graphs (its launches, its
+    eager floors) and changes nothing else; FULL_DECODE_ONLY (SGLang's and TRT-LLM's rule) prices a mixed
+    step's kernels eager; NONE is cuda_graph=False."""
+    decode = BatchShape.from_requests([1] * 8, [500] * 8)
+    mixed = BatchShape.from_requests([300, 1, 1], [300, 500, 500])
+    full = cm().step_cost(decode).terms
+    piecewise = cm(graph_mode="piecewise").step_cost(decode).terms
+    eager = cm(cuda_graph=False).step_cost(decode).terms
+    assert full["kernel_launch"] == 0.0
+    assert piecewise["kernel_launch"] == pytest.approx(L * SERIAL.launch_s)
+    assert piecewise["attention"] == eager["attention"]
+    # the eager floor (13 us per layer) against the graph's: three kernels at the engine's graph floor
+    assert piecewise["attention"] - full["attention"] == pytest.approx(
+        L * (13e-6 - 3 * SERIAL.graph_kernel_floor_s), rel=1e-9)
+    assert {k for k in full if full[k] != piecewise[k]} == {"attention", "kernel_launch"}
+    assert cm(graph_mode="piecewise").step_cost(mixed).terms == cm().step_cost(mixed).terms
+    decode_only = cm(graph_mode="full_decode_only").step_cost(mixed).terms
+    none = cm(cuda_graph=False).step_cost(mixed).terms
+    for term in ("qkv_proj", "o_proj", "mlp", "lm_head", "attention"):
+        assert decode_only[term] == none[term]
+    assert decode_only["mlp"] > cm().step_cost(mixed).terms["mlp"]          # eager floors, not graph floors
+    assert cm(graph_mode="full_decode_only").step_cost(decode).terms == full
+    assert cm(graph_mode="none").step_cost(decode).terms == eager
+    with pytest.raises(ValueError, match="CUDA-graph mode 'full'"):
+        cm(graph_mode="full")
+
+
+def test_capture_limit_decides_which_mixed_steps_replay_graphs() -> None:
+    """vLLM replays piecewise graphs for steps up to its largest capture size, which follows max_num_seqs
+    (2 x max_num_seqs up to 512) unless set: a 300-token step is eager at max_num_seqs 8 (largest capture
+    16), graphed by default (512) and with max_capture_size 2048."""
+    mixed = BatchShape.from_requests([300, 1, 1], [300, 500, 500])
+    small = cm(max_num_seqs=8)
+    assert small.max_capture == 16 and cm().max_capture == 512
+    assert cm(max_num_seqs=8, max_capture_size=2048).max_capture == 2048
+    assert small.step_cost(mixed).terms["mlp"] == cm(cuda_graph=False).step_cost(mixed).terms["mlp"]
+    assert cm(max_num_seqs=8, max_capture_size=2048).step_cost(mixed).terms == cm().step_cost(mixed).terms
+
+
 def test_eager_mode_adds_launches_only_there() -> None:
     """Eager, every kernel is launched from the CPU and each op pays its eager floor; in a graph neither."""
     decode = BatchShape.from_requests([1] * 8, [500] * 8)
@@ -286,6 +326,8 @@ def test_eager_mode_adds_launches_only_there() -> None:
     ("deepseek-ai/DeepSeek-V3", "h200_sxm", "trtllm", {"tp": 8}, {"cuda_graph": False}),   # eager_host > 0
     ("deepseek-ai/DeepSeek-V3.2", "b200_sxm", "sglang", {"tp": 1, "attn_dp": 8, "ep": 8}, {}),
     ("openai/gpt-oss-20b", "h100_sxm", "vllm", {}, {}),
+    ("openai/gpt-oss-20b", "h100_sxm", "vllm", {}, {"graph_mode": "piecewise", "max_num_seqs": 4}),
+    ("openai/gpt-oss-20b", "h100_sxm", "vllm", {}, {"graph_mode": "full_decode_only", "max_capture_size": 64}),
     ("nvidia/Nemotron-H-56B-Base-8K", "h100_sxm", "vllm", {"tp": 2}, {}),
 ])
 def test_decode_step_is_step_of_the_pure_decode_shape(model: str, gpu: str, engine: str,

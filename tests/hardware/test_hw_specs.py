@@ -73,6 +73,33 @@ def test_sglang_capture_sizes() -> None:
     assert sizes8[-1] == 512 and 496 in sizes8 and 272 in sizes8
 
 
+def test_trtllm_capture_sizes_follow_cuda_graph_config() -> None:
+    """TRT-LLM CudaGraphConfig with enable_padding: [1, 2, 4] + multiples of 8 to 128, then powers of two
+    below max_batch_size and max_batch_size itself (0 / unset: 128), never above the batch limit."""
+    trt = load_engine("trtllm")
+    default = trt.cuda_graph_sizes(2048, 8192)
+    assert default == (1, 2, 4, *range(8, 129, 8))
+    assert trt.cuda_graph_sizes(2048, 8192, max_size=1024)[-4:] == (128, 256, 512, 1024)
+    assert trt.cuda_graph_sizes(2048, 8192, max_size=300)[-3:] == (128, 256, 300)
+    assert trt.cuda_graph_sizes(16, 8192, max_size=16) == (1, 2, 4, 8, 16)
+    assert trt.cuda_graph_sizes(12, 8192) == (1, 2, 4, 8, 12)      # capped by max_batch_size, itself captured
+
+
+def test_capture_size_override_per_engine() -> None:
+    """max_size replaces the engine's default largest capture (vLLM max_cudagraph_capture_size, SGLang
+    cuda_graph_max_bs); the engines' own caps (token budget, running requests) still apply."""
+    vllm = load_engine("vllm")
+    sizes = vllm.cuda_graph_sizes(4, 8192, max_size=2048)   # gpt-oss InferenceMAX: --max-num-seqs CONC
+    assert sizes[-3:] == (2016, 2032, 2048) and 264 not in sizes and 272 in sizes
+    assert vllm.cuda_graph_sizes(4, 1000, max_size=2048)[-1] == 992
+    sglang = load_engine("sglang")
+    assert sglang.cuda_graph_sizes(1024, 8192, gpu=load_gpu("h100_sxm"), max_size=64)[-1] == 64
+    # --max-running-requests 9: the pool size joins the list (get_batch_sizes_to_capture)
+    assert sglang.cuda_graph_sizes(9, 8192, gpu=load_gpu("h100_sxm")) == (1, 2, 4, 8, 9)
+    assert vllm.default_graph_mode == "full_and_piecewise"
+    assert sglang.default_graph_mode == load_engine("trtllm").default_graph_mode == "full_decode_only"
+
+
 def _llama8b(**kw: object) -> Deployment:
     return Deployment(gpu=load_gpu("h100_sxm"), model=load_model("meta-llama/Llama-3.1-8B"),
                       engine=load_engine("vllm"), **kw)  # type: ignore[arg-type]

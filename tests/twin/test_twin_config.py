@@ -20,6 +20,8 @@ from twin.system import resolve
     ("kv_cache.gpu_memory_utilization=1.5", "kv_cache.gpu_memory_utilization", "must be in (0, 1]"),
     ("scheduler.chunked_prefil=true", "scheduler.chunked_prefil", "unknown key"),
     ("router.kind=magic", "router.kind", "unknown router kind 'magic'"),
+    ("engine.cuda_graph_mode=full", "engine.cuda_graph_mode", "must be one of ['full_and_piecewise', 'piecewise'"),
+    ("engine.cuda_graph_max_size=0", "engine.cuda_graph_max_size", "must be > 0, got 0"),
     ("workload.arrival.rate_per_s=-1", "workload.arrival.rate_per_s", "must be > 0"),
     ("workload.input_tokens.low=10", "workload.input_tokens", "give either fixed, or both low and high"),
 ])
@@ -124,3 +126,18 @@ def test_moe_kernel_without_a_fitted_curve_is_a_config_error() -> None:
                       "system": {"tp": 4}, "workload": {"kind": "synthetic", "num_requests": 2}})
     with pytest.raises(ConfigError, match=r"engine\.moe_kernel.*no flashinfer MoE curve for fp8_block"):
         Simulation(fi)
+
+
+def test_step_prices_follow_the_scheduler_limits_and_graph_settings() -> None:
+    """A worker's CUDA graphs are captured for its own scheduler limits, as the engine captures them:
+    vLLM at max_num_seqs 8 captures up to 16, unless engine.cuda_graph_max_size says otherwise."""
+    from twin.system import cost_model, make_deployment
+    default = resolve(load_config(None))
+    cm = cost_model(default, make_deployment(default, 1))
+    assert cm.max_capture == 512 and cm.graph_mode == "full_and_piecewise"
+    small = resolve(load_config(None, ["scheduler.max_num_seqs=8"]))
+    assert cost_model(small, make_deployment(small, 1)).max_capture == 16
+    wide = resolve(load_config(None, ["scheduler.max_num_seqs=8", "engine.cuda_graph_max_size=2048",
+                                      "engine.cuda_graph_mode=piecewise"]))
+    cm = cost_model(wide, make_deployment(wide, 1))
+    assert cm.max_capture == 2048 and cm.graph_mode == "piecewise"

@@ -56,6 +56,18 @@ def test_pull_waits_for_decode_capacity_and_staged_kv_blocks_prefill(tmp_path):
     assert res.summary["kv_transfer"]["pulls"] == 3 and res.summary["kv_transfer"]["lease_expiries"] == 0
 
 
+def test_each_pool_captures_graphs_for_its_own_batch_limit(tmp_path):
+    """A pool's max_num_seqs sizes its workers' CUDA graphs (vLLM: up to 2 x max_num_seqs, at most 512)."""
+    path = tmp_path / "w.jsonl"
+    write_sessions(path, [one_call("a", 0.0, 100, 4)], source="test")
+    cfg = load_config({"system": {"kind": "disaggregated", "prefill": {"workers": 1},
+                                  "decode": {"workers": 1, "max_num_seqs": 8}},
+                       "workload": {"kind": "sessions", "path": str(path)}})
+    sim = Simulation(cfg)
+    assert sim.system.prefill[0].prices.cost_model.max_capture == 512
+    assert sim.system.decode[0].prices.cost_model.max_capture == 16
+
+
 def test_delta_pull_moves_only_the_new_blocks_of_a_second_turn(tmp_path):
     s = Session(id="chat", arrival_s=0.0, calls=(Call(append_tokens=100, output_tokens=20, wait_after_s=1.0),
                                                  Call(append_tokens=30, output_tokens=5)))

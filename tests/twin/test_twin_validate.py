@@ -123,6 +123,9 @@ def test_disaggregated_pools_become_rank_workers() -> None:
     assert cfg["system"]["prefill"] == {"workers": 2, "tp": 8, "ep": 8, "attention_dp": 1, "max_num_seqs": 1}
     assert cfg["system"]["decode"] == {"workers": 8, "tp": 1, "ep": 8, "attention_dp": 8, "max_num_seqs": 32}
     assert cfg["workload"]["arrival"]["concurrency"] == 256
+    assert cfg["engine"] == {"name": "vllm"}
+    trt = row_config({**r, "backend": "trtllm"})
+    assert trt["engine"]["cuda_graph_max_size"] == 32          # decode workers capture up to their batch
 
 
 def test_summary_mape_groups_and_skip_reasons() -> None:
@@ -271,9 +274,46 @@ def test_vllm_gpt_oss_runs_of_the_marlin_script_price_marlin_experts() -> None:
         return row_config(row(model_path="openai/gpt-oss-120b", system="h200_sxm", isl="1024", osl="1024",
                               gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", tp_size="4", silicon_data_source=src,
                               **kw))
-    assert cfg("2026-03-27T08:01:51Z")["engine"] == {"name": "vllm", "moe_kernel": "marlin"}
-    assert cfg("2025-11-02")["engine"] == {"name": "vllm"}
-    assert cfg("2026-03-27T08:01:51Z", backend="trtllm")["engine"] == {"name": "trtllm"}
+    assert cfg("2026-03-27T08:01:51Z")["engine"]["moe_kernel"] == "marlin"
+    assert "moe_kernel" not in cfg("2025-11-02")["engine"]
+    assert "moe_kernel" not in cfg("2026-03-27T08:01:51Z", backend="trtllm")["engine"]
+
+
+def test_inferencemax_cuda_graph_settings_follow_the_rows_scripts() -> None:
+    """vLLM v0.10.2 images (rows before 2025-11-04) replayed piecewise graphs only; the gpt-oss scripts
+    capture up to 2,048 tokens; MiniMax-M2.5 on H100 runs PIECEWISE with --max-num-seqs 256, on H200 neither;
+    TRT-LLM gpt-oss captures up to its batch limit CONC; genai-perf rows keep the engine's defaults."""
+    def cfg(day: str, **kw: str) -> dict:
+        src = f"source_file=2026-03-25.csv; silicon_concurrency=4; measured={day}"
+        base = dict(model_path="openai/gpt-oss-120b", system="h200_sxm", isl="1024", osl="1024",
+                    gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", tp_size="4", silicon_data_source=src)
+        base.update(kw)
+        return row_config(row(**base))
+    assert cfg("2025-11-02")["engine"] == {"name": "vllm", "cuda_graph_mode": "piecewise",
+                                           "cuda_graph_max_size": 2048}
+    assert cfg("2026-03-27T08:01:51Z")["engine"] == {"name": "vllm", "moe_kernel": "marlin",
+                                                     "cuda_graph_max_size": 2048}
+    assert cfg("2025-11-02", backend="trtllm")["engine"] == {"name": "trtllm", "cuda_graph_max_size": 4}
+    llama = cfg("2025-10-29", model_path="nvidia/Llama-3.1-70B-Instruct-FP8", gemm_quant_mode="fp8",
+                moe_quant_mode="")
+    assert llama["engine"] == {"name": "vllm", "cuda_graph_mode": "piecewise"}
+    assert llama["scheduler"] == {"max_num_seqs": 4, "max_num_batched_tokens": 8192}
+    minimax = functools.partial(cfg, "2026-03-27", model_path="MiniMaxAI/MiniMax-M2.5", precision="fp8",
+                                gemm_quant_mode="fp8", moe_quant_mode="fp8", backend_version="0.18.0")
+    h100 = minimax(system="h100_sxm")
+    assert h100["engine"]["cuda_graph_mode"] == "piecewise" and h100["scheduler"] == {"max_num_seqs": 256}
+    h200 = minimax()
+    assert "cuda_graph_mode" not in h200["engine"] and "scheduler" not in h200
+    genai = row_config(row(model_path="openai/gpt-oss-120b", system="h200_sxm", isl="1024", osl="1024",
+                           gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4",
+                           silicon_data_source="source_file=aic-auto-gap-analysis.csv; silicon_concurrency=4"))
+    assert not any(k.startswith("cuda_graph") for k in genai["engine"])
+    qwen = cfg("2026-04-06", model_path="Qwen/Qwen3.5-397B-A17B", backend="sglang", precision="fp8",
+               gemm_quant_mode="fp8", moe_quant_mode="fp8", tp_size="8", moe_ep_size="8")
+    assert qwen["engine"]["cuda_graph_max_size"] == 4          # --cuda-graph-max-bs CONC
+    trt = row_config(row(backend="trtllm", batch_size="12",
+                         silicon_data_source="source_file=aic-auto-gap-analysis.csv; silicon_concurrency=12"))
+    assert trt["engine"]["cuda_graph_max_size"] == 12          # cuda_graph_batch_sizes 1 .. bs
 
 
 def fp8_moe_row_config(**kw: str) -> dict:
@@ -312,7 +352,8 @@ def test_vllm_016_018_minimax_block_fp8_moe_runs_flashinfer_cutlass() -> None:
     fi = {"name": "vllm", "moe_kernel": "flashinfer"}
     assert cfg()["model"]["weight_dtype"] == "fp8_block"
     assert cfg()["engine"] == fi and cfg()["system"]["ep"] == 1
-    assert cfg(system="h100_sxm", backend_version="0.18.0", moe_tp_size="1", moe_ep_size="4")["engine"] == fi
+    assert cfg(system="h100_sxm", backend_version="0.18.0", moe_tp_size="1", moe_ep_size="4")["engine"] == {
+        **fi, "cuda_graph_mode": "piecewise"}                                  # minimaxm2.5_fp8_h100.sh
     assert cfg(backend_version="0.18.0", tp_size="8", moe_tp_size="1", moe_ep_size="8")["engine"] == fi
     # the export's ep 1 on a 0.18 H200 run: the script's --enable-expert-parallel makes it EP over TP
     src = "source_file=x.csv; silicon_concurrency=16; measured=2026-03-27T07:59:49Z"
@@ -420,7 +461,7 @@ def test_sglang_059_qwen35_ep8_block_fp8_moe_keeps_triton_curve() -> None:
                          backend_version="0.5.9", precision="fp8", gemm_quant_mode="fp8_block",
                          moe_quant_mode="fp8_block", tp_size="8", moe_tp_size="1", moe_ep_size="8", isl="1024",
                          osl="1024", batch_size="4", silicon_data_source=src))
-    assert cfg["engine"] == {"name": "sglang"}
+    assert cfg["engine"] == {"name": "sglang", "cuda_graph_max_size": 4}   # no moe_kernel: the default curve
     assert cfg["model"]["weight_dtype"] == "fp8_block"
     assert cfg["system"]["tp"] == 8 and cfg["system"]["ep"] == 8
 
