@@ -140,7 +140,7 @@ class CostModel:
                  cuda_graph: bool = True, calibration: Calibration | None = None,
                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                  kv_bucket_tokens: int = 0, graph_mode: str | None = None,
-                 max_capture_size: int | None = None) -> None:
+                 max_capture_size: int | None = None, capture_sizes: tuple[int, ...] | None = None) -> None:
         self.dep = dep
         self.disabled_terms = _check_terms(frozenset(disabled_terms))
         if graph_mode is not None and graph_mode not in GRAPH_MODES:
@@ -160,7 +160,8 @@ class CostModel:
         self.max_num_batched_tokens = (max_num_batched_tokens
                                        or dep.engine.default_max_num_batched_tokens(dep.gpu))
         self.capture_sizes = dep.engine.cuda_graph_sizes(self.max_num_seqs, self.max_num_batched_tokens,
-                                                         gpu=dep.gpu, tp=dep.tp, max_size=max_capture_size)
+                                                         gpu=dep.gpu, tp=dep.tp, max_size=max_capture_size,
+                                                         sizes=capture_sizes)
         self.max_capture = self.capture_sizes[-1]
         self.kv_bucket_tokens = kv_bucket_tokens
         self.spec_tokens = dep.spec_tokens

@@ -103,11 +103,14 @@ class EngineProfile:
         return "full_and_piecewise" if self.capture_rule == "vllm" else "full_decode_only"
 
     def cuda_graph_sizes(self, max_num_seqs: int, max_num_batched_tokens: int, *,
-                         gpu: GPUSpec | None = None, tp: int = 1, max_size: int | None = None) -> tuple[int, ...]:
+                         gpu: GPUSpec | None = None, tp: int = 1, max_size: int | None = None,
+                         sizes: tuple[int, ...] | None = None) -> tuple[int, ...]:
         """Batch sizes captured as CUDA graphs, ascending (a graphed batch pads up to the next one).
 
         ``max_size``: the largest size the user asked for (vLLM max_cudagraph_capture_size, SGLang
         cuda_graph_max_bs, TRT-LLM cuda_graph_config.max_batch_size); None: the engine's default.
+        ``sizes``: the user's own list (vLLM cudagraph_capture_sizes, SGLang --cuda-graph-bs, TRT-LLM
+        cuda_graph_config.batch_sizes) in place of the engine's, under the same caps.
         vLLM: [1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16), max = min(2 x max_num_seqs, 512) by
         default, capped by the token budget. SGLang: [1, 2, 4, 8, 12] + range(16, 257, 8) + range(272, 512,
         16) + range(512, max + 1, 32), capped by the running-request limit, which is itself captured when
@@ -115,21 +118,24 @@ class EngineProfile:
         TRT-LLM with enable_padding: [1, 2, 4] + range(8, 129, 8) + the powers of two from 256 below max, +
         max (default 128), capped by max_batch_size, which is then captured itself.
         """
-        if self.capture_rule == "vllm":
+        if sizes is not None:
+            listed = list(sizes)
+            top = max(listed)
+        elif self.capture_rule == "vllm":
             top = max_size if max_size is not None else min(2 * max_num_seqs, 512)
-            sizes = [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)]
-            limit = min(top, max_num_batched_tokens)
+            listed = [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)]
         elif self.capture_rule == "sglang":
             top = max_size if max_size is not None else self.cuda_graph_max_bs(gpu, tp)
-            sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, top + 1, 32)]
-            limit = min(top, max_num_seqs, max_num_batched_tokens)
+            listed = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, top + 1, 32)]
         else:
             top = max_size if max_size is not None else TRTLLM_DEFAULT_GRAPH_MAX
-            sizes = [1, 2, 4, *range(8, 129, 8), *(2**i for i in range(8, 14) if 2**i < top), top]
+            listed = [1, 2, 4, *range(8, 129, 8), *(2**i for i in range(8, 14) if 2**i < top), top]
+        if self.capture_rule == "vllm":
+            limit = min(top, max_num_batched_tokens)
+        else:
             limit = min(top, max_num_seqs, max_num_batched_tokens)
-        if self.capture_rule != "vllm":
-            sizes.append(limit)      # the largest batch the engine can run is captured too
-        out = tuple(sorted({s for s in sizes if s <= limit}))
+            listed.append(limit)     # the largest batch the engine can run is captured too
+        out = tuple(sorted({s for s in listed if s <= limit}))
         return out if out else (1,)
 
 

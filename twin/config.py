@@ -153,7 +153,20 @@ class EngineConfig:
     cuda_graph_max_size: int | None = attrs.field(default=None, validator=positive)
     """Largest captured batch (vLLM max_cudagraph_capture_size, in tokens; SGLang cuda_graph_max_bs;
     TRT-LLM cuda_graph_config.max_batch_size). Null: the engine's default for the scheduler limits."""
+    cuda_graph_sizes: tuple[int, ...] | None = None
+    """The captured batch sizes themselves (vLLM cudagraph_capture_sizes, SGLang --cuda-graph-bs, TRT-LLM
+    cuda_graph_config.batch_sizes), under the engine's caps. Null: the engine's list."""
     speculative: SpeculativeConfig = attrs.Factory(SpeculativeConfig)
+
+    def __attrs_post_init__(self) -> None:
+        sizes = self.cuda_graph_sizes
+        if sizes is None:
+            return
+        if not sizes or any(not isinstance(s, int) or isinstance(s, bool) or s < 1 for s in sizes):
+            raise ValueError(f"cuda_graph_sizes must list positive integers, got {list(sizes)!r}")
+        if self.cuda_graph_max_size is not None and self.cuda_graph_max_size != max(sizes):
+            raise ValueError(f"cuda_graph_sizes ends at {max(sizes)} but cuda_graph_max_size is "
+                             f"{self.cuda_graph_max_size}: give one of them, or make them agree")
 
 
 @attrs.frozen(kw_only=True)

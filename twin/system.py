@@ -127,7 +127,8 @@ def cost_model(config: TwinConfig, dep: Deployment, *, max_num_seqs: int | None 
         return CostModel(dep, disabled_terms=frozenset(config.hardware.disabled_terms),
                          max_num_seqs=max_num_seqs or s.max_num_seqs,
                          max_num_batched_tokens=max_num_batched_tokens or s.max_num_batched_tokens,
-                         graph_mode=e.cuda_graph_mode, max_capture_size=e.cuda_graph_max_size)
+                         graph_mode=e.cuda_graph_mode, max_capture_size=e.cuda_graph_max_size,
+                         capture_sizes=e.cuda_graph_sizes)
     except ValueError as exc:
         raise ConfigError("hardware.disabled_terms", str(exc)) from None
 

@@ -685,14 +685,14 @@ def harness_graphs(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> dic
 
     aiconfigurator's gap analysis (genai-perf): its TRT-LLM agg configs capture every batch size up to the
     batch limit (961028348 cli/backends/trtllm.py: cuda_graph_batch_sizes = 1 .. bs, bs standing for c as in
-    :func:`deployment_limits`); the twin captures up to c (padding to the next of its sizes below that).
+    :func:`deployment_limits`), so no decode batch is padded.
     TRT-LLM disaggregated rows: the decode workers capture up to their batch limit (the Dynamo recipes name
     it, e.g. ``..._batch128_...yaml``); prefill workers run no pure-decode step.
     """
     if spec.backend == "trtllm" and spec.mode == "disagg":
         return {"cuda_graph_max_size": spec.decode_batch} if spec.decode_batch else {}
     if proto is GENAI_PERF and spec.mode == "agg" and spec.backend == "trtllm":
-        return {"cuda_graph_max_size": spec.per_rank_concurrency}
+        return {"cuda_graph_sizes": list(range(1, spec.per_rank_concurrency + 1))}
     if proto is not INFERENCEMAX or spec.mode != "agg":
         return {}
     model, day = spec.model.lower(), _measured(row)

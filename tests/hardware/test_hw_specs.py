@@ -96,6 +96,10 @@ def test_capture_size_override_per_engine() -> None:
     assert sglang.cuda_graph_sizes(1024, 8192, gpu=load_gpu("h100_sxm"), max_size=64)[-1] == 64
     # --max-running-requests 9: the pool size joins the list (get_batch_sizes_to_capture)
     assert sglang.cuda_graph_sizes(9, 8192, gpu=load_gpu("h100_sxm")) == (1, 2, 4, 8, 9)
+    # an explicit list replaces the engine's, under the same caps
+    assert vllm.cuda_graph_sizes(4, 512, sizes=(1, 2, 3, 100, 600)) == (1, 2, 3, 100)
+    assert sglang.cuda_graph_sizes(8, 8192, gpu=load_gpu("h100_sxm"), sizes=(1, 2, 3, 10)) == (1, 2, 3, 8)
+    assert load_engine("trtllm").cuda_graph_sizes(12, 8192, sizes=tuple(range(1, 13))) == tuple(range(1, 13))
     assert vllm.default_graph_mode == "full_and_piecewise"
     assert sglang.default_graph_mode == load_engine("trtllm").default_graph_mode == "full_decode_only"
 

@@ -22,6 +22,7 @@ from twin.system import resolve
     ("router.kind=magic", "router.kind", "unknown router kind 'magic'"),
     ("engine.cuda_graph_mode=full", "engine.cuda_graph_mode", "must be one of ['full_and_piecewise', 'piecewise'"),
     ("engine.cuda_graph_max_size=0", "engine.cuda_graph_max_size", "must be > 0, got 0"),
+    ("engine.cuda_graph_sizes=[0, 4]", "engine.cuda_graph_sizes", "must list positive integers, got [0, 4]"),
     ("workload.arrival.rate_per_s=-1", "workload.arrival.rate_per_s", "must be > 0"),
     ("workload.input_tokens.low=10", "workload.input_tokens", "give either fixed, or both low and high"),
 ])
@@ -141,3 +142,7 @@ def test_step_prices_follow_the_scheduler_limits_and_graph_settings() -> None:
                                       "engine.cuda_graph_mode=piecewise"]))
     cm = cost_model(wide, make_deployment(wide, 1))
     assert cm.max_capture == 2048 and cm.graph_mode == "piecewise"
+    listed = resolve(load_config(None, ["engine.cuda_graph_sizes=[1, 2, 3, 24]"]))
+    assert cost_model(listed, make_deployment(listed, 1)).capture_sizes == (1, 2, 3, 24)
+    with pytest.raises(ConfigError, match="cuda_graph_sizes ends at 4 but cuda_graph_max_size is 8"):
+        load_config(None, ["engine.cuda_graph_sizes=[1, 2, 4]", "engine.cuda_graph_max_size=8"])

@@ -313,7 +313,7 @@ def test_inferencemax_cuda_graph_settings_follow_the_rows_scripts() -> None:
     assert qwen["engine"]["cuda_graph_max_size"] == 4          # --cuda-graph-max-bs CONC
     trt = row_config(row(backend="trtllm", batch_size="12",
                          silicon_data_source="source_file=aic-auto-gap-analysis.csv; silicon_concurrency=12"))
-    assert trt["engine"]["cuda_graph_max_size"] == 12          # cuda_graph_batch_sizes 1 .. bs
+    assert trt["engine"]["cuda_graph_sizes"] == list(range(1, 13))   # cuda_graph_batch_sizes 1 .. bs
 
 
 def fp8_moe_row_config(**kw: str) -> dict:
