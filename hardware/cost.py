@@ -290,6 +290,11 @@ class CostModel:
             return D == R and R <= self.max_capture
         return M <= self.max_capture
 
+    def _eager_s(self, M: int, R: int, D: int) -> float:
+        """The step's eager host time: 0.0 when its GEMM / MoE kernels replay a graph (piecewise graphs
+        included), else the layers' eager host cost (``eager_host``)."""
+        return 0.0 if self._graphed(M, R, D) else self.eager_host_s
+
     def _fill_token_terms(self, t: dict[str, float], M: int, R: int, D: int, q: int = 1) -> None:
         graph = self._graphed(M, R, D)
         cal = self.gcal if graph else self.cal
@@ -485,7 +490,7 @@ class CostModel:
         t["attention"] = attn = self._attention_s(s)
         if self.draft is not None:
             t["spec_draft"] = self._draft_s(s)
-        eager = 0.0 if self._graphed(s.new_tokens, s.num_reqs, s.num_decode) else self.eager_host_s
+        eager = self._eager_s(s.new_tokens, s.num_reqs, s.num_decode)
         self._fill_context_terms(t, s.sum_kv, s.num_reqs, attn, eager)
         if len(t) == len(self._enabled):  # every term enabled: ``t`` holds them in TERMS order already
             return t
@@ -569,13 +574,11 @@ class CostModel:
     def _launch_s(self, s: BatchShape) -> float:
         """CPU launch time of kernels not covered by a CUDA graph.
 
-        Pure-decode batches up to the largest capture size replay a full graph; other batches run
-        piecewise graphs with attention launched eagerly (vLLM v1); without graphs every kernel is launched.
+        A step whose attention replays a full graph launches nothing; other graphed steps launch their
+        attention eagerly (vLLM's piecewise graphs); without graphs every kernel is launched.
         """
         if self.cuda_graph:
-            if s.is_pure_decode and s.num_reqs <= self.max_capture and self.graph_mode in FULL_GRAPH_MODES:
-                return 0.0
-            return self.attn_layers * self.dep.engine.launch_s
+            return 0.0 if self._attention_graphed(s) else self.attn_layers * self.dep.engine.launch_s
         return self.kernels_per_step * self.dep.engine.launch_s
 
     # --- public --------------------------------------------------------------------------------
@@ -627,7 +630,7 @@ class CostModel:
         t = dict.fromkeys(self._terms_all, 0.0)
         self._fill_batch_terms(t, s)
         graph = self._decode_attention_graphed(n, n)  # as _attention_s decides it for a pure-decode batch
-        eager = 0.0 if self._graphed(n, n, n) else self.eager_host_s
+        eager = self._eager_s(n, n, n)
         if len(self._decode_bases) >= _CACHE_LIMIT:
             self._decode_bases.clear()
         self._decode_bases[n] = (graph, eager, t)

@@ -129,12 +129,12 @@ class EngineProfile:
             listed = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, top + 1, 32)]
         else:
             top = max_size if max_size is not None else TRTLLM_DEFAULT_GRAPH_MAX
-            listed = [1, 2, 4, *range(8, 129, 8), *(2**i for i in range(8, 14) if 2**i < top), top]
+            listed = [1, 2, 4, *range(8, 129, 8), *(2**i for i in range(8, 14) if 2**i < top)]
         if self.capture_rule == "vllm":
             limit = min(top, max_num_batched_tokens)
         else:
             limit = min(top, max_num_seqs, max_num_batched_tokens)
-            listed.append(limit)     # the largest batch the engine can run is captured too
+            listed.append(limit)     # the largest size, or the largest batch the engine can run below it
         out = tuple(sorted({s for s in listed if s <= limit}))
         return out if out else (1,)
 

@@ -678,7 +678,6 @@ def harness_graphs(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> dic
     * TRT-LLM gpt-oss (gptoss_fp4_h200_trt*.sh): cuda_graph_config max_batch_size CONC, padding on;
       DeepSeek-R1/V3 (dsr1_fp8_h200_trt*.sh): max_batch_size 128 (the default); Llama-3.1-70B
       (70b_fp8_h200_trt_slurm.sh): 1024.
-
     * SGLang Qwen3.5 (qwen3.5_fp8_h200.sh at f65d6b4b1): --cuda-graph-max-bs CONC; DeepSeek-R1/V3
       (dsr1_fp8_h200.sh at 41aff0afc): --cuda-graph-max-bs 512 at 1k/1k, else 256, as its
       --max-running-requests (experiments/harness/inferencemax_flags.md).
