@@ -376,32 +376,79 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
             notes["ssm"] = (f"fitted on opdb gdn_perf {SSM_TABLES[engine]} (conv + gated-delta-rule kernels "
                             f"summed; Mamba2 uses the same curve{borrowed}): {_summary(err)}")
             log(f"{engine} ssm: {_summary(err)}")
-    # all-reduce: graph-captured custom all-reduce; eager extra = median (eager - graph) at equal size
+    # all-reduce: graph-captured custom all-reduce, pooled and per GPU count; eager extra = median
+    # (eager - graph) at equal size
     ar_rows = _load(data, "custom_allreduce_perf", version)
     if ar_rows:
         tag = "backend" if "backend" in ar_rows[0] else "implementation"
         graph = [r for r in ar_rows if "eager" not in r.get(tag, "")]
         eager = {(r["_gpu"], r["num_gpus"], r["message_size"]): float(r["latency"]) for r in ar_rows
                  if "eager" in r.get(tag, "")}
-        g = _f(graph, "num_gpus")
-        nbytes = _f(graph, "message_size") * ACT
-        link = np.array([load_gpu(r["_gpu"]).scaleup_bw_Bps for r in graph])
-        meas = _f(graph, "latency") * 1e-3
-        algo = 2 * (g - 1) / g * nbytes / link
-
-        def resid(p: np.ndarray) -> np.ndarray:
-            return np.log((p[0] + algo / p[1]) / meas)
-
-        res = least_squares(resid, [5e-6, 0.8], bounds=([0.0, 0.05], [1e-4, 1.0]), loss="soft_l1", f_scale=0.1)
-        err = (res.x[0] + algo / res.x[1]) / meas - 1.0
+        alpha, eff, err = fit_allreduce(graph)
         extra = [eager[(r["_gpu"], r["num_gpus"], r["message_size"])] - float(r["latency"]) for r in graph
                  if (r["_gpu"], r["num_gpus"], r["message_size"]) in eager]
-        out["allreduce"] = {"alpha_s": float(res.x[0]), "bw_eff": float(res.x[1]),
+        by_gpus: dict[int, list[list[float]]] = {}
+        errs = []
+        for g in sorted({int(r["num_gpus"]) for r in graph}):
+            lines, err_g = fit_allreduce_lines([r for r in graph if int(r["num_gpus"]) == g])
+            by_gpus[g] = [list(line) for line in lines]
+            errs.append(err_g)
+            log(f"{engine} allreduce {g} GPUs: {_summary(err_g)}")
+        out["allreduce"] = {"alpha_s": alpha, "bw_eff": eff,
                             "eager_extra_s": float(np.median(extra)) * 1e-3 if extra
-                            else start["allreduce"].get("eager_extra_s", 0.0)}
-        notes["allreduce"] = f"fitted on {src} custom_allreduce_perf (graph): {_summary(err)}"
-        log(f"{engine} allreduce: {_summary(err)}")
+                            else start["allreduce"].get("eager_extra_s", 0.0),
+                            "by_gpus": by_gpus}
+        notes["allreduce"] = (f"fitted on {src} custom_allreduce_perf (graph), two lines per GPU count "
+                              f"({', '.join(map(str, by_gpus))}; by_gpus: [alpha_s, bw_eff], the faster one "
+                              f"per message): {_summary(np.concatenate(errs))}; "
+                              f"pooled over every count (other counts, groups across nodes): {_summary(err)}")
+        log(f"{engine} allreduce pooled: {_summary(err)}")
     return out, notes
+
+
+def _allreduce_features(rows: list[dict[str, str]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: algorithm time at the full link bandwidth, 2 (g-1)/g x bytes / link, and the measured time."""
+    g = _f(rows, "num_gpus")
+    nbytes = _f(rows, "message_size") * ACT
+    link = np.array([load_gpu(r["_gpu"]).scaleup_bw_Bps for r in rows])
+    return 2 * (g - 1) / g * nbytes / link, _f(rows, "latency") * 1e-3
+
+
+def fit_allreduce(rows: list[dict[str, str]]) -> tuple[float, float, np.ndarray]:
+    """alpha_s and bw_eff of ``alpha + 2 (g-1)/g x bytes / (link x bw_eff)`` on graph-timed all-reduce rows
+    (least squares on the log ratio, soft L1); returns them with the rows' relative errors."""
+    algo, meas = _allreduce_features(rows)
+
+    def resid(p: np.ndarray) -> np.ndarray:
+        return np.log((p[0] + algo / p[1]) / meas)
+
+    res = least_squares(resid, [5e-6, 0.8], bounds=([0.0, 0.05], [1e-4, 1.0]), loss="soft_l1", f_scale=0.1)
+    err = (res.x[0] + algo / res.x[1]) / meas - 1.0
+    return float(res.x[0]), float(res.x[1]), err
+
+
+def fit_allreduce_lines(rows: list[dict[str, str]]) -> tuple[tuple[tuple[float, float], ...], np.ndarray]:
+    """Two alpha-beta lines whose lower envelope fits one GPU count's all-reduce rows (the engines' small-
+    and large-message algorithms), least squares on the log ratio (soft L1) from a few fixed starts, the best
+    kept; returns the lines, small-message line first, and the rows' relative errors."""
+    algo, meas = _allreduce_features(rows)
+
+    def envelope(p: np.ndarray) -> np.ndarray:
+        return np.minimum(p[0] + algo / p[1], p[2] + algo / p[3])
+
+    def resid(p: np.ndarray) -> np.ndarray:
+        return np.log(envelope(p) / meas)
+
+    best = None
+    for start in ([5e-6, 0.5, 2e-5, 1.0], [5e-6, 0.3, 5e-5, 0.9], [3e-6, 0.6, 1e-5, 0.8]):
+        res = least_squares(resid, start, bounds=([0.0, 0.05, 0.0, 0.05], [1e-3, 1.5, 1e-3, 1.5]),
+                            loss="soft_l1", f_scale=0.1)
+        if best is None or res.cost < best.cost:
+            best = res
+    assert best is not None
+    p = best.x
+    lines = sorted(((float(p[0]), float(p[1])), (float(p[2]), float(p[3]))))
+    return tuple(lines), envelope(p) / meas - 1.0
 
 
 def _yaml_with_notes(engine: str, data: dict[str, Any], notes: dict[str, str], source: str) -> str:
@@ -417,11 +464,11 @@ def _yaml_with_notes(engine: str, data: dict[str, Any], notes: dict[str, str], s
             for sub, v in val.items():
                 note = notes.get(f"{key}.{sub}", "starting value (not fitted)")
                 lines.append(f"  # {note}")
-                lines.append(f"  {sub}: {yaml.safe_dump(_round(v), default_flow_style=True, width=200).strip()}")
+                lines.append(f"  {sub}: {yaml.safe_dump(_round(v), default_flow_style=True, width=1000).strip()}")
         elif isinstance(val, dict):
             note = notes.get(key, "starting value (not fitted)")
             lines.append(f"# {note}")
-            lines.append(f"{key}: {yaml.safe_dump(_round(val), default_flow_style=True, width=200).strip()}")
+            lines.append(f"{key}: {yaml.safe_dump(_round(val), default_flow_style=True, width=1000).strip()}")
         else:
             lines.append(f"{key}: {val}")
     return "\n".join(lines) + "\n"
@@ -432,6 +479,8 @@ def _round(v: Any) -> Any:
         return float(f"{v:.4g}")
     if isinstance(v, dict):
         return {k: _round(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_round(x) for x in v]
     return v
 
 

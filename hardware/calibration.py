@@ -91,11 +91,32 @@ class Roofline:
 
 @attrs.frozen(kw_only=True)
 class Collective:
-    """Alpha-beta all-reduce / all-to-all: alpha_s + algorithm bytes / (link BW x bw_eff)."""
+    """Alpha-beta all-reduce / all-to-all: alpha_s + algorithm bytes / (link BW x bw_eff).
+
+    ``by_gpus`` holds lines (alpha_s, bw_eff) fitted on one GPU count's rows alone, for collectives inside the
+    scale-up (NVLink) domain; a message takes the fastest line of its count. The engines switch algorithm
+    with the message size (vLLM's and TRT-LLM's one-shot and two-shot custom all-reduce, then NCCL), so the
+    measured time is a lower envelope: on 8 GPUs small messages pay little latency and low bandwidth, large
+    ones more latency and nearly the link's bandwidth (opdb custom_allreduce_perf, H200, vLLM: bus bandwidth
+    about 200 GB/s at 1 M elements, 446 GB/s at 134 M, over a 450 GB/s link; about 300 GB/s on 2 GPUs), which
+    one line for every count and size cannot follow. Other counts, and groups that span nodes, take the
+    pooled line (alpha_s, bw_eff).
+    """
 
     alpha_s: float
     bw_eff: float
     eager_extra_s: float = 0.0     # extra per call outside CUDA graphs (collective setup)
+    by_gpus: tuple[tuple[int, tuple[tuple[float, float], ...]], ...] = ()
+    """(GPU count, its lines (alpha_s, bw_eff)) per fitted count."""
+
+    def lines(self, gpus: int, scale_up: bool = True) -> tuple[tuple[float, float], ...]:
+        """The (alpha_s, bw_eff) lines of a collective over ``gpus`` GPUs (``scale_up``: inside one NVLink
+        domain): its count's own where fitted, else the pooled one."""
+        if scale_up:
+            for g, lines in self.by_gpus:
+                if g == gpus:
+                    return lines
+        return ((self.alpha_s, self.bw_eff),)
 
 
 @attrs.frozen(kw_only=True)
@@ -210,8 +231,10 @@ def _roof(raw: Mapping[str, Any]) -> Roofline:
 
 
 def _coll(raw: Mapping[str, Any]) -> Collective:
+    by_gpus = tuple(sorted((int(g), tuple((float(a), float(e)) for a, e in lines))
+                           for g, lines in (raw.get("by_gpus") or {}).items()))
     return Collective(alpha_s=float(raw["alpha_s"]), bw_eff=float(raw["bw_eff"]),
-                      eager_extra_s=float(raw.get("eager_extra_s", 0.0)))
+                      eager_extra_s=float(raw.get("eager_extra_s", 0.0)), by_gpus=by_gpus)
 
 
 def calibration_from_dict(name: str, raw: Mapping[str, Any]) -> Calibration:

@@ -261,7 +261,9 @@ class CostModel:
 
     # --- collectives ---------------------------------------------------------------------------
     def _allreduce_s(self, nbytes: float, group: int, link_Bps: float) -> float:
-        return kernels.allreduce_s(self.cal.allreduce, nbytes=nbytes, gpus=group, link_Bps=link_Bps)
+        """One all-reduce over ``group`` GPUs; a group inside the NVLink domain takes its GPU count's fit."""
+        return kernels.allreduce_s(self.cal.allreduce, nbytes=nbytes, gpus=group, link_Bps=link_Bps,
+                                   scale_up=link_Bps == self.dep.gpu.scaleup_bw_Bps)
 
     # --- token-dependent terms --------------------------------------------------------------------
     def _token_terms(self, M: int, R: int, D: int, q: int = 1) -> dict[str, float]:

@@ -264,11 +264,14 @@ def deepgemm_moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, top
     return total
 
 
-def allreduce_s(coll: Collective, *, nbytes: float, gpus: int, link_Bps: float, eager: bool = False) -> float:
-    """Ring all-reduce, alpha-beta: alpha + 2 (g-1)/g x bytes / (link x efficiency)."""
+def allreduce_s(coll: Collective, *, nbytes: float, gpus: int, link_Bps: float, eager: bool = False,
+                scale_up: bool = True) -> float:
+    """All-reduce, alpha-beta: alpha + 2 (g-1)/g x bytes / (link x efficiency), the fastest of the GPU
+    count's own lines where fitted (``scale_up``: the group lies inside one NVLink domain)."""
     if gpus <= 1:
         return 0.0
-    t = coll.alpha_s + 2.0 * (gpus - 1) / gpus * nbytes / (link_Bps * coll.bw_eff)
+    x = 2.0 * (gpus - 1) / gpus * nbytes / link_Bps
+    t = min(alpha + x / eff for alpha, eff in coll.lines(gpus, scale_up))
     return t + (coll.eager_extra_s if eager else 0.0)
 
 

@@ -748,3 +748,67 @@ def test_power_law_routing_touches_fewer_experts_and_loads_the_busiest_rank_more
     assert default.moe_routing == "power_law"
     with pytest.raises(ValueError, match="moe_routing must be one of uniform, power_law, got 'zipf'"):
         attrs.evolve(default, moe_routing="zipf")
+
+
+# An all-reduce with a count of its own: two lines for 8 GPUs (small messages: little latency, a fifth of the
+# link; large ones: 20 us and nearly the whole link), none for 2 GPUs (the pooled line).
+AR8 = Collective(alpha_s=6e-6, bw_eff=0.9, eager_extra_s=20e-6, by_gpus=((8, ((4e-6, 0.2), (20e-6, 0.95))),))
+
+
+def test_allreduce_takes_the_faster_line_of_its_gpu_count() -> None:
+    from hardware import kernels
+
+    link = 450e9
+    for nbytes in (64e3, 1e6, 16e6, 128e6):
+        x = 2 * 7 / 8 * nbytes / link
+        want = min(4e-6 + x / 0.2, 20e-6 + x / 0.95)
+        assert kernels.allreduce_s(AR8, nbytes=nbytes, gpus=8, link_Bps=link) == pytest.approx(want, rel=1e-12)
+    # which line wins: the small-message one at 64 kB, the large-message one at 128 MB
+    assert kernels.allreduce_s(AR8, nbytes=64e3, gpus=8, link_Bps=link) == \
+        pytest.approx(4e-6 + 2 * 7 / 8 * 64e3 / link / 0.2, rel=1e-12)
+    assert kernels.allreduce_s(AR8, nbytes=128e6, gpus=8, link_Bps=link) == \
+        pytest.approx(20e-6 + 2 * 7 / 8 * 128e6 / link / 0.95, rel=1e-12)
+    # a count without lines, and 8 GPUs across nodes, take the pooled line; eager adds the setup
+    x2 = 2 * 1 / 2 * 1e6 / link
+    assert kernels.allreduce_s(AR8, nbytes=1e6, gpus=2, link_Bps=link) == pytest.approx(6e-6 + x2 / 0.9, rel=1e-12)
+    x8 = 2 * 7 / 8 * 1e6 / 50e9
+    assert kernels.allreduce_s(AR8, nbytes=1e6, gpus=8, link_Bps=50e9, scale_up=False) == \
+        pytest.approx(6e-6 + x8 / 0.9, rel=1e-12)
+    assert kernels.allreduce_s(AR8, nbytes=1e6, gpus=8, link_Bps=link, eager=True) == \
+        pytest.approx(kernels.allreduce_s(AR8, nbytes=1e6, gpus=8, link_Bps=link) + 20e-6, rel=1e-12)
+    assert kernels.allreduce_s(AR8, nbytes=1e6, gpus=1, link_Bps=link) == 0.0
+
+
+def test_tp_allreduce_uses_the_gpu_counts_lines_inside_nvlink_and_the_pooled_line_across_nodes() -> None:
+    cal = attrs.evolve(CAL, allreduce=AR8)
+    msg = 514 * H * 2
+    # TP 8 inside the H100's NVLink domain: Llama-3.1-8B's two all-reduces per layer on the 8-GPU lines
+    cost = CostModel(dep(8), calibration=cal).step_cost(SHAPE)
+    x = 2 * 7 / 8 * msg / 450e9
+    assert cost.terms["tp_allreduce"] == pytest.approx(2 * L * min(4e-6 + x / 0.2, 20e-6 + x / 0.95), rel=1e-12)
+    # TP 16 spans two nodes: the NIC's bandwidth and the pooled line
+    d16 = attrs.evolve(dep(8), tp=16)
+    cost16 = CostModel(d16, calibration=cal).step_cost(SHAPE)
+    x16 = 2 * 15 / 16 * msg / d16.gpu.nic_bw_Bps
+    assert cost16.terms["tp_allreduce"] == pytest.approx(2 * L * (6e-6 + x16 / 0.9), rel=1e-12)
+
+
+def test_allreduce_lines_load_from_yaml_and_the_fit_recovers_known_lines() -> None:
+    import numpy as np
+
+    from hardware.calibrate import fit_allreduce_lines
+    from hardware.calibration import _coll
+
+    coll = _coll({"alpha_s": 5e-6, "bw_eff": 0.6, "by_gpus": {8: [[4e-6, 0.2], [2e-5, 0.95]], 2: [[3e-6, 0.5]]}})
+    assert coll.lines(8) == ((4e-6, 0.2), (2e-5, 0.95)) and coll.lines(2) == ((3e-6, 0.5),)
+    assert coll.lines(4) == ((5e-6, 0.6),) and coll.lines(8, scale_up=False) == ((5e-6, 0.6),)
+    # rows timed from two known lines on 8 H200s, message sizes as the opdb tables step them
+    sizes = [128 * 2 ** i for i in range(23)]
+    link = 450e9  # H200 SXM NVLink
+    rows = [{"num_gpus": "8", "message_size": str(n), "_gpu": "h200_sxm",
+             "latency": str(1e3 * min(4e-6 + 1.75 * 2 * n / link / 0.2, 2e-5 + 1.75 * 2 * n / link / 0.95))}
+            for n in sizes]
+    lines, err = fit_allreduce_lines(rows)
+    assert float(np.max(np.abs(err))) < 1e-3
+    (a1, e1), (a2, e2) = lines
+    assert (a1, e1, a2, e2) == pytest.approx((4e-6, 0.2, 2e-5, 0.95), rel=0.02)
