@@ -588,13 +588,19 @@ class CostModel:
         """The named-term breakdown of one step."""
         return StepCost(terms=MappingProxyType(self._terms(shape)))
 
+    def price(self, shape: BatchShape) -> tuple[dict[str, float], int]:
+        """:meth:`step` without the memo: a fresh term dict (``term_names`` order) and the total in integer
+        nanoseconds (>= 1). For callers that memoise prices themselves (twin.worker.StepPrices)."""
+        terms = self._terms(shape)
+        return terms, max(1, round(sum(terms.values()) * 1e9))
+
     def step(self, shape: BatchShape) -> tuple[Mapping[str, float], int]:
         """The term breakdown and the total in integer nanoseconds (>= 1), memoised on the exact shape."""
         hit = self._cache.get(shape)
         if hit is not None:
             return hit
-        terms = self._terms(shape)
-        out = (MappingProxyType(terms), max(1, round(sum(terms.values()) * 1e9)))
+        terms, ns = self.price(shape)
+        out = (MappingProxyType(terms), ns)
         if len(self._cache) >= _CACHE_LIMIT:      # bound memory on long runs with ever-new shapes
             self._cache.clear()
         self._cache[shape] = out

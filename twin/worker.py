@@ -99,7 +99,7 @@ class StepPrices:
         """The step's term vector and duration (a vector, since the ledger adds vectors)."""
         hit = self._prices.get(shape)
         if hit is None:
-            terms, ns = self.cost_model.step(shape)
+            terms, ns = self.cost_model.price(shape)  # this table is the memo: the model's own would miss too
             hit = np.fromiter(terms.values(), dtype=np.float64, count=len(terms)), ns
             if len(self._prices) >= _MEMO_LIMIT:
                 self._prices.clear()
