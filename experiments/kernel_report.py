@@ -20,7 +20,7 @@ import numpy as np
 
 from hardware import kernels, load_calibration, load_gpu
 from hardware.calibrate import (ENGINES, GEMM_DTYPES, GPUS, KV_BYTES, MOE_DTYPES, SSM_TABLES,
-                                gdn_rows, moe_kernel_family, read_table)
+                                gdn_rows, gqa_ratio_fitted, moe_kernel_family, read_table)
 from hardware.calibration import CURVE_MOE_KERNELS, Calibration, moe_curve_key
 from hardware.dtypes import COMPUTE_DTYPE, DTYPE_BYTES
 
@@ -89,8 +89,8 @@ def predict_gdn(cal: Calibration, gpu: str, r: Row) -> float:
 
 
 def _gqa_ok(r: Row) -> bool:
-    """Full attention at GQA ratios real models use (<= 16 query heads per KV head), as fitted."""
-    return r.get("window_size", "0") == "0" and int(r["num_heads"]) <= 16 * int(r["num_key_value_heads"])
+    """Full attention at GQA ratios real models use (hardware.calibrate.GQA_RATIOS), as fitted."""
+    return r.get("window_size", "0") == "0" and gqa_ratio_fitted(r)
 
 
 def predict_moe(cal: Calibration, gpu: str, r: Row) -> float:

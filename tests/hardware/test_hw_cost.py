@@ -812,3 +812,28 @@ def test_allreduce_lines_load_from_yaml_and_the_fit_recovers_known_lines() -> No
     assert float(np.max(np.abs(err))) < 1e-3
     (a1, e1), (a2, e2) = lines
     assert (a1, e1, a2, e2) == pytest.approx((4e-6, 0.2, 2e-5, 0.95), rel=0.02)
+
+
+def test_gqa_curves_are_fitted_on_the_ratios_the_shipped_models_have() -> None:
+    """The GQA attention curves are fitted on rows with 2-16 query heads per KV head. No grouped-query model
+    shipped in hardware/data/models has fewer than 2 (MHA rows run other kernels; MLA has its own tables);
+    the wider groups some have (DeepSeek-V4 64-128, Nemotron-3 Ultra 32) extrapolate the curve, as before."""
+    import json
+
+    from hardware._data import DATA_DIR
+    from hardware.calibrate import GQA_RATIOS, gqa_ratio_fitted
+
+    def row(heads: int, kv: int) -> dict[str, str]:
+        return {"num_heads": str(heads), "num_key_value_heads": str(kv)}
+
+    assert [gqa_ratio_fitted(row(h, kv)) for h, kv in ((8, 8), (16, 8), (64, 8), (128, 8), (136, 8))] == \
+        [False, True, True, True, False]
+    for path in sorted((DATA_DIR / "models").glob("*.json")):
+        if path.name.endswith(".hf_quant_config.json"):
+            continue
+        cfg = json.loads(path.read_text())
+        cfg = cfg.get("text_config", cfg)
+        heads, kv = cfg.get("num_attention_heads"), cfg.get("num_key_value_heads")
+        if not heads or not kv or cfg.get("kv_lora_rank"):
+            continue
+        assert heads >= GQA_RATIOS[0] * kv, path.name
