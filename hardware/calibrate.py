@@ -428,41 +428,43 @@ def _allreduce_features(rows: list[dict[str, str]]) -> tuple[np.ndarray, np.ndar
     return 2 * (g - 1) / g * nbytes / link, _f(rows, "latency") * 1e-3
 
 
-def fit_allreduce(rows: list[dict[str, str]]) -> tuple[float, float, np.ndarray]:
-    """alpha_s and bw_eff of ``alpha + 2 (g-1)/g x bytes / (link x bw_eff)`` on graph-timed all-reduce rows
-    (least squares on the log ratio, soft L1); returns them with the rows' relative errors."""
-    algo, meas = _allreduce_features(rows)
-
-    def resid(p: np.ndarray) -> np.ndarray:
-        return np.log((p[0] + algo / p[1]) / meas)
-
-    res = least_squares(resid, [5e-6, 0.8], bounds=([0.0, 0.05], [1e-4, 1.0]), loss="soft_l1", f_scale=0.1)
-    err = (res.x[0] + algo / res.x[1]) / meas - 1.0
-    return float(res.x[0]), float(res.x[1]), err
-
-
-def fit_allreduce_lines(rows: list[dict[str, str]]) -> tuple[tuple[tuple[float, float], ...], np.ndarray]:
-    """Two alpha-beta lines whose lower envelope fits one GPU count's all-reduce rows (the engines' small-
-    and large-message algorithms), least squares on the log ratio (soft L1) from a few fixed starts, the best
-    kept; returns the lines, small-message line first, and the rows' relative errors."""
+def _fit_envelope(rows: list[dict[str, str]], starts: Sequence[Sequence[float]], lo: Sequence[float],
+                  hi: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Alpha-beta lines [alpha_s, bw_eff, alpha_s, bw_eff, ...] whose lower envelope fits graph-timed
+    all-reduce rows (least squares on the log ratio, soft L1), the best of the given starts; returns the
+    parameters and the rows' relative errors."""
     algo, meas = _allreduce_features(rows)
 
     def envelope(p: np.ndarray) -> np.ndarray:
-        return np.minimum(p[0] + algo / p[1], p[2] + algo / p[3])
+        return np.min([p[i] + algo / p[i + 1] for i in range(0, len(p), 2)], axis=0)
 
     def resid(p: np.ndarray) -> np.ndarray:
         return np.log(envelope(p) / meas)
 
     best = None
-    for start in ([5e-6, 0.5, 2e-5, 1.0], [5e-6, 0.3, 5e-5, 0.9], [3e-6, 0.6, 1e-5, 0.8]):
-        res = least_squares(resid, start, bounds=([0.0, 0.05, 0.0, 0.05], [1e-3, 1.5, 1e-3, 1.5]),
-                            loss="soft_l1", f_scale=0.1)
+    for start in starts:
+        res = least_squares(resid, start, bounds=(lo, hi), loss="soft_l1", f_scale=0.1)
         if best is None or res.cost < best.cost:
             best = res
     assert best is not None
-    p = best.x
+    return best.x, envelope(best.x) / meas - 1.0
+
+
+def fit_allreduce(rows: list[dict[str, str]]) -> tuple[float, float, np.ndarray]:
+    """alpha_s and bw_eff of one line ``alpha + 2 (g-1)/g x bytes / (link x bw_eff)`` over the rows (the
+    pooled fit), with the rows' relative errors."""
+    p, err = _fit_envelope(rows, [[5e-6, 0.8]], [0.0, 0.05], [1e-4, 1.0])
+    return float(p[0]), float(p[1]), err
+
+
+def fit_allreduce_lines(rows: list[dict[str, str]]) -> tuple[tuple[tuple[float, float], ...], np.ndarray]:
+    """Two alpha-beta lines whose lower envelope fits one GPU count's all-reduce rows (the engines' small-
+    and large-message algorithms), from a few fixed starts; returns the lines, small-message line first, and
+    the rows' relative errors."""
+    p, err = _fit_envelope(rows, ([5e-6, 0.5, 2e-5, 1.0], [5e-6, 0.3, 5e-5, 0.9], [3e-6, 0.6, 1e-5, 0.8]),
+                           [0.0, 0.05, 0.0, 0.05], [1e-3, 1.5, 1e-3, 1.5])
     lines = sorted(((float(p[0]), float(p[1])), (float(p[2]), float(p[3]))))
-    return tuple(lines), envelope(p) / meas - 1.0
+    return tuple(lines), err
 
 
 def _yaml_with_notes(engine: str, data: dict[str, Any], notes: dict[str, str], source: str) -> str:

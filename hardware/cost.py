@@ -250,6 +250,8 @@ class CostModel:
         self.attn_layers = sum(g.count for g in self.groups if g.mixer is not None and g.mixer.is_attention)
         self.collectives_per_step = sum(g.count * (g.allreduce_per_layer + g.moe_allreduce) for g in self.groups)
         self.ar_link_Bps = self._link_Bps(d.tp)
+        self.ar_scale_up = d.tp <= d.gpu.scaleup_domain_gpus
+        """Whether the all-reduces stay inside the NVLink domain (and take their GPU count's fitted lines)."""
         self.a2a_link_Bps = self._link_Bps(d.tp * d.attn_dp) * self.cal.alltoall.bw_eff
         self._attn_groups = tuple((g.count, g.mixer, d.mixer_heads(g.mixer), d.mixer_kv_heads(g.mixer))
                                   for g in self.groups if g.mixer is not None and g.mixer.is_attention)
@@ -260,10 +262,10 @@ class CostModel:
         self._hbm_Bps = d.gpu.hbm_bw_Bps
 
     # --- collectives ---------------------------------------------------------------------------
-    def _allreduce_s(self, nbytes: float, group: int, link_Bps: float) -> float:
-        """One all-reduce over ``group`` GPUs; a group inside the NVLink domain takes its GPU count's fit."""
-        return kernels.allreduce_s(self.cal.allreduce, nbytes=nbytes, gpus=group, link_Bps=link_Bps,
-                                   scale_up=link_Bps == self.dep.gpu.scaleup_bw_Bps)
+    def _allreduce_s(self, nbytes: float, group: int) -> float:
+        """One all-reduce over ``group`` GPUs on the TP group's link (its GPU count's fit inside NVLink)."""
+        return kernels.allreduce_s(self.cal.allreduce, nbytes=nbytes, gpus=group, link_Bps=self.ar_link_Bps,
+                                   scale_up=self.ar_scale_up)
 
     # --- token-dependent terms --------------------------------------------------------------------
     def _token_terms(self, M: int, R: int, D: int, q: int = 1) -> dict[str, float]:
@@ -315,7 +317,7 @@ class CostModel:
         for gm in g.gemms:
             t[gm.term] += n * gm.time_s(M, graph)
         t["elementwise"] += n * (M * g.ew_bytes_per_token / ew_Bps + g.ew_kernels * cal.elementwise.floor_s)
-        t["tp_allreduce"] += n * g.allreduce_per_layer * self._allreduce_s(msg, d.tp, self.ar_link_Bps)
+        t["tp_allreduce"] += n * g.allreduce_per_layer * self._allreduce_s(msg, d.tp)
         if g.mixer is not None and g.mixer.kind in ("mamba2", "gdn"):
             t["ssm_scan"] += n * self._ssm_s(g.mixer, M, R, D, cal)
         if g.ffn is not None and g.ffn.kind == "moe":
@@ -324,7 +326,7 @@ class CostModel:
             if d.ep > 1:
                 t["ep_imbalance"] += n * (self._moe_s(g.ffn, M, cal, self._routing_busiest) - mean_rank)
             if g.moe_allreduce:
-                t["tp_allreduce"] += n * self._allreduce_s(msg * d.attn_dp, d.moe_tp, self.ar_link_Bps)
+                t["tp_allreduce"] += n * self._allreduce_s(msg * d.attn_dp, d.moe_tp)
             if d.attn_dp > 1 and d.ep > 1:
                 t["ep_alltoall"] += n * 2 * (cal.alltoall.alpha_s + M * g.ffn.experts_per_token * h
                                              * ACT_BYTES * (d.ep - 1) / d.ep / self.a2a_link_Bps)
