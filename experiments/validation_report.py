@@ -175,7 +175,7 @@ def _surrogate_tpot(cm: Any, isl: int, osl: int, conc: int, max_tokens: int) -> 
 def fit_host(csv_path: Path, engines: Sequence[str]) -> dict[str, dict[str, float]]:
     import hardware
     from hardware import CostModel, Deployment
-    from twin.validate import Skip, read_rows, row_spec
+    from twin.validate import Skip, harness_sampling, protocol, read_rows, row_spec
 
     specs = []
     for row in read_rows(csv_path):
@@ -197,11 +197,12 @@ def fit_host(csv_path: Path, engines: Sequence[str]) -> dict[str, dict[str, floa
             cms: dict[Any, Any] = {}
             res = []
             for r, s in subset:
-                key = (s.gpu, s.model, s.agg, s.weight_dtype)
+                sampling = harness_sampling(r, s, protocol(r))
+                key = (s.gpu, s.model, s.agg, s.weight_dtype, sampling)
                 if key not in cms:
                     cms[key] = CostModel(Deployment(gpu=hardware.load_gpu(s.gpu), model=hardware.load_model(s.model),
                                                     engine=eng, tp=s.agg.tp, ep=s.agg.ep, attn_dp=s.agg.dp,
-                                                    weight_dtype=s.weight_dtype))
+                                                    weight_dtype=s.weight_dtype, sampling=sampling))
                 cm = cms[key]
                 pred = _surrogate_tpot(cm, s.isl, s.osl, s.per_rank_concurrency, cm.max_num_batched_tokens)
                 res.append(pred * 1e3 / float(r["silicon_tpot_ms"]))

@@ -37,6 +37,7 @@ TERMS: Mapping[str, tuple[str, str]] = MappingProxyType({
     "moe_shared": ("throughput", OWNER_GPU_MODEL),
     "elementwise": ("throughput", OWNER_GPU_MODEL),
     "lm_head": ("throughput", OWNER_GPU_MODEL),
+    "sampler": ("throughput", OWNER_ENGINE),
     "spec_draft": ("throughput", OWNER_GPU_MODEL),
     "tp_allreduce": ("throughput", OWNER_GPU_MODEL),
     "ep_alltoall": ("throughput", OWNER_GPU_MODEL),
@@ -165,8 +166,11 @@ class CostModel:
         self.max_capture = self.capture_sizes[-1]
         self.kv_bucket_tokens = kv_bucket_tokens
         self.spec_tokens = dep.spec_tokens
-        self._terms_all = tuple(t for t in TERMS if self.spec_tokens or t != "spec_draft")
-        """The terms this deployment has (the draft passes only with speculative decoding), in TERMS order."""
+        self.samples_top_p = dep.sampling != "greedy"
+        self._terms_all = tuple(t for t in TERMS if (self.spec_tokens or t != "spec_draft")
+                                and (self.samples_top_p or t != "sampler"))
+        """The terms this deployment has (the draft passes only with speculative decoding, the sampler only
+        when requests sample with top-k / top-p), in TERMS order."""
         self._device_terms = tuple(t for t in DEVICE_TERMS if t in self._terms_all)
         self._gpu_terms = tuple(t for t in self._device_terms if t != "eager_host")
         """The GPU-side terms an eager step's host work races against (eager_host is what is left of it)."""
@@ -522,6 +526,8 @@ class CostModel:
         if padded != R:
             t["cuda_graph_padding"] = (sum(self._token_terms(padded * q, padded, padded, q).values())
                                        - sum(self._token_terms(M, R, D, q).values()))
+        if self.samples_top_p:  # every row the lm_head scores is sampled over the whole vocabulary
+            t["sampler"] = e.sampler_s_per_vocab * self.dep.model.vocab_size * (R + D * (q - 1))
         t["step_host"] = e.step_host_s
         t["request_host"] = e.per_request_host_s * R
         t["kernel_launch"] = self._launch_s(s)

@@ -21,6 +21,8 @@ from hardware.model import ModelSpec
 
 ACT_BYTES = 2          # activations are BF16
 LOGIT_BYTES = 4        # the sampler works on FP32 logits
+SAMPLINGS = ("greedy", "top_k_top_p")
+"""What the requests ask the sampler for (Deployment.sampling)."""
 CONV_STATE_BYTES = 2   # Mamba / GDN convolution state is kept in the activation dtype
 
 
@@ -80,6 +82,11 @@ class Deployment:
     next-token-prediction module (ModelSpec.mtp_layers), run spec_tokens times in a chain (TensorRT-LLM's
     MTP Eagle path, SGLang's NEXTN with one layer), so its weights and its KV cache are resident."""
 
+    sampling: str = "greedy"
+    """What every request asks the sampler for (SAMPLINGS): ``greedy`` (temperature 0: an argmax) or
+    ``top_k_top_p`` (random sampling with a top-k and / or top-p filter, e.g. a model's generation_config
+    defaults, which vLLM applies to requests that set none), priced by the engine's sampler_s_per_vocab."""
+
     def __attrs_post_init__(self) -> None:
         if self.spec_tokens < 0:
             raise ValueError(f"spec_tokens must be >= 0, got {self.spec_tokens}")
@@ -92,6 +99,8 @@ class Deployment:
             raise ValueError(f"moe_kernel must be one of {', '.join(MOE_KERNELS)}, got {self.moe_kernel!r}")
         if self.moe_routing not in SERVING_ROUTINGS:
             raise ValueError(f"moe_routing must be one of {', '.join(SERVING_ROUTINGS)}, got {self.moe_routing!r}")
+        if self.sampling not in SAMPLINGS:
+            raise ValueError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {self.sampling!r}")
         if self.moe_kernel == "deepgemm" and self.weight_dtype != "fp8_block":
             raise ValueError(f"moe_kernel deepgemm runs block-FP8 weights only, got weight_dtype {self.weight_dtype!r}")
         m = self.model

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import attrs
 
@@ -43,6 +44,11 @@ class EngineProfile:
     graph_kernel_floor_s: float = 3e-6  # GPU floor of one kernel replayed in a CUDA graph
     eager_layer_host_s: float = 0.0     # CPU per decoder layer of a step run without CUDA graphs (eager_host)
     eager_moe_host_s: float = 0.0       # CPU per MoE layer of such a step, on top of eager_layer_host_s
+    sampler_s_per_vocab: float = 0.0
+    """GPU seconds per sampled row per vocabulary entry when requests sample with top-k / top-p (the
+    ``sampler`` cost term; Deployment.sampling): the engine's sampler walks the whole vocabulary of each row
+    (a sort-based top-p filter, then softmax and the draw). Greedy requests (temperature 0) take an argmax,
+    priced at 0."""
     host_overlap: bool = False          # async scheduling: host work of a step hides under its GPU work
     chunked_prefill: bool = True        # the engine's default: a prompt may be split across steps
     mixed_prefill: bool = True          # a step with prefill work also carries the running decodes
@@ -67,6 +73,9 @@ class EngineProfile:
                              f"{self.eager_layer_host_s}, {self.eager_moe_host_s}")
         if self.block_size < 1:
             raise ValueError(f"engine {self.name!r}: block_size must be >= 1, got {self.block_size}")
+        if self.sampler_s_per_vocab < 0.0:
+            raise ValueError(f"engine {self.name!r}: sampler_s_per_vocab must be >= 0, got "
+                             f"{self.sampler_s_per_vocab}")
 
     def _big_gpu(self, gpu: GPUSpec) -> bool:
         return gpu.hbm_bytes >= 70 * _GIB and gpu.arch != "ampere"
@@ -152,6 +161,25 @@ def load_engine(name: str) -> EngineProfile:
     path = ENGINE_DIR / f"{key}.yaml"
     if not path.is_file():
         raise unknown_name("engine", name, list_engines())
+    return engine_from_yaml(path)
+
+
+def engine_from_yaml(path: Path) -> EngineProfile:
+    """An engine profile from one YAML mapping, every field checked against EngineProfile's: an unknown
+    field, or a number written so that YAML reads it as text (``1e-10``; YAML wants ``1.0e-10``), is an
+    error naming the file and the field."""
     raw = read_yaml(path)
     raw["version"] = str(raw.get("version", ""))
+    fields = attrs.fields_dict(EngineProfile)
+    for key, value in raw.items():
+        f = fields.get(key)
+        if f is None:
+            raise ValueError(f"{path}: unknown field {key!r}; valid: {', '.join(fields)}")
+        default = f.default
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise ValueError(f"{path}: {key} must be true or false, got {value!r}")
+        elif isinstance(default, (int, float)) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"{path}: {key} must be a number, got {value!r} (YAML reads 1e-10 as text: "
+                             f"write 1.0e-10)")
     return EngineProfile(**raw)

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import attrs
 
 from hardware.calibration import MOE_KERNELS
+from hardware.deployment import SAMPLINGS
 from hardware.engine import GRAPH_MODES
 from hardware.kernels import SERVING_ROUTINGS
 from twin.configio import from_dict, parse_override, read_yaml, set_path, to_dict
@@ -156,6 +157,11 @@ class EngineConfig:
     cuda_graph_sizes: tuple[int, ...] | None = None
     """The captured batch sizes themselves (vLLM cudagraph_capture_sizes, SGLang --cuda-graph-bs, TRT-LLM
     cuda_graph_config.batch_sizes), under the engine's caps. Null: the engine's list."""
+    sampling: str = attrs.field(default="greedy", validator=one_of(*SAMPLINGS))
+    """What every request asks the sampler for: ``greedy`` (temperature 0, an argmax) or ``top_k_top_p``
+    (random sampling with a top-k / top-p filter, as vLLM serves requests that set no sampling parameters:
+    it applies the model's generation_config defaults). The latter costs the engine's sampler_s_per_vocab
+    per sampled row and vocabulary entry (cost term ``sampler``)."""
     speculative: SpeculativeConfig = attrs.Factory(SpeculativeConfig)
 
     def __attrs_post_init__(self) -> None:

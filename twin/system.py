@@ -40,7 +40,7 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
     try:
         dep = Deployment(gpu=load_gpu(gpu or config.hardware.gpu), model=model,
                          engine=load_engine(config.engine.name), tp=tp, moe_kernel=config.engine.moe_kernel,
-                         moe_routing=config.model.moe_routing,
+                         moe_routing=config.model.moe_routing, sampling=config.engine.sampling,
                          **parallel, **dtypes)  # type: ignore[arg-type]
     except (ValueError, TypeError, NotImplementedError) as exc:
         raise ConfigError("system", str(exc)) from None

@@ -601,6 +601,34 @@ DeepSeek-R1, and the same conditional rate is assumed for every position (likely
 ones, since the module was trained for one step ahead)."""
 
 
+GENERATION_CONFIG_SAMPLING = {
+    "Qwen/Qwen3-32B": "temperature 0.6, top_k 20, top_p 0.95",
+    "Qwen/Qwen3-235B-A22B-FP8": "temperature 0.6, top_k 20, top_p 0.95",
+    "meta-llama/Llama-3.1-8B-Instruct": "temperature 0.6, top_p 0.9",
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "temperature 0.6, top_p 0.9",
+}
+"""Sampling defaults in the generation_config.json of the genai-perf rows' models (their Hugging Face
+repositories): each sets a top-p filter, so a request that inherits them samples with top-k / top-p."""
+GENERATION_CONFIG_ENGINES = ("vllm",)
+"""Engines that apply a model's generation_config sampling defaults to requests that set none: vLLM
+(--generation-config auto, its default since 0.8; the server logs that the defaults were overridden by
+the model's generation config)."""
+
+
+def harness_sampling(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> str:
+    """What the row's requests asked the sampler for (engine.sampling).
+
+    genai-perf as aiconfigurator runs it (961028348 eval/benchmarks/genai_perf_runner.py) sends max_tokens,
+    min_tokens and ignore_eos and no sampling parameters, so an engine of GENERATION_CONFIG_ENGINES samples
+    with the model's defaults (GENERATION_CONFIG_SAMPLING): top-k / top-p. InferenceMAX's benchmark_serving
+    asks for temperature 0.0 (utils/bench_serving/backend_request_func.py at e28c038f8): greedy.
+    """
+    if proto is GENAI_PERF and spec.backend in GENERATION_CONFIG_ENGINES \
+            and spec.model in GENERATION_CONFIG_SAMPLING:
+        return "top_k_top_p"
+    return "greedy"
+
+
 def harness_speculative(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> int:
     """MTP draft tokens the row's harness ran (0: none).
 
@@ -874,6 +902,9 @@ def row_config(row: dict[str, str], *, waves: int | None = None) -> dict[str, An
     if kernel != "default":
         cfg["engine"]["moe_kernel"] = kernel
     cfg["engine"].update(harness_graphs(row, spec, proto))
+    sampling = harness_sampling(row, spec, proto)
+    if sampling != "greedy":
+        cfg["engine"]["sampling"] = sampling
     drafts = harness_speculative(row, spec, proto)
     if drafts:
         cfg["engine"]["speculative"] = {"method": "mtp", "num_speculative_tokens": drafts,

@@ -235,6 +235,24 @@ def test_disabling_a_term_removes_exactly_it() -> None:
             assert part.total_s == pytest.approx(full.total_s - full.terms[name])
 
 
+def test_top_k_top_p_sampling_prices_each_sampled_row_over_the_whole_vocabulary() -> None:
+    """``sampler``: sampler_s_per_vocab x vocabulary x sampled rows (one per request); greedy requests
+    have no such term, and switching it off leaves the greedy ledger exactly."""
+    engine = attrs.evolve(SERIAL, sampler_s_per_vocab=2e-10)
+    sampled = attrs.evolve(dep(engine=engine), sampling="top_k_top_p")
+    full = CostModel(sampled, calibration=CAL).step_cost(SHAPE)
+    assert full.terms["sampler"] == pytest.approx(2e-10 * V * 3)   # 3 requests: 77 us
+    greedy = CostModel(dep(engine=engine), calibration=CAL).step_cost(SHAPE)
+    assert "sampler" not in greedy.terms
+    assert {k: v for k, v in full.terms.items() if k != "sampler"} == dict(greedy.terms)
+    assert full.total_s == pytest.approx(greedy.total_s + 2e-10 * V * 3)
+    off = CostModel(sampled, calibration=CAL, disabled_terms=frozenset({"sampler"})).step_cost(SHAPE)
+    assert dict(off.terms) == dict(greedy.terms)
+    assert (CostModel.term_owner("sampler"), CostModel.term_family("sampler")) == ("engine", "throughput")
+    with pytest.raises(ValueError, match="sampling must be one of greedy, top_k_top_p, got 'nucleus'"):
+        attrs.evolve(dep(), sampling="nucleus")
+
+
 def test_unknown_term_name_errors() -> None:
     with pytest.raises(ValueError, match=r"unknown cost term.*'mpl'.*valid: qkv_proj"):
         CostModel(dep(), disabled_terms=frozenset({"mpl"}))
@@ -322,6 +340,7 @@ def test_eager_mode_adds_launches_only_there() -> None:
     ("meta-llama/Llama-3.1-8B", "h100_sxm", "trtllm", {}, {"cuda_graph": False}),
     ("meta-llama/Llama-3.1-8B", "h100_sxm", "vllm", {}, {"kv_bucket_tokens": 256}),
     ("meta-llama/Llama-3.1-8B", "h100_sxm", "vllm", {}, {"disabled_terms": frozenset({"kv_traversal", "attention"})}),
+    ("meta-llama/Llama-3.1-8B", "h100_sxm", "vllm", {"sampling": "top_k_top_p"}, {}),
     ("deepseek-ai/DeepSeek-V3", "h200_sxm", "vllm", {"tp": 8}, {}),
     ("deepseek-ai/DeepSeek-V3", "h200_sxm", "trtllm", {"tp": 8}, {"cuda_graph": False}),   # eager_host > 0
     ("deepseek-ai/DeepSeek-V3.2", "b200_sxm", "sglang", {"tp": 1, "attn_dp": 8, "ep": 8}, {}),

@@ -47,6 +47,22 @@ def test_llama8b_dims_and_params() -> None:
     assert m.param_count == 32 * per_layer + 2 * 128256 * 4096 + 4096   # 8.03 B
 
 
+def test_engine_yaml_fields_are_checked_by_name_and_type(tmp_path) -> None:
+    from hardware.engine import engine_from_yaml
+    path = tmp_path / "e.yaml"
+    path.write_text("name: e\nsampler_s_per_vocab: 1e-10\n")   # YAML 1.1 reads this as the text '1e-10'
+    with pytest.raises(ValueError, match=r"e.yaml: sampler_s_per_vocab must be a number, got '1e-10'"):
+        engine_from_yaml(path)
+    path.write_text("name: e\nhost_overlap: 1\n")
+    with pytest.raises(ValueError, match="host_overlap must be true or false, got 1"):
+        engine_from_yaml(path)
+    path.write_text("name: e\nsampler_s_per_token: 1.0e-10\n")
+    with pytest.raises(ValueError, match="unknown field 'sampler_s_per_token'; valid: name, version"):
+        engine_from_yaml(path)
+    path.write_text("name: e\nsampler_s_per_vocab: 1.0e-10\nversion: 1.0\n")
+    assert engine_from_yaml(path).sampler_s_per_vocab == 1e-10 and engine_from_yaml(path).version == "1.0"
+
+
 def test_engine_defaults() -> None:
     vllm = load_engine("vllm")
     assert (vllm.block_size, vllm.gpu_memory_utilization) == (16, 0.9)

@@ -181,6 +181,10 @@ def test_max_sim_s_fails_pending_requests_with_a_reason():
     {"engine": {"name": "sglang"}, "kv_cache": {"num_blocks": 2000},
      "workload": {"kind": "synthetic", "num_requests": 40, "arrival": {"kind": "concurrency", "concurrency": 12},
                   "input_tokens": {"low": 80, "high": 160}, "output_tokens": {"low": 20, "high": 120}}},
+    # top-k / top-p sampling priced per sampled row (the sampler term), closed loop.
+    {"engine": {"sampling": "top_k_top_p"},
+     "workload": {"kind": "synthetic", "num_requests": 40, "arrival": {"kind": "concurrency", "concurrency": 12},
+                  "input_tokens": {"low": 80, "high": 160}, "output_tokens": {"low": 20, "high": 120}}},
     # MTP speculative decoding (2 drafts, drawn acceptance) under memory pressure, disaggregated.
     {"model": {"name": "XiaomiMiMo/MiMo-7B-Base"},
      "engine": {"speculative": {"method": "mtp", "num_speculative_tokens": 2, "acceptance": [0.8, 0.5]}},

@@ -245,6 +245,21 @@ def test_harness_kv_settings_and_skips_follow_the_rows_scripts() -> None:
     assert s056["scheduler"]["mixed_prefill"] is True and "mixed_prefill" not in s051["scheduler"]
 
 
+def test_genai_perf_rows_on_vllm_sample_with_the_models_generation_config() -> None:
+    gap = dict(silicon_data_source="source_file=/x/aic-auto-gap-analysis/data/h100_sxm/vllm/0.12.0/q.csv; "
+                                   "silicon_concurrency=4")
+    q = row_config(row(model_path="Qwen/Qwen3-32B", backend="vllm", tp_size="2", **gap))
+    assert q["engine"]["sampling"] == "top_k_top_p"
+    # TRT-LLM behind Dynamo and SGLang: not known to apply the defaults; InferenceMAX asks for temperature 0
+    for backend in ("trtllm", "sglang"):
+        assert "sampling" not in row_config(row(model_path="Qwen/Qwen3-32B", backend=backend, **gap))["engine"]
+    im = row_config(row(model_path="Qwen/Qwen3-32B", backend="vllm", system="h200_sxm", tp_size="2",
+                        silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=4"))
+    assert "sampling" not in im["engine"]
+    # a model whose generation_config is not recorded keeps greedy sampling
+    assert "sampling" not in row_config(row(model_path="meta-llama/Llama-3.1-8B", backend="vllm", **gap))["engine"]
+
+
 def test_inferencemax_layouts_follow_the_scripts_where_the_export_differs() -> None:
     def spec(model: str, backend: str, day: str, **kw: str) -> tuple[int, int, int]:
         src = f"source_file=2026-04-06.csv; silicon_concurrency={kw.get('batch_size', '16')}; measured={day}"
