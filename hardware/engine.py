@@ -46,8 +46,8 @@ class EngineProfile:
     eager_moe_host_s: float = 0.0       # CPU per MoE layer of such a step, on top of eager_layer_host_s
     sampler_s_per_vocab: float = 0.0
     """GPU seconds per sampled row per vocabulary entry when requests sample with top-k / top-p (the
-    ``sampler`` cost term; Deployment.sampling): the engine's sampler walks the whole vocabulary of each row
-    (a sort-based top-p filter, then softmax and the draw). Greedy requests (temperature 0) take an argmax,
+    ``sampler`` cost term; Deployment.sampling): the filter, the softmax and the draw each touch every entry
+    of the row (vLLM's PyTorch path sorts the row for top-p). Greedy requests (temperature 0) take an argmax,
     priced at 0."""
     host_overlap: bool = False          # async scheduling: host work of a step hides under its GPU work
     chunked_prefill: bool = True        # the engine's default: a prompt may be split across steps

@@ -611,8 +611,8 @@ GENERATION_CONFIG_SAMPLING = {
 repositories): each sets a top-p filter, so a request that inherits them samples with top-k / top-p."""
 GENERATION_CONFIG_ENGINES = ("vllm",)
 """Engines that apply a model's generation_config sampling defaults to requests that set none: vLLM
-(--generation-config auto, its default since 0.8; the server logs that the defaults were overridden by
-the model's generation config)."""
+(--generation-config, whose default ModelConfig sets to ``auto``, the model's own file, in the 2025
+releases before 0.12; the option came with vllm-project/vllm#11164, defaulting to none at first)."""
 
 
 def harness_sampling(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> str:
