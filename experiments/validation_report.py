@@ -184,20 +184,19 @@ def fit_host(csv_path: Path, engines: Sequence[str]) -> dict[str, dict[str, floa
         except Skip:
             continue
         if s.mode == "agg" and s.per_rank_concurrency <= 64 and s.osl >= 500:
-            specs.append((row, s))
+            specs.append((row, s, harness_sampling(row, s, protocol(row))))
     out: dict[str, dict[str, float]] = {}
     for engine in engines:
         base = hardware.load_engine(engine)
-        train = [(r, s) for r, s in specs if s.backend == engine and s.gpu == TRAIN_GPU]
-        test = [(r, s) for r, s in specs if s.backend == engine and s.gpu != TRAIN_GPU]
+        train = [rec for rec in specs if rec[1].backend == engine and rec[1].gpu == TRAIN_GPU]
+        test = [rec for rec in specs if rec[1].backend == engine and rec[1].gpu != TRAIN_GPU]
 
         def ratios(params: tuple[float, float, float], subset: list[Any]) -> np.ndarray:
             eng = attrs.evolve(base, step_host_s=params[0], per_request_host_s=params[1],
                                graph_kernel_floor_s=params[2])
             cms: dict[Any, Any] = {}
             res = []
-            for r, s in subset:
-                sampling = harness_sampling(r, s, protocol(r))
+            for r, s, sampling in subset:
                 key = (s.gpu, s.model, s.agg, s.weight_dtype, sampling)
                 if key not in cms:
                     cms[key] = CostModel(Deployment(gpu=hardware.load_gpu(s.gpu), model=hardware.load_model(s.model),

@@ -167,8 +167,9 @@ class CostModel:
         self.kv_bucket_tokens = kv_bucket_tokens
         self.spec_tokens = dep.spec_tokens
         self.samples_top_p = dep.sampling != "greedy"
-        self._terms_all = tuple(t for t in TERMS if (self.spec_tokens or t != "spec_draft")
-                                and (self.samples_top_p or t != "sampler"))
+        absent = {name for name, present in (("spec_draft", self.spec_tokens), ("sampler", self.samples_top_p))
+                  if not present}
+        self._terms_all = tuple(t for t in TERMS if t not in absent)
         """The terms this deployment has (the draft passes only with speculative decoding, the sampler only
         when requests sample with top-k / top-p), in TERMS order."""
         self._device_terms = tuple(t for t in DEVICE_TERMS if t in self._terms_all)

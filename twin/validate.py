@@ -601,14 +601,12 @@ DeepSeek-R1, and the same conditional rate is assumed for every position (likely
 ones, since the module was trained for one step ahead)."""
 
 
-GENERATION_CONFIG_SAMPLING = {
-    "Qwen/Qwen3-32B": "temperature 0.6, top_k 20, top_p 0.95",
-    "Qwen/Qwen3-235B-A22B-FP8": "temperature 0.6, top_k 20, top_p 0.95",
-    "meta-llama/Llama-3.1-8B-Instruct": "temperature 0.6, top_p 0.9",
-    "nvidia/Llama-3.1-8B-Instruct-FP8": "temperature 0.6, top_p 0.9",
-}
-"""Sampling defaults in the generation_config.json of the genai-perf rows' models (their Hugging Face
-repositories): each sets a top-p filter, so a request that inherits them samples with top-k / top-p."""
+GENERATION_CONFIG_TOP_P = frozenset({
+    "Qwen/Qwen3-32B", "Qwen/Qwen3-235B-A22B-FP8",                               # temperature 0.6, top_k 20, top_p 0.95
+    "meta-llama/Llama-3.1-8B-Instruct", "nvidia/Llama-3.1-8B-Instruct-FP8",     # temperature 0.6, top_p 0.9
+})
+"""The genai-perf rows' models whose generation_config.json (their Hugging Face repositories) sets a top-p
+filter, so a request that inherits its defaults samples with top-k / top-p."""
 GENERATION_CONFIG_ENGINES = ("vllm",)
 """Engines that apply a model's generation_config sampling defaults to requests that set none: vLLM
 (--generation-config, whose default ModelConfig sets to ``auto``, the model's own file, in the 2025
@@ -620,11 +618,11 @@ def harness_sampling(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> s
 
     genai-perf as aiconfigurator runs it (961028348 eval/benchmarks/genai_perf_runner.py) sends max_tokens,
     min_tokens and ignore_eos and no sampling parameters, so an engine of GENERATION_CONFIG_ENGINES samples
-    with the model's defaults (GENERATION_CONFIG_SAMPLING): top-k / top-p. InferenceMAX's benchmark_serving
+    with the model's defaults (GENERATION_CONFIG_TOP_P): top-k / top-p. InferenceMAX's benchmark_serving
     asks for temperature 0.0 (utils/bench_serving/backend_request_func.py at e28c038f8): greedy.
     """
     if proto is GENAI_PERF and spec.backend in GENERATION_CONFIG_ENGINES \
-            and spec.model in GENERATION_CONFIG_SAMPLING:
+            and spec.model in GENERATION_CONFIG_TOP_P:
         return "top_k_top_p"
     return "greedy"
 
