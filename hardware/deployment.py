@@ -376,12 +376,25 @@ class Deployment:
         mns = max_num_seqs or self.engine.default_max_num_seqs(self.gpu)
         return self.activation_reserve_bytes(mnbt, mns) + self.engine.runtime_reserve_bytes
 
+    def default_memory_fraction(self, *, max_num_batched_tokens: int | None = None,
+                                cuda_graph_max_bs: int | None = None) -> float:
+        """The engine's KV-memory fraction for this deployment when the user sets none
+        (EngineProfile.default_memory_fraction): its per-step token budget stands for SGLang's
+        chunked_prefill_size, and the largest captured batch for cuda_graph_max_bs (None: the engine's
+        defaults for this GPU)."""
+        chunk = max_num_batched_tokens or self.engine.default_max_num_batched_tokens(self.gpu)
+        graphs = cuda_graph_max_bs or self.engine.cuda_graph_max_bs(self.gpu, self.tp)
+        return self.engine.default_memory_fraction(self.gpu, gpus=self.gpus, chunked_prefill_size=chunk,
+                                                   cuda_graph_max_bs=graphs, dp_attention=self.attn_dp,
+                                                   speculative=self.spec_tokens > 0)
+
     def kv_capacity_blocks(self, block_size: int, gpu_memory_utilization: float, *,
                            max_num_batched_tokens: int | None = None,
                            max_num_seqs: int | None = None) -> int:
         """floor((HBM x utilisation - weights - reserve) / bytes per block), or with the engine's ``free``
-        rule (TensorRT-LLM) floor((HBM - weights - reserve) x utilisation / bytes per block); ValueError if
-        nothing fits.
+        rule (TensorRT-LLM) floor((HBM - weights - reserve) x utilisation / bytes per block), or with its
+        ``static`` rule (SGLang) floor((HBM x utilisation - weights - runtime reserve) / bytes per block), the
+        activation peak lying outside the fraction there; ValueError if nothing fits.
 
         Per-request state (Mamba, sliding windows) is not subtracted here: it is taken from the same pool
         per admitted request (state_blocks_per_request).
@@ -398,6 +411,11 @@ class Deployment:
             free = (hbm - weights - reserve) * gpu_memory_utilization
             how = (f"(HBM {hbm / 2**30:.1f} GiB - weights {weights / 2**30:.2f} GiB - reserve "
                    f"{reserve / 2**30:.2f} GiB) x {gpu_memory_utilization}")
+        elif self.engine.kv_memory_rule == "static":
+            runtime = self.engine.runtime_reserve_bytes
+            free = hbm * gpu_memory_utilization - weights - runtime
+            how = (f"HBM {hbm / 2**30:.1f} GiB x {gpu_memory_utilization} - weights {weights / 2**30:.2f} GiB "
+                   f"- runtime {runtime / 2**30:.2f} GiB")
         else:
             free = hbm * gpu_memory_utilization - weights - reserve
             how = (f"HBM {hbm / 2**30:.1f} GiB x {gpu_memory_utilization} - weights {weights / 2**30:.2f} GiB "

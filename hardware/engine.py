@@ -13,7 +13,10 @@ from hardware.gpu import GPUSpec
 ENGINE_DIR = DATA_DIR / "engines"
 _GIB = 2**30
 CAPTURE_RULES = ("vllm", "sglang", "trtllm")
-KV_MEMORY_RULES = ("total", "free")
+KV_MEMORY_RULES = ("total", "free", "static")
+MEMORY_FRACTION_RULES = ("fixed", "sglang")
+ADMISSION_RESERVES = ("none", "sglang")
+_MIB = 2**20
 GRAPH_MODES = ("full_and_piecewise", "piecewise", "full_decode_only", "none")
 """What replays a CUDA graph; vLLM's ``cudagraph_mode`` names (FULL_AND_PIECEWISE, PIECEWISE,
 FULL_DECODE_ONLY, NONE), which also describe SGLang's and TRT-LLM's decode-only graphs."""
@@ -32,9 +35,16 @@ class EngineProfile:
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
     kv_memory_rule: str = "total"
-    """What gpu_memory_utilization is a fraction of. total (vLLM gpu_memory_utilization, SGLang
-    mem_fraction_static): of the whole HBM, from which weights and the reserve are then taken; free
-    (TensorRT-LLM kv_cache_config.free_gpu_memory_fraction): of what is left after weights and the reserve."""
+    """What gpu_memory_utilization is a fraction of. total (vLLM gpu_memory_utilization): of the whole HBM,
+    from which weights and the reserve (activation peak, runtime) are then taken; free (TensorRT-LLM
+    kv_cache_config.free_gpu_memory_fraction): of what is left after weights and the reserve; static (SGLang
+    mem_fraction_static): weights + KV pool = the fraction of the HBM, the activations and graph buffers
+    living in the rest, so only the runtime reserve (CUDA context, communicators) is taken besides weights
+    (model_runner.profile_max_num_token: free memory after loading minus HBM x (1 - fraction))."""
+    memory_fraction_rule: str = "fixed"
+    """Where the default fraction comes from when the user gives none: fixed (gpu_memory_utilization above)
+    or sglang (SGLang's mem_fraction_static heuristic from the GPU's memory, the chunked-prefill size, the
+    largest CUDA graph and the GPU count: :meth:`default_memory_fraction`)."""
     capture_rule: str = "vllm"
     batch_rule: str = "vllm"
     step_host_s: float = 0.0
@@ -53,18 +63,19 @@ class EngineProfile:
     chunked_prefill: bool = True        # the engine's default: a prompt may be split across steps
     mixed_prefill: bool = True          # a step with prefill work also carries the running decodes
     reserve_full_kv: bool = False       # admission sets aside KV for prompt + all output (TRT-LLM GUARANTEED_NO_EVICT)
+    admission_reserve: str = "none"
+    """Output room a request needs to be admitted: none (vLLM: blocks as tokens come) or sglang (SGLang's
+    PrefillAdder: its prompt and whole output, beside the running requests' remaining outputs scaled by the
+    decaying new_token_ratio; twin.scheduler.SchedulerLimits.admission_reserve)."""
     runtime_reserve_bytes: int = 1 << 30
 
     def __attrs_post_init__(self) -> None:
-        if self.capture_rule not in CAPTURE_RULES:
-            raise ValueError(f"engine {self.name!r}: unknown capture_rule {self.capture_rule!r}; "
-                             f"valid: {', '.join(CAPTURE_RULES)}")
-        if self.batch_rule not in CAPTURE_RULES:
-            raise ValueError(f"engine {self.name!r}: unknown batch_rule {self.batch_rule!r}; "
-                             f"valid: {', '.join(CAPTURE_RULES)}")
-        if self.kv_memory_rule not in KV_MEMORY_RULES:
-            raise ValueError(f"engine {self.name!r}: unknown kv_memory_rule {self.kv_memory_rule!r}; "
-                             f"valid: {', '.join(KV_MEMORY_RULES)}")
+        for field, valid in (("capture_rule", CAPTURE_RULES), ("batch_rule", CAPTURE_RULES),
+                             ("kv_memory_rule", KV_MEMORY_RULES), ("admission_reserve", ADMISSION_RESERVES),
+                             ("memory_fraction_rule", MEMORY_FRACTION_RULES)):
+            value = getattr(self, field)
+            if value not in valid:
+                raise ValueError(f"engine {self.name!r}: unknown {field} {value!r}; valid: {', '.join(valid)}")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"engine {self.name!r}: gpu_memory_utilization must be in (0, 1], "
                              f"got {self.gpu_memory_utilization}")
@@ -84,10 +95,9 @@ class EngineProfile:
         """Per-step token budget the engine picks for this GPU when the user sets none."""
         if self.batch_rule == "vllm":
             return 8192 if self._big_gpu(gpu) else 2048
-        if self.batch_rule == "sglang":
-            if gpu.hbm_bytes < 35e9:
-                return 2048
-            return 16384 if gpu.arch in ("blackwell", "cdna3") else 8192
+        if self.batch_rule == "sglang":   # chunked_prefill_size by the GPU's memory (server_args.py)
+            mem = gpu.hbm_bytes / _MIB
+            return 2048 if mem < 35 * 1024 else 4096 if mem < 60 * 1024 else 8192 if mem < 160 * 1024 else 16384
         return 8192
 
     def default_max_num_seqs(self, gpu: GPUSpec) -> int:
@@ -100,10 +110,51 @@ class EngineProfile:
         return 2048
 
     def cuda_graph_max_bs(self, gpu: GPUSpec | None = None, tp: int = 1) -> int:
-        """SGLang's cuda_graph_max_bs default: 256 at TP < 4 on Hopper-class, else 512."""
-        if gpu is not None and gpu.arch in ("blackwell", "cdna3"):
-            return 512
-        return 256 if tp < 4 else 512
+        """SGLang's cuda_graph_max_bs default by the GPU's memory (server_args.py _handle_gpu_memory_settings,
+        0.5.6-0.5.9): under 20 GiB 8; under 35 GiB 24 (TP < 4) or 80; under 60 GiB 32 or 160; under 160 GiB
+        (H100, H200) 256 or 512; larger (B200, MI300X) 512. No GPU given: the H100 tier."""
+        mem = gpu.hbm_bytes / _MIB if gpu is not None else 80 * 1024
+        if mem < 20 * 1024:
+            return 8
+        small = tp < 4
+        if mem < 35 * 1024:
+            return 24 if small else 80
+        if mem < 60 * 1024:
+            return 32 if small else 160
+        if mem < 160 * 1024:
+            return 256 if small else 512
+        return 512
+
+    def default_memory_fraction(self, gpu: GPUSpec, *, gpus: int, chunked_prefill_size: int,
+                                cuda_graph_max_bs: int, dp_attention: int = 1, speculative: bool = False) -> float:
+        """The KV-memory fraction the engine picks when the user sets none.
+
+        ``fixed``: gpu_memory_utilization. ``sglang``: SGLang's mem_fraction_static heuristic
+        (server_args.ServerArgs._handle_gpu_memory_settings, the same in 0.5.6.post2, 0.5.8.post1 and 0.5.9):
+        reserved MiB = 512 + 1.5 x max(chunked_prefill_size, 2048) (activations of the largest prefill chunk)
+        + 2 x cuda_graph_max_bs (graph buffers) + 1024 x GPUs / 8, with DP attention 3 x cuda_graph_max_bs x
+        dp more (and 1.5 x that when cuda_graph_max_bs > 300), at least 10 GiB on a GPU of more than 60 GiB,
+        2 GiB more for an EAGLE / MTP draft; fraction = round((memory - reserved) / memory, 3), memory being
+        the GPU's in MiB. ``gpus``: GPUs of one engine (SGLang's tp_size x pp_size); ``dp_attention``: its
+        DP-attention groups (1: none)."""
+        if self.memory_fraction_rule == "fixed":
+            return self.gpu_memory_utilization
+        mem = gpu.hbm_bytes / _MIB
+        reserved = 512 + max(chunked_prefill_size, 2048) * 1.5 + cuda_graph_max_bs * 2 + gpus / 8 * 1024
+        if dp_attention > 1:
+            reserved += cuda_graph_max_bs * dp_attention * 3
+            if cuda_graph_max_bs > 300:
+                reserved += cuda_graph_max_bs * dp_attention * 1.5
+        if mem > 60 * 1024:
+            reserved = max(reserved, 10 * 1024)
+        if speculative:
+            reserved += 2 * 1024
+        fraction = round((mem - reserved) / mem, 3)
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"engine {self.name!r}: {gpu.name} ({mem:.0f} MiB) leaves no memory after SGLang's "
+                             f"reserve of {reserved:.0f} MiB (chunked prefill {chunked_prefill_size}, CUDA graphs "
+                             f"up to {cuda_graph_max_bs})")
+        return fraction
 
     @property
     def default_graph_mode(self) -> str:

@@ -189,6 +189,14 @@ class SchedulerConfig:
     """TensorRT-LLM batch_wait_timeout_iters: while decodes run, hold new prompts back for up to this many
     steps until they and the decodes fill batch_wait_max_tokens_ratio of the token budget (0: off)."""
     batch_wait_max_tokens_ratio: float = attrs.field(default=0.0, validator=non_negative)
+    admission_reserve: str | None = attrs.field(default=None,
+                                                validator=attrs.validators.optional(one_of("none", "sglang")))
+    """Output room a waiting request needs to be admitted (null: the engine's default): ``none`` (vLLM:
+    blocks are taken as tokens come) or ``sglang`` (SGLang's PrefillAdder: room for its uncached prompt and
+    its whole output, at most 4,096 tokens of it, beside the running requests' remaining outputs, each at
+    most 4,096, scaled by new_token_ratio; the ratio starts at 0.7, falls by 0.602 / 600 per pure-decode
+    step to 0.098, is set after a preemption to (decoded tokens + 20 per request) / (output tokens + 1) of
+    the requests left running, and is reset to 0.7 when the worker goes idle)."""
     reserve_full_kv: bool | None = None
     """Admit a request only when the KV blocks of its prompt plus all its output tokens can be set aside
     beside those of every running request, so nothing is ever preempted (TensorRT-LLM's default capacity

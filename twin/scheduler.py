@@ -48,6 +48,23 @@ class SchedulerLimits:
     reserve_full_kv: bool = False
     """Admission sets aside the blocks of prompt + all output tokens of every running request (TRT-LLM's
     GUARANTEED_NO_EVICT): a request waits until its own full need fits beside them."""
+    admission_reserve: str = "none"
+    """``sglang``: SGLang's admission (schedule_policy.PrefillAdder.add_one_req): a waiting request is
+    admitted only while its uncached tokens plus its remaining output (at most SGLANG_CLIP_NEW_TOKENS) stay
+    below the free tokens less the running requests' remaining outputs (each clipped the same way) times
+    the new-token ratio, less what this step admitted before it; ``none``: blocks as tokens come (vLLM)."""
+
+
+SGLANG_INIT_RATIO = 0.7
+"""SGLANG_INIT_NEW_TOKEN_RATIO (sglang 0.5.9 environ.py; schedule_conservativeness 1.0)."""
+SGLANG_MIN_RATIO = SGLANG_INIT_RATIO * 0.14
+"""init x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR."""
+SGLANG_RATIO_DECAY = (SGLANG_INIT_RATIO - SGLANG_MIN_RATIO) / 600
+"""Fall of the ratio per decode batch (SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS = 600)."""
+SGLANG_CLIP_NEW_TOKENS = 4096
+"""SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION: the output counted per request is at most this."""
+SGLANG_RETRACT_STEPS = 20
+"""SGLANG_RETRACT_DECODE_STEPS: after a retraction the ratio covers this many more steps per request."""
 
 
 @attrs.define
@@ -226,14 +243,21 @@ class Scheduler:
         """Start of the step being scheduled (becomes ``_last_step_start_ns`` when it is applied)."""
         self._batch_wait_count = 0
         """Steps in a row that held new prompts back (batch waiting)."""
+        self._ratio_base = SGLANG_INIT_RATIO
+        self._ratio_steps = 0
+        """SGLang's new-token ratio (admission_reserve sglang) is ``_ratio_base`` less SGLANG_RATIO_DECAY per
+        pure-decode step since it was set (``_ratio_steps``), at least SGLANG_MIN_RATIO: counted, not
+        subtracted step by step, so a fast-forwarded run of steps gives the same value."""
         self.drafter = drafter
         """Speculative decoding (None: off): every decode verifies 1 + k tokens, its last one and k drafts,
         and needs KV slots for all of them (lookahead); the step emits 1 + the drafts accepted."""
         if drafter is not None and lazy_decodes:
             raise ValueError("speculative decodes emit a drawn number of tokens: they cannot be a lazy cohort")
-        self.cohort = DecodeCohort(kv, record_token_times) if lazy_decodes and limits.mixed_prefill else None
+        lazy = lazy_decodes and limits.mixed_prefill and limits.admission_reserve == "none"
+        self.cohort = DecodeCohort(kv, record_token_times) if lazy else None
         """Running decodes advanced as a group (:mod:`twin.cohort`); None: every request step by step.
-        Prefill-first steps leave the decodes out, so they keep it off."""
+        Prefill-first steps leave the decodes out, so they keep it off; so does SGLang's admission, which
+        reads every running request's output count at every admission."""
 
     # ----------------------------------------------------------------------------------------- intake
     def fits_ever(self, req: Request) -> bool:
@@ -355,6 +379,8 @@ class Scheduler:
 
         if preempted:  # victims may have left `scheduled`: sum it afresh
             assert not lazy, "a step with a cohort never preempts (checked by _schedule_cohort)"
+            if limits.admission_reserve == "sglang":
+                self._retract_ratio()
             stats = self._stats(scheduled.items()) if not drafts else self._verify_stats(scheduled.items(), drafts)
         else:
             n_before = len(scheduled)
@@ -459,6 +485,8 @@ class Scheduler:
         kv = self.kv
         waiting = self.waiting
         reserved = -1  # blocks set aside for the running requests' whole lives (reserve_full_kv), summed once
+        sglang = limits.admission_reserve == "sglang"
+        room: float | None = None  # tokens SGLang's admission still sees free (found at the first candidate)
         while len(waiting) and budget > 0 and len(self.running) < limits.max_num_seqs:
             req = waiting.peek()
             if req.queued_ns >= cutoff:
@@ -472,6 +500,14 @@ class Scheduler:
             hits = kv.get_computed_blocks(req)
             host = kv.host_hits(req, len(hits))
             num_computed = (len(hits) + host) * kv.block_size
+            if sglang:
+                if room is None:
+                    room = self._sglang_room(scheduled)
+                need = req.num_tokens - num_computed + min(req.max_output_tokens - req.num_output_tokens,
+                                                           SGLANG_CLIP_NEW_TOKENS)
+                if need >= room:
+                    break  # NO_TOKEN: the head waits, and so does everyone behind it
+                room -= need
             num_new = self._prompt_chunk(req.num_tokens - num_computed, budget)
             if num_new is None:
                 break
@@ -497,6 +533,31 @@ class Scheduler:
             self.running.append(req)
             scheduled[req] = num_new
             budget -= num_new
+
+    def new_token_ratio(self) -> float:
+        """SGLang's new-token ratio now (admission_reserve sglang)."""
+        return max(self._ratio_base - self._ratio_steps * SGLANG_RATIO_DECAY, SGLANG_MIN_RATIO)
+
+    def _sglang_room(self, scheduled: dict[Request, int]) -> float:
+        """Tokens SGLang's PrefillAdder sees free for new requests: free and evictable tokens, less the
+        prompt tokens the running requests have yet to compute beyond this step, less their remaining
+        outputs (each at most SGLANG_CLIP_NEW_TOKENS) times the new-token ratio."""
+        ratio = self.new_token_ratio()
+        clip = SGLANG_CLIP_NEW_TOKENS
+        prompt = out = 0
+        for r in self.running:
+            prompt += r.num_tokens - r.num_computed_tokens - scheduled.get(r, 0)
+            out += min(r.max_output_tokens - r.num_output_tokens, clip)
+        return self.kv.pool.num_free * self.kv.block_size - max(prompt, 0) - out * ratio
+
+    def _retract_ratio(self) -> None:
+        """After SGLang retracts requests (a preemption here), the ratio restarts from what the requests
+        left running have decoded plus SGLANG_RETRACT_STEPS each, over their output lengths
+        (ScheduleBatch.retract_decode)."""
+        running = self.running
+        decoded = sum(r.num_output_tokens for r in running) + SGLANG_RETRACT_STEPS * len(running)
+        self._ratio_base = min(1.0, decoded / (sum(r.max_output_tokens for r in running) + 1))
+        self._ratio_steps = 0
 
     def _reserved_blocks(self) -> int:
         """Blocks the running requests' whole lives take (prompt + all output: reserve_full_kv)."""
@@ -535,7 +596,8 @@ class Scheduler:
 
     def _admissible_tokens(self, budget: int, cutoff: int) -> int:
         """Prompt tokens :meth:`_admit` would schedule now, found without allocating anything (KV room is
-        checked only through the full-need reservation, as TRT-LLM's capacity scheduler does)."""
+        checked only through the full-need reservation, as TRT-LLM's capacity scheduler does; batch waiting
+        is TRT-LLM's, so SGLang's admission rule is not applied here)."""
         limits = self.limits
         kv = self.kv
         seats = limits.max_num_seqs - len(self.running)
@@ -668,6 +730,12 @@ class Scheduler:
         self.output_tokens += sampled
         self.mark_applied(self._step_start_ns, now)
         self.finish(finished, now)
+        if self.limits.admission_reserve == "sglang":
+            stats = out.stats
+            if not self.running and not len(self.waiting):
+                self._ratio_base, self._ratio_steps = SGLANG_INIT_RATIO, 0   # idle: self_check_during_idle
+            elif not out.preempted and stats.num_decode == stats.num_reqs:
+                self._ratio_steps += 1   # a decode batch (update_running_batch) that retracted nothing
         return finished
 
     @property

@@ -58,9 +58,15 @@ def kv_blocks(config: TwinConfig, dep: Deployment, override: int | None = None) 
         return override
     if config.kv_cache.num_blocks is not None:
         return config.kv_cache.num_blocks
-    assert config.kv_cache.block_size is not None and config.kv_cache.gpu_memory_utilization is not None
+    assert config.kv_cache.block_size is not None
+    fraction = config.kv_cache.gpu_memory_utilization
     try:
-        return dep.kv_capacity_blocks(config.kv_cache.block_size, config.kv_cache.gpu_memory_utilization,
+        if fraction is None:   # the engine derives it per deployment (SGLang's mem_fraction_static heuristic)
+            e = config.engine
+            graphs = e.cuda_graph_max_size or (max(e.cuda_graph_sizes) if e.cuda_graph_sizes else None)
+            fraction = dep.default_memory_fraction(max_num_batched_tokens=config.scheduler.max_num_batched_tokens,
+                                                   cuda_graph_max_bs=graphs)
+        return dep.kv_capacity_blocks(config.kv_cache.block_size, fraction,
                                       max_num_batched_tokens=config.scheduler.max_num_batched_tokens,
                                       max_num_seqs=config.scheduler.max_num_seqs)
     except ValueError as exc:
@@ -79,6 +85,7 @@ def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max
                              chunked_prefill=s.chunked_prefill,
                              mixed_prefill=s.mixed_prefill,
                              reserve_full_kv=s.reserve_full_kv,
+                             admission_reserve=s.admission_reserve or "none",
                              batch_wait_iters=s.batch_wait_iters,
                              batch_wait_max_tokens_ratio=s.batch_wait_max_tokens_ratio,
                              lookahead=load_engine(config.engine.name).host_overlap)
@@ -186,11 +193,13 @@ def resolve(config: TwinConfig) -> TwinConfig:
         max_num_seqs=s.max_num_seqs or engine.default_max_num_seqs(gpu),
         mixed_prefill=engine.mixed_prefill if s.mixed_prefill is None else s.mixed_prefill,
         reserve_full_kv=engine.reserve_full_kv if s.reserve_full_kv is None else s.reserve_full_kv,
+        admission_reserve=s.admission_reserve or engine.admission_reserve,
     )
     kv = config.kv_cache
     kv_cache = attrs.evolve(
         kv,
         block_size=kv.block_size or engine.block_size,
-        gpu_memory_utilization=kv.gpu_memory_utilization or engine.gpu_memory_utilization,
+        gpu_memory_utilization=kv.gpu_memory_utilization or (
+            engine.gpu_memory_utilization if engine.memory_fraction_rule == "fixed" else None),
     )
     return attrs.evolve(config, scheduler=scheduler, kv_cache=kv_cache)

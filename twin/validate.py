@@ -661,12 +661,39 @@ def harness_kv(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> dict[st
     out: dict[str, Any] = {}
     if proto is GENAI_PERF and spec.backend == "trtllm":
         out["gpu_memory_utilization"] = 0.8
+    if proto is GENAI_PERF and spec.backend == "sglang" and spec.mode == "agg":
+        out["gpu_memory_utilization"] = sglang_mem_fraction(row, spec)
     if proto is GENAI_PERF and row.get("precision", "").strip().lower() == "fp8" \
             and "deepseek" not in spec.model.lower():
         out["kv_dtype"] = "fp8"
     if proto is INFERENCEMAX and spec.mode == "agg":
         out.update(_inferencemax_kv(spec))
     return out
+
+
+def sglang_mem_fraction(row: dict[str, str], spec: "RowSpec") -> float:
+    """The mem_fraction_static SGLang derived for a gap-analysis row, whose launch sets none
+    (aiconfigurator's SGLang cli_args templates pass no --mem-fraction-static).
+
+    The harness sets --max-prefill-tokens (ISL + 1500, the twin's per-step budget for the row), not
+    --chunked-prefill-size, so the heuristic saw the default chunk for the GPU. 0.5.6 and later: the
+    engine's rule (EngineProfile.default_memory_fraction). 0.5.1.post1 (server_args.py __post_init__)
+    reserved (9.5 + GPUs / 2) GiB on GPUs under 90 GiB and (12 + GPUs / 2) GiB under 160 GiB."""
+    import hardware
+
+    assert spec.agg is not None
+    engine, gpu = hardware.load_engine("sglang"), hardware.load_gpu(spec.gpu)
+    gpus = spec.agg.gpus
+    if row.get("backend_version", "").startswith("0.5.1"):
+        mem = gpu.hbm_bytes / 2**20
+        if not 60 * 1024 <= mem < 160 * 1024:
+            raise Skip(f"SGLang 0.5.1's memory heuristic is not modelled for {spec.gpu}")
+        reserved = ((9.5 if mem < 90 * 1024 else 12.0) + gpus / 2) * 1024
+        return round((mem - reserved) / mem, 3)
+    chunk = engine.default_max_num_batched_tokens(gpu)
+    return engine.default_memory_fraction(gpu, gpus=gpus, chunked_prefill_size=chunk,
+                                          cuda_graph_max_bs=engine.cuda_graph_max_bs(gpu, spec.agg.tp),
+                                          dp_attention=spec.agg.dp)
 
 
 def harness_moe_kernel(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> str:

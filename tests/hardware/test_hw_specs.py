@@ -151,6 +151,61 @@ def test_weight_bytes_and_capacity_known_case() -> None:
     assert dep.kv_capacity_blocks(16, 0.9) == expected == 27792
 
 
+def test_static_memory_rule_leaves_the_activations_outside_the_fraction() -> None:
+    """SGLang's mem_fraction_static covers weights + KV pool: only the runtime reserve is taken besides
+    the weights (the activation peak and the graph buffers live in the rest of the HBM)."""
+    import attrs
+    dep = attrs.evolve(_llama8b(), engine=load_engine("sglang"))
+    assert dep.engine.kv_memory_rule == "static"
+    weights = 8030261248 * 2
+    expected = int((80 * 2**30 * 0.836 - weights - 2**30) // 131072)
+    assert dep.kv_capacity_blocks(1, 0.836) == expected == 417156   # blocks of one token (page size 1)
+    # the same fraction under the vLLM rule also gives up the activation peak and the logits buffers
+    total = attrs.evolve(_llama8b(), engine=attrs.evolve(load_engine("sglang"), kv_memory_rule="total"))
+    assert total.kv_capacity_blocks(1, 0.836) < expected
+
+
+def test_sglang_mem_fraction_static_heuristic_by_hand() -> None:
+    """reserved MiB = 512 + 1.5 x max(chunk, 2048) + 2 x cuda_graph_max_bs + 1024 x GPUs / 8, at least
+    10 GiB on GPUs over 60 GiB; fraction = round((memory - reserved) / memory, 3)."""
+    sgl = load_engine("sglang")
+    h100, h200, l40s = load_gpu("h100_sxm"), load_gpu("h200_sxm"), load_gpu("l40s")
+    # H100 (81,920 MiB), TP1: 512 + 12288 + 512 + 128 = 13,440 MiB -> 68,480 / 81,920 = 0.8359
+    assert sgl.default_memory_fraction(h100, gpus=1, chunked_prefill_size=8192, cuda_graph_max_bs=256) == 0.836
+    # H200 (144,384 MiB), TP8: 512 + 12288 + 1024 + 1024 = 14,848 MiB -> 0.89716
+    assert sgl.default_memory_fraction(h200, gpus=8, chunked_prefill_size=8192, cuda_graph_max_bs=512) == 0.897
+    # a small chunk hits the 10 GiB floor: (81,920 - 10,240) / 81,920 = 0.875
+    assert sgl.default_memory_fraction(h100, gpus=1, chunked_prefill_size=1024, cuda_graph_max_bs=8) == 0.875
+    # DP attention (4 groups, graphs to 512): + 3 x 512 x 4 + 1.5 x 512 x 4 = 9,216 MiB beyond 14,848
+    assert sgl.default_memory_fraction(h200, gpus=8, chunked_prefill_size=8192, cuda_graph_max_bs=512,
+                                       dp_attention=4) == round((144384 - 14848 - 9216) / 144384, 3) == 0.833
+    # an MTP / EAGLE draft: 2 GiB more
+    assert sgl.default_memory_fraction(h100, gpus=1, chunked_prefill_size=8192, cuda_graph_max_bs=256,
+                                       speculative=True) == round((81920 - 13440 - 2048) / 81920, 3) == 0.811
+    # L40S (46,068 MiB, under 60 GiB: no floor): 512 + 6144 + 64 + 128 = 6,848 MiB -> 0.85135
+    assert sgl.default_memory_fraction(l40s, gpus=1, chunked_prefill_size=4096, cuda_graph_max_bs=32) == 0.851
+    # the defaults it is fed follow SGLang's memory tiers
+    assert [sgl.default_max_num_batched_tokens(g) for g in (l40s, h100, h200, load_gpu("b200_sxm"))] == \
+        [4096, 8192, 8192, 16384]
+    assert [sgl.cuda_graph_max_bs(g, tp) for g in (l40s, h200) for tp in (1, 4)] == [32, 160, 256, 512]
+    assert sgl.cuda_graph_max_bs(load_gpu("b200_sxm"), 1) == 512
+    # vLLM keeps its fixed default whatever the deployment
+    assert load_engine("vllm").default_memory_fraction(h100, gpus=8, chunked_prefill_size=8192,
+                                                       cuda_graph_max_bs=512) == 0.9
+
+
+def test_deployment_feeds_the_heuristic_its_own_limits() -> None:
+    import attrs
+    dep = Deployment(gpu=load_gpu("h100_sxm"), model=load_model("Qwen/Qwen3-32B"), engine=load_engine("sglang"),
+                     tp=4)
+    # 4 GPUs, default chunk 8192 and cuda_graph_max_bs 512 (TP >= 4): 512 + 12288 + 1024 + 512 = 14,336 MiB
+    assert dep.default_memory_fraction() == round((81920 - 14336) / 81920, 3) == 0.825
+    assert dep.default_memory_fraction(max_num_batched_tokens=16384, cuda_graph_max_bs=64) == \
+        round((81920 - (512 + 24576 + 128 + 512)) / 81920, 3)
+    with pytest.raises(ValueError, match="memory_fraction_rule 'guess'"):
+        attrs.evolve(load_engine("sglang"), memory_fraction_rule="guess")
+
+
 def test_free_memory_rule_takes_the_fraction_after_weights() -> None:
     """TensorRT-LLM's free_gpu_memory_fraction applies to what weights and the reserve leave over."""
     import attrs

@@ -72,6 +72,12 @@ def test_systems_turn_the_cohort_on_with_fast_forward_only():
     assert Simulation(_config(run={"fast_forward": False})).workers[0].sched.cohort is None
     prefill_first = Simulation(_config(engine={"name": "sglang"}))
     assert prefill_first.workers[0].sched.cohort is None  # its decodes sit out prefill steps
+    # SGLang's admission reads every running request's output count: mixed steps keep it off too
+    mixed = Simulation(_config(engine={"name": "sglang"}, scheduler={"mixed_prefill": True}))
+    assert mixed.workers[0].sched.cohort is None
+    vllm_rule = Simulation(_config(engine={"name": "sglang"},
+                                   scheduler={"mixed_prefill": True, "admission_reserve": "none"}))
+    assert vllm_rule.workers[0].sched.cohort is not None
 
 
 def test_cohort_rebasing_its_update_count_changes_nothing(tmp_path, monkeypatch):

@@ -60,8 +60,29 @@ def test_overrides_and_engine_defaults_resolution():
     assert resolve(load_config(None, ["engine.name=sglang"])).scheduler.mixed_prefill is False
     assert resolve(load_config(None, ["engine.name=sglang", "scheduler.mixed_prefill=true"])).scheduler.mixed_prefill
     assert r.scheduler.reserve_full_kv is False
+    # SGLang derives its fraction per deployment (mem_fraction_static heuristic) unless one is given
+    sgl = resolve(load_config(None, ["engine.name=sglang"]))
+    assert sgl.kv_cache.gpu_memory_utilization is None and sgl.scheduler.max_num_batched_tokens == 8192
+    assert resolve(load_config(None, ["engine.name=sglang", "kv_cache.gpu_memory_utilization=0.8"])
+                   ).kv_cache.gpu_memory_utilization == 0.8
     assert resolve(load_config(None, ["engine.name=trtllm"])).scheduler.reserve_full_kv is True
     assert not resolve(load_config(None, ["engine.name=trtllm", "scheduler.reserve_full_kv=false"])).scheduler.reserve_full_kv
+
+
+def test_sglang_kv_capacity_follows_its_mem_fraction_heuristic():
+    """No fraction given: the worker's KV pool is what SGLang's mem_fraction_static heuristic leaves, fed
+    the worker's own chunk size and largest CUDA graph."""
+    from twin.system import kv_blocks, make_deployment
+    base = ["engine.name=sglang", "model.name=meta-llama/Llama-3.1-8B"]
+    cfg = resolve(load_config(None, base))
+    dep = make_deployment(cfg, 1)
+    # H100, TP1, chunk 8192, graphs to 256: (81,920 - 13,440) / 81,920 MiB = 0.836
+    assert kv_blocks(cfg, dep) == dep.kv_capacity_blocks(1, 0.836)
+    # graphs only to 64: 512 + 12288 + 128 + 128 = 13,056 MiB -> 0.841, a larger pool
+    small = resolve(load_config(None, [*base, "engine.cuda_graph_max_size=64"]))
+    assert kv_blocks(small, dep) == dep.kv_capacity_blocks(1, 0.841) > kv_blocks(cfg, dep)
+    given = resolve(load_config(None, [*base, "kv_cache.gpu_memory_utilization=0.7"]))
+    assert kv_blocks(given, dep) == dep.kv_capacity_blocks(1, 0.7)
 
 
 def test_config_round_trips_through_its_dict():

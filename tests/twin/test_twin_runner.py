@@ -181,6 +181,15 @@ def test_max_sim_s_fails_pending_requests_with_a_reason():
     {"engine": {"name": "sglang"}, "kv_cache": {"num_blocks": 2000},
      "workload": {"kind": "synthetic", "num_requests": 40, "arrival": {"kind": "concurrency", "concurrency": 12},
                   "input_tokens": {"low": 80, "high": 160}, "output_tokens": {"low": 20, "high": 120}}},
+    # SGLang with long outputs: its new-token ratio decays in fast-forwarded runs and restarts after the
+    # preemptions (retractions) it lets happen.
+    {"engine": {"name": "sglang"}, "kv_cache": {"num_blocks": 3000},
+     "workload": {"kind": "synthetic", "num_requests": 40, "arrival": {"kind": "concurrency", "concurrency": 8},
+                  "input_tokens": {"low": 80, "high": 160}, "output_tokens": {"low": 200, "high": 900}}},
+    # SGLang with mixed chunks (--enable-mixed-chunk): its admission rule in mixed steps, memory pressure.
+    {"engine": {"name": "sglang"}, "scheduler": {"mixed_prefill": True}, "kv_cache": {"num_blocks": 1500},
+     "workload": {"kind": "synthetic", "num_requests": 40, "arrival": {"kind": "concurrency", "concurrency": 12},
+                  "input_tokens": {"low": 80, "high": 160}, "output_tokens": {"low": 20, "high": 120}}},
     # top-k / top-p sampling priced per sampled row (the sampler term), closed loop.
     {"engine": {"sampling": "top_k_top_p"},
      "workload": {"kind": "synthetic", "num_requests": 40, "arrival": {"kind": "concurrency", "concurrency": 12},

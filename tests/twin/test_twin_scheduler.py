@@ -94,6 +94,73 @@ def test_reserving_the_full_need_admits_later_and_never_preempts():
     assert sched.preemptions == 0 and b.status is Status.FINISHED
 
 
+def test_sglang_admission_wants_room_for_the_whole_output():
+    """SGLang's PrefillAdder, 100 one-token pages: a (10 + 60) leaves 30, so b (30 + 20 = 50) waits. While a
+    decodes, the room is the free tokens less a's remaining output x the new-token ratio: before a's n-th
+    output step 90 - n - (60 - n) x (0.7 - (n - 1) x 0.602 / 600), 47.7 at n = 1 and falling, so b waits
+    until a is done. The vLLM rule admits b at once (30 prompt tokens fit)."""
+    sched = make_scheduler(num_blocks=100, block_size=1, admission_reserve="sglang")
+    a, b = make_request(1, 10, 60), make_request(2, 30, 20)
+    for r in (a, b):
+        sched.add_request(r, 0)
+    assert step(sched) == ([(1, 10)], [], [])
+    for _ in range(58):
+        assert step(sched) == ([(1, 1)], [], [])
+    assert step(sched) == ([(1, 1)], [], [1])
+    assert step(sched) == ([(2, 30)], [], [])
+    vllm = make_scheduler(num_blocks=100, block_size=1)
+    for r in (make_request(1, 10, 60), make_request(2, 30, 20)):
+        vllm.add_request(r, 0)
+    assert step(vllm) == ([(1, 10), (2, 30)], [], [])
+
+
+def test_sglang_new_token_ratio_decays_per_decode_step_and_admits_when_room_appears():
+    """3,000 pages, a (10 + 2,000), b (100 + 1,500 = 1,600). Before step k (k >= 2) a holds 9 + k tokens
+    and has 2,001 - k outputs to go after k - 2 decode steps of decay: room = 2,991 - k - (2,001 - k) x
+    (0.7 - (k - 2) x 0.602 / 600): 1,599.898 at k = 8 (b waits: 1,600 is not below it), 1,601.59 at k = 9."""
+    from twin.scheduler import SGLANG_INIT_RATIO, SGLANG_RATIO_DECAY
+    sched = make_scheduler(num_blocks=3000, block_size=1, max_num_batched_tokens=256, admission_reserve="sglang")
+    a, b = make_request(1, 10, 2000), make_request(2, 100, 1500)
+    for r in (a, b):
+        sched.add_request(r, 0)
+    assert step(sched) == ([(1, 10)], [], [])
+    assert sched.new_token_ratio() == SGLANG_INIT_RATIO       # a prefill step does not decay it
+    for _ in range(2, 9):
+        assert step(sched) == ([(1, 1)], [], [])
+    assert sched.new_token_ratio() == SGLANG_INIT_RATIO - 7 * SGLANG_RATIO_DECAY
+    assert step(sched) == ([(1, 1), (2, 100)], [], [])        # k = 9
+    assert sched.new_token_ratio() == SGLANG_INIT_RATIO - 7 * SGLANG_RATIO_DECAY   # mixed: no decay
+
+
+def test_sglang_ratio_restarts_after_a_preemption_and_resets_when_idle():
+    """320 pages, the ratio decayed to its floor (0.098): a (4 + 300) goes in, then b and c (4 + 120 each)
+    beside it (room 315 - 299 x 0.098 = 285.7, then 161.7 and 37.7 left). Together they outgrow the pool:
+    after step 104 they hold 319 pages; in step 105 a takes the last one, b finds none and c (the tail)
+    is preempted. The ratio restarts from a and b: (104 + 103 decoded + 2 x 20) / (300 + 120 + 1) =
+    247 / 421. The next step is a pure decode (c waits: 103 free - (195 + 16) x 0.587 < 124), one decay
+    off; once the worker is idle the ratio is 0.7 again."""
+    from twin.scheduler import SGLANG_INIT_RATIO, SGLANG_MIN_RATIO, SGLANG_RATIO_DECAY
+    sched = make_scheduler(num_blocks=320, block_size=1, prefix_caching=False, admission_reserve="sglang")
+    sched._ratio_steps = 600   # as after 600 decode steps
+    assert sched.new_token_ratio() == SGLANG_MIN_RATIO
+    a, b, c = make_request(1, 4, 300), make_request(2, 4, 120), make_request(3, 4, 120)
+    sched.add_request(a, 0)
+    assert step(sched) == ([(1, 4)], [], [])
+    sched.add_request(b, 1)
+    sched.add_request(c, 1)
+    assert step(sched) == ([(1, 1), (2, 4), (3, 4)], [], [])
+    for _ in range(3, 105):
+        assert step(sched) == ([(1, 1), (2, 1), (3, 1)], [], [])
+    assert sched.kv.pool.num_free == 1
+    assert step(sched) == ([(1, 1), (2, 1)], [3], [])
+    assert sched.new_token_ratio() == 247 / 421
+    assert step(sched) == ([(1, 1), (2, 1)], [], [])
+    assert sched.new_token_ratio() == 247 / 421 - SGLANG_RATIO_DECAY
+    while sched.has_work:
+        step(sched)
+    assert sched.new_token_ratio() == SGLANG_INIT_RATIO and c.status is Status.FINISHED
+
+
 def test_batch_waiting_holds_small_prompts_while_decodes_run():
     """TRT-LLM batch waiting (2 steps, 0.5 x 64 = 32 tokens): a 4-token prompt beside one decode waits two
     steps and goes in the third; a 40-token prompt fills the threshold and goes at once; with no decode

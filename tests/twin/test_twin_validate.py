@@ -243,6 +243,14 @@ def test_harness_kv_settings_and_skips_follow_the_rows_scripts() -> None:
     s056 = row_config(row(model_path="meta-llama/Llama-3.1-8B", backend="sglang", backend_version="0.5.6.post2", **gap))
     s051 = row_config(row(model_path="meta-llama/Llama-3.1-8B", backend="sglang", backend_version="0.5.1.post1", **gap))
     assert s056["scheduler"]["mixed_prefill"] is True and "mixed_prefill" not in s051["scheduler"]
+    # ... and the mem_fraction_static each version derived (no launch sets one): 0.5.6 from the default
+    # chunk 8192 (the harness's ISL + 1500 is --max-prefill-tokens) and graphs to 256 at TP1:
+    # (81,920 - 13,440) / 81,920; 0.5.1 reserved (9.5 + 1 / 2) GiB under 90 GiB: (81,920 - 10,240) / 81,920
+    assert s056["kv_cache"] == {"gpu_memory_utilization": 0.836}
+    assert s051["kv_cache"] == {"gpu_memory_utilization": 0.875}
+    s051_h200 = row_config(row(model_path="meta-llama/Llama-3.1-8B", backend="sglang", system="h200_sxm",
+                               backend_version="0.5.1.post1", tp_size="4", **gap))
+    assert s051_h200["kv_cache"] == {"gpu_memory_utilization": round((144384 - 14 * 1024) / 144384, 3)}
 
 
 def test_genai_perf_rows_on_vllm_sample_with_the_models_generation_config() -> None:
