@@ -161,7 +161,8 @@ class CostModel:
         self.max_num_batched_tokens = (max_num_batched_tokens
                                        or dep.engine.default_max_num_batched_tokens(dep.gpu))
         self.capture_sizes = dep.engine.cuda_graph_sizes(self.max_num_seqs, self.max_num_batched_tokens,
-                                                         gpu=dep.gpu, tp=dep.tp, max_size=max_capture_size,
+                                                         gpu=dep.gpu, tp=dep.tp * dep.attn_dp,
+                                                         max_size=max_capture_size,
                                                          sizes=capture_sizes)
         self.max_capture = self.capture_sizes[-1]
         self.kv_bucket_tokens = kv_bucket_tokens

@@ -381,9 +381,9 @@ class Deployment:
         """The engine's KV-memory fraction for this deployment when the user sets none
         (EngineProfile.default_memory_fraction): its per-step token budget stands for SGLang's
         chunked_prefill_size, and the largest captured batch for cuda_graph_max_bs (None: the engine's
-        defaults for this GPU)."""
+        defaults for this GPU and its tp x attn_dp GPUs, SGLang's tp_size)."""
         chunk = max_num_batched_tokens or self.engine.default_max_num_batched_tokens(self.gpu)
-        graphs = cuda_graph_max_bs or self.engine.cuda_graph_max_bs(self.gpu, self.tp)
+        graphs = cuda_graph_max_bs or self.engine.cuda_graph_max_bs(self.gpu, self.tp * self.attn_dp)
         return self.engine.default_memory_fraction(self.gpu, gpus=self.gpus, chunked_prefill_size=chunk,
                                                    cuda_graph_max_bs=graphs, dp_attention=self.attn_dp,
                                                    speculative=self.spec_tokens > 0)

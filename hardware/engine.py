@@ -112,7 +112,8 @@ class EngineProfile:
     def cuda_graph_max_bs(self, gpu: GPUSpec | None = None, tp: int = 1) -> int:
         """SGLang's cuda_graph_max_bs default by the GPU's memory (server_args.py _handle_gpu_memory_settings,
         0.5.6-0.5.9): under 20 GiB 8; under 35 GiB 24 (TP < 4) or 80; under 60 GiB 32 or 160; under 160 GiB
-        (H100, H200) 256 or 512; larger (B200, MI300X) 512. No GPU given: the H100 tier."""
+        (H100, H200) 256 or 512; larger (B200, MI300X) 512. ``tp``: SGLang's tp_size, every GPU of the engine
+        (the twin's tp x attn_dp). No GPU given: the H100 tier."""
         mem = gpu.hbm_bytes / _MIB if gpu is not None else 80 * 1024
         if mem < 20 * 1024:
             return 8

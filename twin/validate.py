@@ -678,7 +678,8 @@ def sglang_mem_fraction(row: dict[str, str], spec: "RowSpec") -> float:
     The harness sets --max-prefill-tokens (ISL + 1500, the twin's per-step budget for the row), not
     --chunked-prefill-size, so the heuristic saw the default chunk for the GPU. 0.5.6 and later: the
     engine's rule (EngineProfile.default_memory_fraction). 0.5.1.post1 (server_args.py __post_init__)
-    reserved (9.5 + GPUs / 2) GiB on GPUs under 90 GiB and (12 + GPUs / 2) GiB under 160 GiB."""
+    reserved (2.8 + GPUs / 10) GiB under 35 GiB, (9.5 + GPUs / 2) GiB under 90 GiB, (12 + GPUs / 2) GiB under
+    160 GiB and 32 GiB above."""
     import hardware
 
     assert spec.agg is not None
@@ -686,13 +687,12 @@ def sglang_mem_fraction(row: dict[str, str], spec: "RowSpec") -> float:
     gpus = spec.agg.gpus
     if row.get("backend_version", "").startswith("0.5.1"):
         mem = gpu.hbm_bytes / 2**20
-        if not 60 * 1024 <= mem < 160 * 1024:
-            raise Skip(f"SGLang 0.5.1's memory heuristic is not modelled for {spec.gpu}")
-        reserved = ((9.5 if mem < 90 * 1024 else 12.0) + gpus / 2) * 1024
-        return round((mem - reserved) / mem, 3)
+        gib = (2.8 + gpus / 10 if mem < 35 * 1024 else 9.5 + gpus / 2 if mem < 90 * 1024
+               else 12.0 + gpus / 2 if mem < 160 * 1024 else 32.0)
+        return round((mem - gib * 1024) / mem, 3)
     chunk = engine.default_max_num_batched_tokens(gpu)
     return engine.default_memory_fraction(gpu, gpus=gpus, chunked_prefill_size=chunk,
-                                          cuda_graph_max_bs=engine.cuda_graph_max_bs(gpu, spec.agg.tp),
+                                          cuda_graph_max_bs=engine.cuda_graph_max_bs(gpu, gpus),
                                           dp_attention=spec.agg.dp)
 
 

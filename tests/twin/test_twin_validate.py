@@ -251,6 +251,10 @@ def test_harness_kv_settings_and_skips_follow_the_rows_scripts() -> None:
     s051_h200 = row_config(row(model_path="meta-llama/Llama-3.1-8B", backend="sglang", system="h200_sxm",
                                backend_version="0.5.1.post1", tp_size="4", **gap))
     assert s051_h200["kv_cache"] == {"gpu_memory_utilization": round((144384 - 14 * 1024) / 144384, 3)}
+    s051_b200 = row_config(row(model_path="meta-llama/Llama-3.1-8B", backend="sglang", system="b200_sxm",
+                               backend_version="0.5.1.post1", **gap))
+    assert s051_b200["kv_cache"] == {"gpu_memory_utilization": round((184320 - 32 * 1024) / 184320, 3)} == \
+        {"gpu_memory_utilization": 0.822}
 
 
 def test_genai_perf_rows_on_vllm_sample_with_the_models_generation_config() -> None:
