@@ -405,17 +405,15 @@ class Deployment:
         if per_block <= 0:
             raise ValueError(f"{self.model.name} has no full-attention KV cache: block capacity is undefined")
         weights = self.weight_bytes_per_gpu
-        reserve = self.reserve_bytes(max_num_batched_tokens, max_num_seqs)
+        rule = self.engine.kv_memory_rule
+        # static (SGLang): the activation peak lies outside the fraction; only the runtime reserve is taken
+        reserve = (self.engine.runtime_reserve_bytes if rule == "static"
+                   else self.reserve_bytes(max_num_batched_tokens, max_num_seqs))
         hbm = self.gpu.hbm_bytes
-        if self.engine.kv_memory_rule == "free":
+        if rule == "free":
             free = (hbm - weights - reserve) * gpu_memory_utilization
             how = (f"(HBM {hbm / 2**30:.1f} GiB - weights {weights / 2**30:.2f} GiB - reserve "
                    f"{reserve / 2**30:.2f} GiB) x {gpu_memory_utilization}")
-        elif self.engine.kv_memory_rule == "static":
-            runtime = self.engine.runtime_reserve_bytes
-            free = hbm * gpu_memory_utilization - weights - runtime
-            how = (f"HBM {hbm / 2**30:.1f} GiB x {gpu_memory_utilization} - weights {weights / 2**30:.2f} GiB "
-                   f"- runtime {runtime / 2**30:.2f} GiB")
         else:
             free = hbm * gpu_memory_utilization - weights - reserve
             how = (f"HBM {hbm / 2**30:.1f} GiB x {gpu_memory_utilization} - weights {weights / 2**30:.2f} GiB "

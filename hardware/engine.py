@@ -17,6 +17,10 @@ KV_MEMORY_RULES = ("total", "free", "static")
 MEMORY_FRACTION_RULES = ("fixed", "sglang")
 ADMISSION_RESERVES = ("none", "sglang")
 _MIB = 2**20
+SGLANG_MEMORY_TIERS = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (160, 8192, 256, 512),
+                       (float("inf"), 16384, 512, 512))
+"""SGLang's defaults by the GPU's memory (server_args._handle_gpu_memory_settings, 0.5.6-0.5.9): (below this
+many GiB, chunked_prefill_size, cuda_graph_max_bs at TP < 4, at TP >= 4)."""
 GRAPH_MODES = ("full_and_piecewise", "piecewise", "full_decode_only", "none")
 """What replays a CUDA graph; vLLM's ``cudagraph_mode`` names (FULL_AND_PIECEWISE, PIECEWISE,
 FULL_DECODE_ONLY, NONE), which also describe SGLang's and TRT-LLM's decode-only graphs."""
@@ -95,9 +99,8 @@ class EngineProfile:
         """Per-step token budget the engine picks for this GPU when the user sets none."""
         if self.batch_rule == "vllm":
             return 8192 if self._big_gpu(gpu) else 2048
-        if self.batch_rule == "sglang":   # chunked_prefill_size by the GPU's memory (server_args.py)
-            mem = gpu.hbm_bytes / _MIB
-            return 2048 if mem < 35 * 1024 else 4096 if mem < 60 * 1024 else 8192 if mem < 160 * 1024 else 16384
+        if self.batch_rule == "sglang":   # chunked_prefill_size by the GPU's memory
+            return _sglang_tier(gpu)[1]
         return 8192
 
     def default_max_num_seqs(self, gpu: GPUSpec) -> int:
@@ -110,21 +113,11 @@ class EngineProfile:
         return 2048
 
     def cuda_graph_max_bs(self, gpu: GPUSpec | None = None, tp: int = 1) -> int:
-        """SGLang's cuda_graph_max_bs default by the GPU's memory (server_args.py _handle_gpu_memory_settings,
-        0.5.6-0.5.9): under 20 GiB 8; under 35 GiB 24 (TP < 4) or 80; under 60 GiB 32 or 160; under 160 GiB
-        (H100, H200) 256 or 512; larger (B200, MI300X) 512. ``tp``: SGLang's tp_size, every GPU of the engine
-        (the twin's tp x attn_dp). No GPU given: the H100 tier."""
-        mem = gpu.hbm_bytes / _MIB if gpu is not None else 80 * 1024
-        if mem < 20 * 1024:
-            return 8
-        small = tp < 4
-        if mem < 35 * 1024:
-            return 24 if small else 80
-        if mem < 60 * 1024:
-            return 32 if small else 160
-        if mem < 160 * 1024:
-            return 256 if small else 512
-        return 512
+        """SGLang's cuda_graph_max_bs default by the GPU's memory (SGLANG_MEMORY_TIERS: H100 / H200 256 at
+        TP < 4, else 512). ``tp``: SGLang's tp_size, every GPU of the engine (the twin's tp x attn_dp). No GPU
+        given: the H100 tier."""
+        tier = _sglang_tier(gpu) if gpu is not None else SGLANG_MEMORY_TIERS[3]
+        return tier[2] if tp < 4 else tier[3]
 
     def default_memory_fraction(self, gpu: GPUSpec, *, gpus: int, chunked_prefill_size: int,
                                 cuda_graph_max_bs: int, dp_attention: int = 1, speculative: bool = False) -> float:
@@ -198,6 +191,12 @@ class EngineProfile:
             listed.append(limit)     # the largest size, or the largest batch the engine can run below it
         out = tuple(sorted({s for s in listed if s <= limit}))
         return out if out else (1,)
+
+
+def _sglang_tier(gpu: GPUSpec) -> tuple[float, int, int, int]:
+    """The SGLANG_MEMORY_TIERS row of ``gpu``."""
+    mem_gib = gpu.hbm_bytes / _GIB
+    return next(t for t in SGLANG_MEMORY_TIERS if mem_gib < t[0])
 
 
 def list_engines() -> list[str]:

@@ -14,7 +14,7 @@ import attrs
 
 from hardware.calibration import MOE_KERNELS
 from hardware.deployment import SAMPLINGS
-from hardware.engine import GRAPH_MODES
+from hardware.engine import ADMISSION_RESERVES, GRAPH_MODES
 from hardware.kernels import SERVING_ROUTINGS
 from twin.configio import from_dict, parse_override, read_yaml, set_path, to_dict
 from twin.errors import ConfigError
@@ -190,7 +190,7 @@ class SchedulerConfig:
     steps until they and the decodes fill batch_wait_max_tokens_ratio of the token budget (0: off)."""
     batch_wait_max_tokens_ratio: float = attrs.field(default=0.0, validator=non_negative)
     admission_reserve: str | None = attrs.field(default=None,
-                                                validator=attrs.validators.optional(one_of("none", "sglang")))
+                                                validator=attrs.validators.optional(one_of(*ADMISSION_RESERVES)))
     """Output room a waiting request needs to be admitted (null: the engine's default): ``none`` (vLLM:
     blocks are taken as tokens come) or ``sglang`` (SGLang's PrefillAdder: room for its uncached prompt and
     its whole output, at most 4,096 tokens of it, beside the running requests' remaining outputs, each at

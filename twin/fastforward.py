@@ -23,7 +23,7 @@ import numpy as np
 
 from hardware import BatchShape
 from twin.request import NO_TIME, Request
-from twin.scheduler import SGLANG_INIT_RATIO, Scheduler, SchedulerOutput
+from twin.scheduler import Scheduler, SchedulerOutput
 
 _NEVER = 1 << 62
 """A step no run reaches."""
@@ -191,15 +191,14 @@ class DecodeRun:
             itl[gap] = itl.get(gap, 0) + shared
         sched.output_tokens += n * steps
         sched.steps += steps
-        sched._ratio_steps += steps   # pure-decode steps (SGLang's new-token ratio; unused otherwise)
         sched.mark_applied(ends[m - 2] if m >= 2 else self.start_ns, ends[m - 1])
         self.updated = m
         if m < self.k:
+            sched.count_decode_steps(steps)
             return []
         finished = [r for r in self.reqs if r.num_output_tokens >= r.max_output_tokens]
         sched.finish(finished, ends[m - 1])
-        if not sched.running and not len(sched.waiting):
-            sched._ratio_base, sched._ratio_steps = SGLANG_INIT_RATIO, 0   # idle, as Scheduler.update
+        sched.count_decode_steps(steps)
         return finished
 
 

@@ -730,13 +730,20 @@ class Scheduler:
         self.output_tokens += sampled
         self.mark_applied(self._step_start_ns, now)
         self.finish(finished, now)
-        if self.limits.admission_reserve == "sglang":
-            stats = out.stats
-            if not self.running and not len(self.waiting):
-                self._ratio_base, self._ratio_steps = SGLANG_INIT_RATIO, 0   # idle: self_check_during_idle
-            elif not out.preempted and stats.num_decode == stats.num_reqs:
-                self._ratio_steps += 1   # a decode batch (update_running_batch) that retracted nothing
+        stats = out.stats
+        self.count_decode_steps(1 if not out.preempted and stats.num_decode == stats.num_reqs else 0)
         return finished
+
+    def count_decode_steps(self, steps: int) -> None:
+        """Applied steps' share in SGLang's new-token ratio (admission_reserve sglang; nothing otherwise):
+        ``steps`` pure-decode steps that retracted nothing (update_running_batch) each take one decay off,
+        and an idle scheduler starts again from SGLANG_INIT_RATIO (self_check_during_idle)."""
+        if self.limits.admission_reserve != "sglang":
+            return
+        if not self.running and not len(self.waiting):
+            self._ratio_base, self._ratio_steps = SGLANG_INIT_RATIO, 0
+        else:
+            self._ratio_steps += steps
 
     @property
     def itl_counts(self) -> dict[int, int]:
