@@ -16,6 +16,7 @@ CAPTURE_RULES = ("vllm", "sglang", "trtllm")
 KV_MEMORY_RULES = ("total", "free", "static")
 MEMORY_FRACTION_RULES = ("fixed", "sglang")
 ADMISSION_RESERVES = ("none", "sglang")
+PREEMPTION_RULES = ("vllm", "sglang")
 _MIB = 2**20
 SGLANG_MEMORY_TIERS = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (160, 8192, 256, 512),
                        (float("inf"), 16384, 512, 512))
@@ -71,11 +72,16 @@ class EngineProfile:
     """Output room a request needs to be admitted: none (vLLM: blocks as tokens come) or sglang (SGLang's
     PrefillAdder: its prompt and whole output, beside the running requests' remaining outputs scaled by the
     decaying new_token_ratio; twin.scheduler.SchedulerLimits.admission_reserve)."""
+    preemption: str = "vllm"
+    """Which running request gives its KV back when a step runs out, and where it waits (twin.scheduler.
+    SchedulerLimits.preemption): vllm (the newest, to the front of the queue) or sglang (the fewest outputs,
+    then the longest prompt, to the back)."""
     runtime_reserve_bytes: int = 1 << 30
 
     def __attrs_post_init__(self) -> None:
         for field, valid in (("capture_rule", CAPTURE_RULES), ("batch_rule", CAPTURE_RULES),
                              ("kv_memory_rule", KV_MEMORY_RULES), ("admission_reserve", ADMISSION_RESERVES),
+                             ("preemption", PREEMPTION_RULES),
                              ("memory_fraction_rule", MEMORY_FRACTION_RULES)):
             value = getattr(self, field)
             if value not in valid:

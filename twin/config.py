@@ -14,7 +14,7 @@ import attrs
 
 from hardware.calibration import MOE_KERNELS
 from hardware.deployment import SAMPLINGS
-from hardware.engine import ADMISSION_RESERVES, GRAPH_MODES
+from hardware.engine import ADMISSION_RESERVES, GRAPH_MODES, PREEMPTION_RULES
 from hardware.kernels import SERVING_ROUTINGS
 from twin.configio import from_dict, parse_override, read_yaml, set_path, to_dict
 from twin.errors import ConfigError
@@ -197,6 +197,12 @@ class SchedulerConfig:
     most 4,096, scaled by new_token_ratio; the ratio starts at 0.7, falls by 0.602 / 600 per pure-decode
     step to 0.098, is set after a preemption to (decoded tokens + 20 per request) / (output tokens + 1) of
     the requests left running, and is reset to 0.7 when the worker goes idle)."""
+    preemption: str | None = attrs.field(default=None,
+                                         validator=attrs.validators.optional(one_of(*PREEMPTION_RULES)))
+    """Which running request gives up its KV when a step runs out of it (null: the engine's default):
+    ``vllm`` (the newest; it goes back to the front of the queue) or ``sglang`` (the fewest output tokens,
+    then the longest prompt, then the latest admitted; it joins the back of the queue). Under the priority
+    policy the victim is the lowest-priority, latest arrival either way."""
     reserve_full_kv: bool | None = None
     """Admit a request only when the KV blocks of its prompt plus all its output tokens can be set aside
     beside those of every running request, so nothing is ever preempted (TensorRT-LLM's default capacity

@@ -21,6 +21,7 @@ import attrs
 import numpy as np
 
 from hardware import BatchShape
+from hardware.engine import PREEMPTION_RULES
 from twin.cohort import DecodeCohort
 from twin.errors import InvariantError
 from twin.kv_cache import KVCacheManager, cdiv
@@ -53,6 +54,16 @@ class SchedulerLimits:
     admitted only while its uncached tokens plus its remaining output (at most SGLANG_CLIP_NEW_TOKENS) stay
     below the free tokens less the running requests' remaining outputs (each clipped the same way) times
     the new-token ratio, less what this step admitted before it; ``none``: blocks as tokens come (vLLM)."""
+    preemption: str = "vllm"
+    """When a running request cannot get the KV slots of its step, requests are preempted (their KV freed,
+    recomputed when resumed) until it can. ``vllm`` (Scheduler.schedule): the FCFS victim is the newest
+    running request, it goes back to the front of the queue, and a request that preempted itself ends the
+    step's pass over the running ones. ``sglang`` (ScheduleBatch.retract_decode,
+    Scheduler._add_request_to_queue): the victim is the request with the fewest output tokens, then the
+    longest prompt, then the latest in the batch (with speculative decoding, the latest); it joins the
+    back of the queue; the requests behind a
+    request that retracted itself still run (SGLang checks the whole batch before the step). The priority
+    policy keeps its own victim (lowest priority, latest arrival) under either rule."""
 
 
 SGLANG_INIT_RATIO = 0.7
@@ -163,6 +174,31 @@ class PriorityQueue:
         return max(running, key=self._key)
 
 
+class SglangFcfsQueue(FcfsQueue):
+    """SGLang's FCFS queue (schedule_policy fcfs, its default) with its retraction order: the victim has the
+    fewest outputs, then the longest prompt, then is the latest in the batch (retract_decode sorts the batch
+    by (outputs, -prompt) descending, stably, and pops from the end; with speculative decoding it does not
+    sort, so the latest goes first: ``by_progress`` False); it joins the back of the queue."""
+
+    def __init__(self, by_progress: bool = True) -> None:
+        super().__init__()
+        self.by_progress = by_progress
+
+    def prepend(self, req: Request) -> None:
+        self._q.append(req)
+
+    def victim(self, running: list[Request]) -> Request:
+        if not self.by_progress:
+            return running[-1]
+        best = running[0]
+        key = (best.num_output_tokens, -best.prompt_tokens)
+        for req in itertools.islice(running, 1, None):
+            k = (req.num_output_tokens, -req.prompt_tokens)
+            if k <= key:  # ties go to the later request
+                best, key = req, k
+        return best
+
+
 QUEUE_POLICIES: dict[str, type] = {"fcfs": FcfsQueue, "priority": PriorityQueue}
 
 
@@ -214,7 +250,15 @@ class Scheduler:
             raise ValueError(f"unknown queue policy {policy!r}; expected one of {sorted(QUEUE_POLICIES)}")
         self.limits = limits
         self.kv = kv
-        self.waiting: WaitingQueue = QUEUE_POLICIES[policy]()
+        if limits.preemption not in PREEMPTION_RULES:
+            raise ValueError(f"unknown preemption rule {limits.preemption!r}; "
+                             f"expected one of {PREEMPTION_RULES}")
+        if (policy, limits.preemption) == ("fcfs", "sglang"):
+            self.waiting: WaitingQueue = SglangFcfsQueue(by_progress=drafter is None)
+        else:
+            self.waiting = QUEUE_POLICIES[policy]()
+        self._resume_behind_self = limits.preemption == "sglang"
+        """A request that preempted itself leaves the requests behind it to run in the step (SGLang)."""
         self.running: list[Request] = []
         self.record_token_times = record_token_times
         self.retain_finished_kv = retain_finished_kv
@@ -354,7 +398,7 @@ class Scheduler:
                 continue
             while not (num_new == 1 and kv.append_one(req)) and not kv.allocate_slots(req, num_new):
                 victim = self.waiting.victim(running)
-                if running.index(victim) < i:  # only priority victims sit ahead of `req`
+                if running.index(victim) < i:  # a priority or SGLang victim may sit ahead of `req`
                     i -= 1
                 running.remove(victim)
                 n_running -= 1
@@ -374,8 +418,10 @@ class Scheduler:
                     assert drafter is not None
                     drafts[req] = drafter.accepted(req)
                 continue
-            # `req` preempted itself; the requests behind it were preempted before it.
-            break
+            # `req` preempted itself. vLLM ends the pass (under FCFS the requests behind it were preempted
+            # before it); SGLang's check covered the whole batch, so those left behind it run.
+            if not self._resume_behind_self:
+                break
 
         if preempted:  # victims may have left `scheduled`: sum it afresh
             assert not lazy, "a step with a cohort never preempts (checked by _schedule_cohort)"

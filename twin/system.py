@@ -86,6 +86,7 @@ def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max
                              mixed_prefill=s.mixed_prefill,
                              reserve_full_kv=s.reserve_full_kv,
                              admission_reserve=s.admission_reserve or "none",
+                             preemption=s.preemption or "vllm",
                              batch_wait_iters=s.batch_wait_iters,
                              batch_wait_max_tokens_ratio=s.batch_wait_max_tokens_ratio,
                              lookahead=load_engine(config.engine.name).host_overlap)
@@ -194,6 +195,7 @@ def resolve(config: TwinConfig) -> TwinConfig:
         mixed_prefill=engine.mixed_prefill if s.mixed_prefill is None else s.mixed_prefill,
         reserve_full_kv=engine.reserve_full_kv if s.reserve_full_kv is None else s.reserve_full_kv,
         admission_reserve=s.admission_reserve or engine.admission_reserve,
+        preemption=s.preemption or engine.preemption,
     )
     kv = config.kv_cache
     kv_cache = attrs.evolve(

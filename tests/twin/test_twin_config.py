@@ -8,6 +8,8 @@ import yaml
 from twin.cli import list_examples, main
 from twin.config import TwinConfig, load_config
 from twin.errors import ConfigError
+from twin.scheduler import SglangFcfsQueue
+from twin.runner import Simulation
 from twin.system import resolve
 
 
@@ -63,6 +65,11 @@ def test_overrides_and_engine_defaults_resolution():
     # SGLang derives its fraction per deployment (mem_fraction_static heuristic) unless one is given
     sgl = resolve(load_config(None, ["engine.name=sglang"]))
     assert sgl.kv_cache.gpu_memory_utilization is None and sgl.scheduler.max_num_batched_tokens == 8192
+    assert (r.scheduler.preemption, sgl.scheduler.preemption) == ("vllm", "sglang")
+    assert resolve(load_config(None, ["engine.name=sglang", "scheduler.preemption=vllm"])
+                   ).scheduler.preemption == "vllm"
+    assert isinstance(Simulation(load_config(None, ["engine.name=sglang"])).workers[0].sched.waiting,
+                      SglangFcfsQueue)
     assert resolve(load_config(None, ["engine.name=sglang", "kv_cache.gpu_memory_utilization=0.8"])
                    ).kv_cache.gpu_memory_utilization == 0.8
     assert resolve(load_config(None, ["engine.name=trtllm"])).scheduler.reserve_full_kv is True
@@ -139,7 +146,6 @@ def test_deferred_kind_is_listed_and_loads_on_first_use():
 
 
 def test_moe_kernel_without_a_fitted_curve_is_a_config_error() -> None:
-    from twin.runner import Simulation
     cfg = load_config({"model": {"name": "openai/gpt-oss-20b"}, "engine": {"name": "sglang", "moe_kernel": "marlin"},
                        "workload": {"kind": "synthetic", "num_requests": 2}})
     with pytest.raises(ConfigError, match=r"engine\.moe_kernel.*no marlin MoE curve"):

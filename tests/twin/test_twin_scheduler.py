@@ -4,7 +4,7 @@ import pytest
 from twin_testkit import make_request, make_scheduler, step
 
 from twin.request import Status
-from twin.scheduler import Scheduler
+from twin.scheduler import Scheduler, SglangFcfsQueue
 
 
 def test_budget_goes_to_running_decodes_first_then_a_chunked_prefill():
@@ -159,6 +159,42 @@ def test_sglang_ratio_restarts_after_a_preemption_and_resets_when_idle():
     while sched.has_work:
         step(sched)
     assert sched.new_token_ratio() == SGLANG_INIT_RATIO and c.status is Status.FINISHED
+
+
+def test_sglang_retracts_the_fewest_outputs_then_the_longest_prompt_to_the_back_of_the_queue():
+    """20 one-token pages, no prefix caching: a (8 + 10) and b (2 + 10) go in together and hold 10 + 2 (k - 1)
+    pages after step k, all 20 after step 6. In step 7 a needs a page: both have 6 outputs, so SGLang
+    retracts a, the longer prompt, though b is the newer; b, behind it, still decodes (13 pages freed).
+    c (4 + 2), arriving then, is not admitted in a step that retracted, and a joins the queue behind it:
+    step 8 runs b and c's prompt (9 + 4 of 20 pages), then a's 14 tokens (8 + 6 outputs) do not fit
+    (7 free) and it waits. vLLM's rule retracts b, the tail, and puts it before c."""
+    sched = make_scheduler(num_blocks=20, block_size=1, prefix_caching=False, preemption="sglang")
+    a, b = make_request(1, 8, 10), make_request(2, 2, 10)
+    sched.add_request(a, 0)
+    sched.add_request(b, 0)
+    assert step(sched) == ([(1, 8), (2, 2)], [], [])
+    for _ in range(2, 7):
+        assert step(sched) == ([(1, 1), (2, 1)], [], [])
+    assert sched.kv.pool.num_free == 0 and a.num_output_tokens == b.num_output_tokens == 6
+    c = make_request(3, 4, 2)
+    sched.add_request(c, 7)
+    assert step(sched, 7) == ([(2, 1)], [1], [])
+    assert a.status is Status.PREEMPTED and a.lost_tokens == 13 and sched.kv.pool.num_free == 12
+    assert [r.id for r in sched.waiting] == [3, 1]
+    assert step(sched, 8) == ([(2, 1), (3, 4)], [], [])
+    assert [r.id for r in sched.waiting] == [1] and sched.kv.pool.num_free == 7
+    vllm = make_scheduler(num_blocks=20, block_size=1, prefix_caching=False)
+    a, b = make_request(1, 8, 10), make_request(2, 2, 10)
+    vllm.add_request(a, 0)
+    vllm.add_request(b, 0)
+    for _ in range(6):
+        step(vllm)
+    vllm.add_request(make_request(3, 4, 2), 7)
+    assert step(vllm, 7) == ([(1, 1)], [2], [])
+    assert [r.id for r in vllm.waiting] == [2, 3]
+    # With speculative decoding SGLang does not sort the batch: the latest is retracted.
+    x, y = make_request(4, 8, 10), make_request(5, 2, 10)
+    assert SglangFcfsQueue(by_progress=False).victim([x, y]) is y and SglangFcfsQueue().victim([x, y]) is x
 
 
 def test_batch_waiting_holds_small_prompts_while_decodes_run():
