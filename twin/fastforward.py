@@ -119,6 +119,63 @@ class DecodeRun:
         if m < self._next_event:  # no block event in these steps
             self.scheduled = max(m, self.scheduled)
             return
+        if not self._schedule_in_bulk(m):
+            self._schedule_event_by_event(m)
+        self.scheduled = m
+        self._next_event = self._earliest_block_event()
+
+    def _schedule_in_bulk(self, m: int) -> bool:
+        """:meth:`schedule_upto` with the allocations taken at once and each request's registrations in one
+        call, where that gives the same state as the step-by-step order; False (nothing changed) otherwise.
+
+        The pool hands out blocks in the same order whether asked one at a time or n at once (block ids,
+        evictions and their host-tier hooks alike). Registrations touch only blocks the running requests
+        hold, which no allocation takes, and an eviction only removes keys; so when none of the keys to be
+        registered is cached now and none appears twice, every registration succeeds in either order, and
+        taking the allocations first changes nothing. Otherwise (a key held by a free block that an
+        allocation of these steps may evict, two requests writing the same content) the order matters, and
+        the caller replays the events one by one."""
+        kv = self.sched.kv
+        size = kv.block_size
+        reqs = self.reqs
+        n = len(reqs)
+        # Registrations: each request's last block-filling step up to m (its earlier ones register a prefix).
+        targets: list[tuple[Request, int]] = []
+        pending: list[int] = []
+        next_cache = self._next_cache
+        for idx in range(n):
+            i = next_cache[idx]
+            if i <= m:
+                last = i + (m - i) // size * size
+                targets.append((reqs[idx], self.c0[idx] + last))
+                pending.extend(kv.uncached_keys(reqs[idx], self.c0[idx] + last))
+        if pending and (len(set(pending)) != len(pending) or not kv.pool.cached.keys().isdisjoint(pending)):
+            return False
+        # Allocations, in the step-by-step order: by step, then running order.
+        starts = np.array(self._next_alloc, dtype=np.int64)
+        counts = np.where(starts <= m, (m - starts) // size + 1, 0)
+        total = int(counts.sum())
+        if total:
+            owner = np.repeat(np.arange(n), counts)
+            rank = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+            order = np.lexsort((owner, starts[owner] + size * rank))  # by step, then request
+            blocks = np.empty(total, dtype=np.int64)
+            blocks[order] = kv.pool.allocate(total)  # the k-th allocation goes to event order[k]
+            req_blocks = kv.req_blocks
+            ends = np.cumsum(counts).tolist()
+            begin = 0
+            for req, end in zip(reqs, ends):  # events are grouped by request, in step order
+                if end > begin:
+                    req_blocks[req.id] += blocks[begin:end].tolist()
+                    begin = end
+            self._next_alloc = (starts + counts * size).tolist()
+        for req, tokens in targets:
+            kv.cache_computed(req, tokens)
+        self._next_cache = [i if i > m else i + ((m - i) // size + 1) * size for i in next_cache]
+        return True
+
+    def _schedule_event_by_event(self, m: int) -> None:
+        """:meth:`schedule_upto`, every allocation and registration in the step-by-step order."""
         kv = self.sched.kv
         size = kv.block_size
         events: list[tuple[int, int, int]] = []
@@ -136,8 +193,6 @@ class DecodeRun:
                 kv.req_blocks[req.id].append(pool.allocate_one())
             else:
                 kv.cache_computed(req, self.c0[idx] + i)
-        self.scheduled = m
-        self._next_event = self._earliest_block_event()
 
     def _earliest_block_event(self) -> int:
         """The first step not scheduled yet that allocates or fills a block for any request."""

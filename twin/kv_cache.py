@@ -471,6 +471,11 @@ class KVCacheManager:
                 self.pool.cache_run(req.block_keys[done:full], self.req_blocks[rid][done:full])
             self._num_hashed[rid] = full
 
+    def uncached_keys(self, req: Request, num_tokens: int) -> Sequence[int]:
+        """The keys :meth:`cache_computed` would register for ``req`` at ``num_tokens`` (in order)."""
+        full = min(num_tokens // self.block_size, len(req.block_keys))
+        return req.block_keys[self._num_hashed[req.id]:full]
+
     def free(self, req: Request) -> None:
         """Release all of ``req``'s blocks, tail first; cached ones stay findable until evicted."""
         blocks = self.req_blocks.pop(req.id, None)

@@ -239,6 +239,53 @@ def test_fast_forward_runs_resume_past_pull_starts(tmp_path, monkeypatch):
     assert on.summary["itl_s"] == off.summary["itl_s"] and on.ledger == off.ledger
 
 
+class _FlatPrices:
+    """Every pure-decode step costs 1 us (a fast-forward run's block events do not depend on prices)."""
+
+    def decode_costs(self, n, sum_kvs):
+        return [(np.zeros(1), 1000) for _ in sum_kvs]
+
+
+@pytest.mark.parametrize("same_content", [False, True])
+def test_fast_forward_block_events_in_bulk_match_the_step_by_step_order(monkeypatch, same_content):
+    """24 blocks of 2 tokens. r0 (6 + 30 tokens) runs alone and leaves 18 cached free blocks; r1 and r2
+    (6 + 30 each) then decode together in a planned run whose allocations use the 6 fresh blocks and then
+    evict r0's. Unique content: the run takes its block events in bulk. r1 and r2 with r0's content
+    (one stream): their output blocks repeat keys that r0's free blocks hold and that each other writes,
+    so the run replays the events one by one. Either way the blocks, cached keys, free order and
+    evictions are those of the step-by-step replay."""
+    from twin.fastforward import DecodeRun, plan_decode_run
+    from twin_testkit import make_request, make_scheduler, step
+
+    def planned(bulk: bool):
+        taken = []
+        in_bulk = DecodeRun._schedule_in_bulk
+        monkeypatch.setattr(DecodeRun, "_schedule_in_bulk",
+                            lambda self, m: taken.append(bulk and in_bulk(self, m)) or taken[-1])
+        sched = make_scheduler(num_blocks=24, block_size=2)
+        stream = (lambda rid: "s") if same_content else (lambda rid: None)
+        sched.add_request(make_request(0, 6, 30, block_size=2, stream=stream(0)), 0)
+        while sched.has_work:
+            step(sched)
+        for rid in (1, 2):
+            sched.add_request(make_request(rid, 6, 30, block_size=2, stream=stream(rid)), 1)
+        step(sched, 1)
+        out = sched.schedule(2)
+        run = plan_decode_run(sched, out, 2, _FlatPrices(), 64)
+        assert run is not None and run.k >= 8
+        run.extend(run.k)
+        run.schedule_upto(run.k)
+        kv = sched.kv
+        return taken, ({r: list(b) for r, b in kv.req_blocks.items()}, dict(kv.pool.cached),
+                       kv.pool.free_order(), kv.pool.evictions)
+
+    taken, bulk = planned(True)
+    assert taken and all(taken) is not same_content and any(taken) is not same_content
+    assert bulk[3] > 0  # the run evicted r0's cached blocks
+    _, one_by_one = planned(False)
+    assert bulk == one_by_one
+
+
 def test_host_tier_demotes_evicted_prefix_and_loads_it_back(tmp_path):
     # 20 GPU blocks of 16 tokens. s1 caches the 160-token system prompt (10 blocks); s2's 300-token prompt
     # reuses 10 freed blocks: block 10 (partial, no key) and 9, 8 ... 1, whose keys are demoted to the host
