@@ -114,9 +114,28 @@ class EngineProfile:
         if self.batch_rule == "vllm":
             return 1024 if self._big_gpu(gpu) else 256
         if self.batch_rule == "sglang":
-            # SGLang sizes max_running_requests from the KV pool; 1024 stands in for that bound.
+            # SGLang sizes max_running_requests from its KV pool (pool_max_num_seqs, which the twin's
+            # systems use once a worker's pool is known); this stands in where no pool is at hand.
             return 1024 if gpu.hbm_bytes >= 35e9 else 256
         return 2048
+
+    @property
+    def derives_max_num_seqs(self) -> bool:
+        """Whether the engine sizes its running-request cap from the KV pool (:meth:`pool_max_num_seqs`)."""
+        return self.batch_rule == "sglang"
+
+    def pool_max_num_seqs(self, kv_tokens: int, context_length: int) -> int | None:
+        """The running-request cap the engine derives from a worker's KV pool of ``kv_tokens`` tokens (None:
+        the engine's cap does not depend on it, :meth:`default_max_num_seqs`).
+
+        SGLang (0.5.1.post1 - 0.5.9: model_runner.init_memory_pool sizes the request-to-token pool, then
+        tp_worker / model_runner set max_running_requests) without --max-running-requests: min(kv_tokens // 2,
+        min(max(int(kv_tokens / context_length x 512), 2048), 4096)). Not followed: a Mamba state pool's
+        own cap, and DP attention's split of an explicit value."""
+        if not self.derives_max_num_seqs:
+            return None
+        pool = min(max(int(kv_tokens / context_length * 512), 2048), 4096)
+        return min(kv_tokens // 2, pool)
 
     def cuda_graph_max_bs(self, gpu: GPUSpec | None = None, tp: int = 1) -> int:
         """SGLang's cuda_graph_max_bs default by the GPU's memory (SGLANG_MEMORY_TIERS: H100 / H200 256 at

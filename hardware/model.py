@@ -50,6 +50,11 @@ class ModelSpec:
     """Next-token-prediction modules in the checkpoint (config ``num_nextn_predict_layers``: 1 for
     DeepSeek-V3/R1): each a decoder layer of the last layer's kind after a projection of [embedding; hidden]
     (2 x hidden -> hidden), sharing the embedding and LM head; usable as a speculative-decoding draft."""
+    context_length: int = 2048
+    """Longest sequence the checkpoint declares, read as SGLang reads it (utils/hf_transformers_utils.
+    get_context_length: the first of max_sequence_length, seq_length, max_seq_len, model_max_length,
+    max_position_embeddings, times the rope_scaling factor unless the scaling names
+    original_max_position_embeddings or is llama3; 2048 when none is given)."""
 
     def __attrs_post_init__(self) -> None:
         for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size"):
@@ -300,7 +305,24 @@ def _spec(name: str, model_type: str, cfg: dict[str, Any], layers: list[Layer], 
         num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=ffn.intermediate_size,
         vocab_size=int(cfg["vocab_size"]), tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         mlp_gated=ffn.gated, default_weight_dtype=weight, default_kv_dtype=kv, quant_scope=scope,
-        layers=tuple(layers), mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0))
+        layers=tuple(layers), mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),
+        context_length=_context_length(cfg))
+
+
+_CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
+                        "max_position_embeddings")
+
+
+def _context_length(cfg: dict[str, Any]) -> int:
+    """ModelSpec.context_length from the (text) config."""
+    scaling = cfg.get("rope_scaling") or {}
+    factor = scaling.get("factor", 1) if scaling else 1
+    if "original_max_position_embeddings" in scaling or scaling.get("rope_type") == "llama3":
+        factor = 1
+    for key in _CONTEXT_LENGTH_KEYS:
+        if cfg.get(key) is not None:
+            return int(factor * cfg[key])
+    return 2048
 
 
 # --- per-family parsers ----------------------------------------------------------------------------

@@ -179,6 +179,8 @@ class EngineConfig:
 class SchedulerConfig:
     max_num_batched_tokens: int | None = attrs.field(default=None, validator=positive)
     max_num_seqs: int | None = attrs.field(default=None, validator=positive)
+    """Running requests per worker (null: the engine's default; SGLang derives it from each worker's KV pool
+    of T tokens: min(T // 2, min(max(T / context length x 512, 2048), 4096)))."""
     long_prefill_token_threshold: int = attrs.field(default=0, validator=non_negative)
     policy: str = attrs.field(default="fcfs", validator=one_of("fcfs", "priority"))
     chunked_prefill: bool = True

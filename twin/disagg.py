@@ -32,7 +32,8 @@ from twin.results import stats
 from twin.scheduler import Scheduler
 from twin.router import LeastLoadedSpec, Router
 from twin.sim import ProcessGen, now_ns, to_ns
-from twin.system import build_scheduler, cost_model, fast_forward_steps, kv_blocks, make_deployment
+from twin.system import (build_scheduler, cost_model, fast_forward_steps, kv_blocks, make_deployment,
+                         worker_max_num_seqs)
 from twin.worker import StepPrices, Worker
 
 
@@ -104,12 +105,14 @@ class DisaggSystem:
         self._layers = self.p_dep.layers_per_gpu
         p_blocks = kv_blocks(config, self.p_dep, spec.prefill.num_blocks)
         d_blocks = kv_blocks(config, self.d_dep, spec.decode.num_blocks)
-        p_prices = StepPrices(cost_model(config, self.p_dep, max_num_seqs=spec.prefill.max_num_seqs,
+        p_seqs = worker_max_num_seqs(config, self.p_dep, p_blocks, spec.prefill.max_num_seqs)
+        d_seqs = worker_max_num_seqs(config, self.d_dep, d_blocks, spec.decode.max_num_seqs)
+        p_prices = StepPrices(cost_model(config, self.p_dep, max_num_seqs=p_seqs,
                                          max_num_batched_tokens=spec.prefill.max_num_batched_tokens))
-        d_prices = StepPrices(cost_model(config, self.d_dep, max_num_seqs=spec.decode.max_num_seqs,
+        d_prices = StepPrices(cost_model(config, self.d_dep, max_num_seqs=d_seqs,
                                          max_num_batched_tokens=spec.decode.max_num_batched_tokens))
         self.prefill = [
-            Worker(env, i, build_scheduler(config, p_blocks, self.p_dep, max_num_seqs=spec.prefill.max_num_seqs,
+            Worker(env, i, build_scheduler(config, p_blocks, self.p_dep, max_num_seqs=p_seqs,
                                            max_num_batched_tokens=spec.prefill.max_num_batched_tokens,
                                            retain_finished_kv=True), p_prices, self._prefill_done,
                    fast_forward_steps=fast_forward_steps(config))
@@ -117,7 +120,7 @@ class DisaggSystem:
         base = spec.prefill.workers
         self.decode = [
             DecodeWorker(self, env, base + i,
-                         build_scheduler(config, d_blocks, self.d_dep, max_num_seqs=spec.decode.max_num_seqs,
+                         build_scheduler(config, d_blocks, self.d_dep, max_num_seqs=d_seqs,
                                          max_num_batched_tokens=spec.decode.max_num_batched_tokens),
                          d_prices, self._decode_done)
             for i in range(spec.decode.workers)]

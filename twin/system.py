@@ -73,14 +73,30 @@ def kv_blocks(config: TwinConfig, dep: Deployment, override: int | None = None) 
         raise ConfigError("kv_cache", str(exc)) from None
 
 
+def worker_max_num_seqs(config: TwinConfig, dep: Deployment, num_blocks: int,
+                        override: int | None = None) -> int:
+    """A worker's running-request cap: its pool's setting, else the config's, else what the engine derives
+    from the worker's KV pool (SGLang's max_running_requests rule, EngineProfile.pool_max_num_seqs)."""
+    if override is not None:
+        return override
+    if config.scheduler.max_num_seqs is not None:
+        return config.scheduler.max_num_seqs
+    assert config.kv_cache.block_size is not None
+    seqs = dep.engine.pool_max_num_seqs(num_blocks * config.kv_cache.block_size, dep.model.context_length)
+    if seqs is None or seqs < 1:
+        raise ConfigError("scheduler.max_num_seqs", f"{dep.engine.name} derives no running-request cap from "
+                                                     f"a pool of {num_blocks} KV blocks; set it")
+    return seqs
+
+
 def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max_num_seqs: int | None = None,
                     max_num_batched_tokens: int | None = None, retain_finished_kv: bool = False) -> Scheduler:
     s = config.scheduler
-    assert s.max_num_batched_tokens is not None and s.max_num_seqs is not None and s.mixed_prefill is not None
+    assert s.max_num_batched_tokens is not None and s.mixed_prefill is not None
     assert s.reserve_full_kv is not None
     assert config.kv_cache.block_size is not None
     limits = SchedulerLimits(max_num_batched_tokens=max_num_batched_tokens or s.max_num_batched_tokens,
-                             max_num_seqs=max_num_seqs or s.max_num_seqs,
+                             max_num_seqs=worker_max_num_seqs(config, dep, num_blocks, max_num_seqs),
                              long_prefill_token_threshold=s.long_prefill_token_threshold,
                              chunked_prefill=s.chunked_prefill,
                              mixed_prefill=s.mixed_prefill,
@@ -176,7 +192,7 @@ class Colocated(SystemSpec):
 
         dep = make_deployment(config, self.tp, ep=self.ep, attention_dp=self.attention_dp)
         blocks = kv_blocks(config, dep)
-        prices = StepPrices(cost_model(config, dep))
+        prices = StepPrices(cost_model(config, dep, max_num_seqs=worker_max_num_seqs(config, dep, blocks)))
         workers = [Worker(env, wid, build_scheduler(config, blocks, dep), prices, on_done,
                           fast_forward_steps=fast_forward_steps(config))
                    for wid in range(self.replicas)]
@@ -191,7 +207,9 @@ def resolve(config: TwinConfig) -> TwinConfig:
     scheduler = attrs.evolve(
         s,
         max_num_batched_tokens=s.max_num_batched_tokens or engine.default_max_num_batched_tokens(gpu),
-        max_num_seqs=s.max_num_seqs or engine.default_max_num_seqs(gpu),
+        # SGLang derives it from each worker's KV pool (worker_max_num_seqs): left unset here.
+        max_num_seqs=s.max_num_seqs or (None if engine.derives_max_num_seqs
+                                        else engine.default_max_num_seqs(gpu)),
         mixed_prefill=engine.mixed_prefill if s.mixed_prefill is None else s.mixed_prefill,
         reserve_full_kv=engine.reserve_full_kv if s.reserve_full_kv is None else s.reserve_full_kv,
         admission_reserve=s.admission_reserve or engine.admission_reserve,

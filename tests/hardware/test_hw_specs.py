@@ -194,6 +194,32 @@ def test_sglang_mem_fraction_static_heuristic_by_hand() -> None:
                                                        cuda_graph_max_bs=512) == 0.9
 
 
+def test_sglang_running_request_cap_from_its_kv_pool_by_hand() -> None:
+    """min(T // 2, min(max(int(T / context x 512), 2048), 4096)) for a pool of T tokens; vLLM's is fixed."""
+    sgl = load_engine("sglang")
+    assert sgl.derives_max_num_seqs and not load_engine("vllm").derives_max_num_seqs
+    # Llama-3.1 (131,072): 200,000 tokens -> int(781.25) = 781 -> 2,048 (floor), below 100,000
+    assert sgl.pool_max_num_seqs(200_000, 131_072) == 2048
+    # Qwen3 (40,960): 2,000,000 tokens -> 25,000 -> 4,096 (cap)
+    assert sgl.pool_max_num_seqs(2_000_000, 40_960) == 4096
+    # 300,000 tokens at 40,960: int(3,750.0) = 3,750
+    assert sgl.pool_max_num_seqs(300_000, 40_960) == 3750
+    # a small pool: 3,000 tokens -> 1,500 (half the pool) below 2,048
+    assert sgl.pool_max_num_seqs(3_000, 131_072) == 1500
+    assert load_engine("vllm").pool_max_num_seqs(200_000, 131_072) is None
+
+
+def test_context_length_read_as_sglang_reads_it() -> None:
+    from hardware.model import _context_length
+    assert load_model("meta-llama/Llama-3.1-8B").context_length == 131072      # llama3 rope: factor ignored
+    assert load_model("openai/gpt-oss-120b").context_length == 131072           # yarn with an original length
+    assert load_model("Qwen/Qwen3-32B").context_length == 40960                  # no rope scaling
+    linear = {"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 4.0}}
+    assert _context_length(linear) == 16384
+    assert _context_length({"seq_length": 8192, "max_position_embeddings": 4096}) == 8192   # key order
+    assert _context_length({}) == 2048
+
+
 def test_deployment_feeds_the_heuristic_its_own_limits() -> None:
     import attrs
     dep = Deployment(gpu=load_gpu("h100_sxm"), model=load_model("Qwen/Qwen3-32B"), engine=load_engine("sglang"),

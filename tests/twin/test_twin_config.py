@@ -92,6 +92,29 @@ def test_sglang_kv_capacity_follows_its_mem_fraction_heuristic():
     assert kv_blocks(given, dep) == dep.kv_capacity_blocks(1, 0.7)
 
 
+def test_sglang_running_request_cap_follows_each_workers_kv_pool():
+    """SGLang's max_running_requests, unset: derived from the worker's own pool (a page is one token), as the
+    engine does; an explicit value (the config's or a disaggregated pool's) wins."""
+    base = ["engine.name=sglang", "model.name=meta-llama/Llama-3.1-8B"]
+    assert resolve(load_config(None, base)).scheduler.max_num_seqs is None
+    small = Simulation(load_config(None, [*base, "kv_cache.num_blocks=3000"]))
+    assert small.workers[0].sched.limits.max_num_seqs == 1500                     # half of 3,000 tokens
+    big = Simulation(load_config(None, [*base, "kv_cache.num_blocks=300000"]))
+    assert big.workers[0].sched.limits.max_num_seqs == 2048                       # 1,171 -> 2,048 (floor)
+    derived = Simulation(load_config(None, base)).workers[0]
+    tokens = derived.sched.kv.num_blocks
+    rule = min(tokens // 2, min(max(int(tokens / 131072 * 512), 2048), 4096))
+    assert derived.sched.limits.max_num_seqs == rule
+    given = Simulation(load_config(None, [*base, "scheduler.max_num_seqs=64", "kv_cache.num_blocks=3000"]))
+    assert given.workers[0].sched.limits.max_num_seqs == 64
+    pools = {"kind": "disaggregated", "prefill": {"workers": 1, "num_blocks": 3000},
+             "decode": {"workers": 1, "num_blocks": 5000, "max_num_seqs": 32}}
+    disagg = Simulation(load_config({"system": pools}, base))
+    assert [w.sched.limits.max_num_seqs for w in disagg.workers] == [1500, 32]
+    vllm = resolve(load_config(None, ["model.name=meta-llama/Llama-3.1-8B"]))
+    assert vllm.scheduler.max_num_seqs == 1024                                   # vLLM's fixed default
+
+
 def test_config_round_trips_through_its_dict():
     cfg = load_config(None, ["router.kind=kv_aware", "router.load_weight=0.25"])
     again = load_config(yaml.safe_load(yaml.safe_dump(cfg.to_dict())))
