@@ -1,8 +1,9 @@
-"""Build hook for the one compiled module, twin._blockpool (the KV block pool's per-block loops).
+"""Build hook for the one compiled module, twin._blockpool (the KV block pool's per-block loops and the
+chained block keys' hash loop).
 
 Everything else is declared in pyproject.toml. The extension is optional: where Cython or a C compiler is
-missing, or its build fails, the install goes on without it (with a warning) and twin.kv_cache uses its
-pure-Python pool, which gives the same results, only slower.
+missing, or its build fails, the install goes on without it (with a warning) and twin.kv_cache and
+twin.tokens use their pure-Python pool and key loop, which give the same results, only slower.
 """
 
 from setuptools import Extension, setup

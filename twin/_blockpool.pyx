@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
-"""Compiled twin of :class:`twin.kv_cache.PyBlockPool`: the same pool, state for state.
+"""Compiled twin of :class:`twin.kv_cache.PyBlockPool`: the same pool, state for state (and, at the end,
+the chained block keys of :class:`twin.tokens.TokenSequence`, the same numbers as its Python loop).
 
 The Python class is the specification (its docstrings say what each operation does and why); this one
 keeps reference counts, dead-entry counts, successor hints and the free queue in C arrays, so that the
@@ -298,3 +299,49 @@ cdef class BlockPool:
         from twin.kv_cache import check_pool  # the one check, shared with the Python pool
 
         check_pool(self, self._fresh, self._num_queued, self._live_queue())
+
+
+# ------------------------------------------------------------------------------------ block keys
+# The chained block keys of twin.tokens.TokenSequence, hash((prev, source, piece)) one block after another,
+# computed with CPython's own hash functions written out (Objects/tupleobject.c tuplehash, the xxHash-based
+# one of CPython 3.8 and later, and Objects/longobject.c long_hash for ints), so the keys are the same
+# numbers the Python loop gives, bit for bit (tests/twin/test_twin_tokens.py checks them against it).
+
+from libc.stdint cimport int64_t, uint64_t
+
+cdef uint64_t _XXPRIME_1 = 11400714785074694791ULL
+cdef uint64_t _XXPRIME_2 = 14029467366897019727ULL
+cdef uint64_t _XXPRIME_5 = 2870177450012600261ULL
+cdef uint64_t _MODULUS = (1ULL << 61) - 1       # _PyHASH_MODULUS
+
+
+cdef inline int64_t _int_hash(int64_t v):
+    """hash(v) for an int that fits in 64 bits: v mod (2**61 - 1), signed as v, -1 becoming -2."""
+    cdef int64_t h
+    if v >= 0:
+        h = <int64_t>(<uint64_t>v % _MODULUS)
+    else:
+        h = -<int64_t>((<uint64_t>(-(v + 1)) + 1) % _MODULUS)
+    return -2 if h == -1 else h
+
+
+cdef inline uint64_t _lane(uint64_t acc, int64_t item_hash):
+    acc += <uint64_t>item_hash * _XXPRIME_2
+    acc = (acc << 31) | (acc >> 33)
+    return acc * _XXPRIME_1
+
+
+def chain_keys(list out, prev, source, Py_ssize_t first, Py_ssize_t last, Py_ssize_t step):
+    """Append hash((prev, source, piece)) for piece in range(first, last, step) to ``out``, each key the
+    ``prev`` of the next; returns the last key (``prev`` when the range is empty). ``prev`` and ``source``
+    are ints of 64 bits at most (a key is a hash, a source an interned id)."""
+    cdef int64_t p = prev
+    cdef int64_t hs = _int_hash(<int64_t>source)
+    cdef Py_ssize_t piece
+    cdef uint64_t acc
+    for piece in range(first, last, step):
+        acc = _lane(_lane(_lane(_XXPRIME_5, _int_hash(p)), hs), _int_hash(piece))
+        acc += 3 ^ (_XXPRIME_5 ^ 3527539ULL)
+        p = 1546275796 if acc == <uint64_t>-1 else <int64_t>acc
+        out.append(p)
+    return p

@@ -119,7 +119,8 @@ class DecodeRun:
         if m < self._next_event:  # no block event in these steps
             self.scheduled = max(m, self.scheduled)
             return
-        if not self._schedule_in_bulk(m):
+        # A few events (fewer steps than two blocks' worth) cost less one by one than in bulk.
+        if m - self.scheduled < 2 * self.sched.kv.block_size or not self._schedule_in_bulk(m):
             self._schedule_event_by_event(m)
         self.scheduled = m
         self._next_event = self._earliest_block_event()
@@ -151,24 +152,24 @@ class DecodeRun:
                 pending.extend(kv.uncached_keys(reqs[idx], self.c0[idx] + last))
         if pending and (len(set(pending)) != len(pending) or not kv.pool.cached.keys().isdisjoint(pending)):
             return False
-        # Allocations, in the step-by-step order: by step, then running order.
-        starts = np.array(self._next_alloc, dtype=np.int64)
-        counts = np.where(starts <= m, (m - starts) // size + 1, 0)
-        total = int(counts.sum())
+        # Allocations, handed out in the step-by-step order: by step, then running order.
+        starts = self._next_alloc
+        counts = [0 if s > m else (m - s) // size + 1 for s in starts]
+        total = sum(counts)
         if total:
-            owner = np.repeat(np.arange(n), counts)
-            rank = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-            order = np.lexsort((owner, starts[owner] + size * rank))  # by step, then request
-            blocks = np.empty(total, dtype=np.int64)
-            blocks[order] = kv.pool.allocate(total)  # the k-th allocation goes to event order[k]
+            blocks = kv.pool.allocate(total)
             req_blocks = kv.req_blocks
-            ends = np.cumsum(counts).tolist()
-            begin = 0
-            for req, end in zip(reqs, ends):  # events are grouped by request, in step order
-                if end > begin:
-                    req_blocks[req.id] += blocks[begin:end].tolist()
-                    begin = end
-            self._next_alloc = (starts + counts * size).tolist()
+            if size == 1 and min(counts) == total // n == max(counts):
+                # Every request takes a block at every one of the steps (page size 1): request r gets the
+                # r-th block of each step's n.
+                for r, req in enumerate(reqs):
+                    req_blocks[req.id] += blocks[r::n]
+            else:
+                order = sorted((s + size * j, idx) for idx, (s, c) in enumerate(zip(starts, counts))
+                               for j in range(c))
+                for (_, idx), block in zip(order, blocks):
+                    req_blocks[reqs[idx].id].append(block)
+            self._next_alloc = [s + c * size for s, c in zip(starts, counts)]
         for req, tokens in targets:
             kv.cache_computed(req, tokens)
         self._next_cache = [i if i > m else i + ((m - i) // size + 1) * size for i in next_cache]

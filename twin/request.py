@@ -85,9 +85,9 @@ class Request:
         self.fail_reason = ""
         self.token_times_ns: list[int] | None = None
         self.lost_tokens = 0
+        """Computed tokens whose KV the last preemption dropped (recomputed at resumption unless cached)."""
         self.kv: KVRecord | None = None
         """The KV lifecycle record (disaggregated systems only)."""
-        """Computed tokens whose KV the last preemption dropped (recomputed at resumption unless cached)."""
 
     @property
     def num_tokens(self) -> int:

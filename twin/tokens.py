@@ -11,10 +11,26 @@ tuples of ints the same way in every process (string hashing is salted, so strin
 
 from __future__ import annotations
 
-from typing import Iterable
+import os
+from typing import Callable, Iterable
 
 ROOT_KEY = 0x5E_57_7E_11
 """Parent key of block 0."""
+
+
+def _compiled_chain() -> Callable[[list[int], int, int, int, int, int], int] | None:
+    """``twin._blockpool.chain_keys`` (the whole-block loop of :meth:`TokenSequence._fill_keys` in C, the same
+    keys bit for bit) where the extension is built, else None; ``SERVETWIN_PURE_PYTHON=1`` forces None."""
+    if os.environ.get("SERVETWIN_PURE_PYTHON") == "1":
+        return None
+    try:
+        from twin._blockpool import chain_keys
+    except ImportError:  # not built, or built before it had chain_keys
+        return None
+    return chain_keys
+
+
+_CHAIN_KEYS = _compiled_chain()
 
 
 class SourceTable:
@@ -155,9 +171,12 @@ class TokenSequence:
             if inner >= block_size:  # whole blocks inside one segment: the common case, in a tight loop
                 first = offset + pos - seg_start
                 last = first + inner - inner % block_size
-                for piece in range(first, last, block_size):
-                    prev = hash((prev, source, piece))
-                    append(prev)
+                if _CHAIN_KEYS is not None:
+                    prev = _CHAIN_KEYS(keys, prev, source, first, last, block_size)
+                else:
+                    for piece in range(first, last, block_size):
+                        prev = hash((prev, source, piece))
+                        append(prev)
                 pos += last - first
                 if pos == seg_end:
                     seg_start = seg_end

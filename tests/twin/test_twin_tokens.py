@@ -76,6 +76,38 @@ def test_block_keys_match_the_definition_on_random_sequences() -> None:
         assert seq.block_keys(block_size) == _reference_keys(list(seq.segments), block_size)
 
 
+def test_compiled_chain_is_the_python_hash_chain(monkeypatch) -> None:
+    """twin._blockpool.chain_keys writes out CPython's tuple and int hashes: the same keys as hash((prev,
+    source, piece)) for keys anywhere in the 64-bit range (negative, past 2**61 - 1, the -1 that hashes to
+    -2), and sequences keyed with and without it agree."""
+    import random
+
+    import pytest
+
+    import twin.tokens
+
+    compiled = pytest.importorskip("twin._blockpool").chain_keys
+    rng = random.Random(3)
+    edges = [ROOT_KEY, 0, -1, -2, 2**61 - 2, 2**61 - 1, 2**61, -(2**61 - 1), -(2**61), 2**63 - 1, -(2**63)]
+    for _ in range(3000):
+        prev = rng.choice(edges + [rng.randrange(-(2**63), 2**63)])
+        source = rng.choice([0, 1, 7, 2**61 - 1, 2**62])
+        first, step = rng.randrange(5000), rng.choice([1, 2, 16])
+        last = first + rng.randrange(120)
+        got: list[int] = []
+        end = compiled(got, prev, source, first, last, step)
+        want, p = [], prev
+        for piece in range(first, last, step):
+            p = hash((p, source, piece))
+            want.append(p)
+        assert got == want and end == p
+    seqs = [[(rng.randint(1, 3), rng.randint(0, 40), rng.randint(1, 300)) for _ in range(4)]
+            for _ in range(50)]
+    keyed = [TokenSequence(list(segs)).block_keys(bs) for segs in seqs for bs in (1, 16)]
+    monkeypatch.setattr(twin.tokens, "_CHAIN_KEYS", None)
+    assert [TokenSequence(list(segs)).block_keys(bs) for segs in seqs for bs in (1, 16)] == keyed
+
+
 def test_block_ids_number_keys_in_first_use_order_and_follow_cuts():
     """Numbered keys are equal exactly when the keys are; sequences sharing a table share numbers, and
     a cut drops the numbers of the blocks it drops (later blocks are numbered afresh)."""
