@@ -203,7 +203,8 @@ class SchedulerConfig:
                                          validator=attrs.validators.optional(one_of(*PREEMPTION_RULES)))
     """Which running request gives up its KV when a step runs out of it (null: the engine's default):
     ``vllm`` (the newest; it goes back to the front of the queue) or ``sglang`` (the fewest output tokens,
-    then the longest prompt, then the latest admitted; it joins the back of the queue). Under the priority
+    then the longest prompt, then the latest admitted; it joins the back of the queue, and its decoded
+    tokens leave the prefix cache). Under the priority
     policy the victim is the lowest-priority, latest arrival either way."""
     reserve_full_kv: bool | None = None
     """Admit a request only when the KV blocks of its prompt plus all its output tokens can be set aside

@@ -220,6 +220,18 @@ class PyBlockPool:
         self._queue.extend(freed)
         self._num_queued += len(freed)
 
+    def forget(self, blocks: Iterable[int]) -> None:
+        """Drop the keys of those ``blocks`` that one reference alone holds (about to be released: their
+        content leaves the prefix cache with them, no eviction counted, nothing demoted)."""
+        ref = self.ref_cnt
+        block_key = self.block_key
+        cached = self.cached
+        for block in blocks:
+            key = block_key[block]
+            if key is not None and ref[block] == 1:
+                block_key[block] = None
+                del cached[key]
+
     def cache(self, block: int, key: int) -> None:
         """Register a computed full block under its key (a block already holding the key wins).
 
@@ -476,9 +488,14 @@ class KVCacheManager:
         full = min(num_tokens // self.block_size, len(req.block_keys))
         return req.block_keys[self._num_hashed[req.id]:full]
 
-    def free(self, req: Request) -> None:
-        """Release all of ``req``'s blocks, tail first; cached ones stay findable until evicted."""
+    def free(self, req: Request, keep_cached: int | None = None) -> None:
+        """Release all of ``req``'s blocks, tail first; cached ones stay findable until evicted. With
+        ``keep_cached`` only the full blocks of its first ``keep_cached`` tokens do: the later ones that
+        ``req`` alone holds leave the cache (SGLang frees a retracted request's decoded tokens without
+        inserting them into its tree)."""
         blocks = self.req_blocks.pop(req.id, None)
         self._num_hashed.pop(req.id, None)
+        if blocks and keep_cached is not None and self.enable_prefix_caching:
+            self.pool.forget(blocks[keep_cached // self.block_size:])
         if blocks:
             self.pool.release(reversed(blocks))

@@ -33,7 +33,7 @@ class Request:
         "status", "num_computed_tokens", "num_output_tokens", "on_finish",
         "worker", "arrival_ns", "queued_ns", "first_scheduled_ns", "first_token_ns", "last_token_ns",
         "finish_ns", "max_itl_ns", "cached_tokens", "recomputed_tokens", "preemptions", "fail_reason",
-        "token_times_ns", "lost_tokens", "kv", "host_hit_tokens",
+        "token_times_ns", "lost_tokens", "kv", "host_hit_tokens", "prefill_tokens",
     )
 
     def __init__(
@@ -86,6 +86,9 @@ class Request:
         self.token_times_ns: list[int] | None = None
         self.lost_tokens = 0
         """Computed tokens whose KV the last preemption dropped (recomputed at resumption unless cached)."""
+        self.prefill_tokens = -1
+        """Tokens its last admission set out to prefill (prompt plus any earlier outputs; -1: never admitted
+        here, e.g. KV pulled by a decode worker)."""
         self.kv: KVRecord | None = None
         """The KV lifecycle record (disaggregated systems only)."""
 

@@ -62,8 +62,10 @@ class SchedulerLimits:
     Scheduler._add_request_to_queue): the victim is the request with the fewest output tokens, then the
     longest prompt, then the latest in the batch (with speculative decoding, the latest); it joins the
     back of the queue; the requests behind a
-    request that retracted itself still run (SGLang checks the whole batch before the step). The priority
-    policy keeps its own victim (lowest priority, latest arrival) under either rule."""
+    request that retracted itself still run (SGLang checks the whole batch before the step); the victim's
+    decoded tokens leave the prefix cache (SGLang frees them without inserting them into its radix tree;
+    what its prefill inserted stays). The priority policy keeps its own victim (lowest priority, latest
+    arrival) under either rule."""
 
 
 SGLANG_INIT_RATIO = 0.7
@@ -257,8 +259,9 @@ class Scheduler:
             self.waiting: WaitingQueue = SglangFcfsQueue(by_progress=drafter is None)
         else:
             self.waiting = QUEUE_POLICIES[policy]()
-        self._resume_behind_self = limits.preemption == "sglang"
-        """A request that preempted itself leaves the requests behind it to run in the step (SGLang)."""
+        self._sglang_retraction = limits.preemption == "sglang"
+        """SGLang retraction: a request that preempted itself leaves the requests behind it to run in the
+        step, and a retracted request's decoded tokens leave the prefix cache."""
         self.running: list[Request] = []
         self.record_token_times = record_token_times
         self.retain_finished_kv = retain_finished_kv
@@ -420,7 +423,7 @@ class Scheduler:
                 continue
             # `req` preempted itself. vLLM ends the pass (under FCFS the requests behind it were preempted
             # before it); SGLang's check covered the whole batch, so those left behind it run.
-            if not self._resume_behind_self:
+            if not self._sglang_retraction:
                 break
 
         if preempted:  # victims may have left `scheduled`: sum it afresh
@@ -575,6 +578,7 @@ class Scheduler:
             if req.first_scheduled_ns == NO_TIME:
                 req.first_scheduled_ns = now
             req.num_computed_tokens = num_computed
+            req.prefill_tokens = req.num_tokens
             req.status = Status.RUNNING
             self.running.append(req)
             scheduled[req] = num_new
@@ -666,7 +670,11 @@ class Scheduler:
         return total
 
     def _preempt(self, req: Request) -> None:
-        self.kv.free(req)
+        if self._sglang_retraction and req.prefill_tokens >= 0:
+            # SGLang: what prefill inserted into the radix tree stays cached, the decoded tokens do not.
+            self.kv.free(req, keep_cached=min(req.num_computed_tokens, req.prefill_tokens))
+        else:
+            self.kv.free(req)
         req.lost_tokens = req.num_computed_tokens
         req.num_computed_tokens = 0
         req.status = Status.PREEMPTED

@@ -197,6 +197,36 @@ def test_sglang_retracts_the_fewest_outputs_then_the_longest_prompt_to_the_back_
     assert SglangFcfsQueue(by_progress=False).victim([x, y]) is y and SglangFcfsQueue().victim([x, y]) is x
 
 
+def test_sglang_retraction_keeps_the_prefill_cached_and_drops_the_decoded_tokens():
+    """The scenario above with prefix caching on: when a is retracted at step 7 it holds its 8 prompt pages
+    and 5 decoded ones. SGLang's tree holds what prefill inserted, so the prompt pages stay cached (free,
+    evictable) and the decoded ones leave the cache with their pages; the page b takes in that step is
+    a's last (the head of the free queue), which held no key any more, so nothing is evicted. Under the
+    vLLM rule the preempted request's pages all stay cached."""
+    sched = make_scheduler(num_blocks=20, block_size=1, preemption="sglang")
+    a, b = make_request(1, 8, 10, block_size=1), make_request(2, 2, 10, block_size=1)
+    sched.add_request(a, 0)
+    sched.add_request(b, 0)
+    for _ in range(6):
+        step(sched)
+    assert a.prefill_tokens == 8 and a.num_computed_tokens == 13
+    a_pages = list(sched.kv.blocks_of(a))
+    assert step(sched, 7) == ([(2, 1)], [1], [])
+    pool = sched.kv.pool
+    assert [pool.lookup(k) for k in a.block_keys[:8]] == a_pages[:8]
+    assert [pool.lookup(k) for k in a.block_keys[8:13]] == [None] * 5 and pool.evictions == 0
+    assert sched.kv.blocks_of(b)[-1] == a_pages[12]
+    vllm = make_scheduler(num_blocks=20, block_size=1)
+    x, y = make_request(1, 8, 10, block_size=1), make_request(2, 2, 10, block_size=1)
+    vllm.add_request(x, 0)
+    vllm.add_request(y, 0)
+    for _ in range(6):
+        step(vllm)
+    y_pages = list(vllm.kv.blocks_of(y))
+    assert step(vllm, 7) == ([(1, 1)], [2], [])
+    assert [vllm.kv.pool.lookup(k) for k in y.block_keys[:6]] == y_pages[:6]   # x took y's 7th page
+
+
 def test_batch_waiting_holds_small_prompts_while_decodes_run():
     """TRT-LLM batch waiting (2 steps, 0.5 x 64 = 32 tokens): a 4-token prompt beside one decode waits two
     steps and goes in the third; a 40-token prompt fills the threshold and goes at once; with no decode
