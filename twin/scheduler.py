@@ -61,11 +61,10 @@ class SchedulerLimits:
     step's pass over the running ones. ``sglang`` (ScheduleBatch.retract_decode,
     Scheduler._add_request_to_queue): the victim is the request with the fewest output tokens, then the
     longest prompt, then the latest in the batch (with speculative decoding, the latest); it joins the
-    back of the queue; the requests behind a
-    request that retracted itself still run (SGLang checks the whole batch before the step); the victim's
-    decoded tokens leave the prefix cache (SGLang frees them without inserting them into its radix tree;
-    what its prefill inserted stays). The priority policy keeps its own victim (lowest priority, latest
-    arrival) under either rule."""
+    back of the queue; the requests behind a request that retracted itself still run (SGLang checks the
+    whole batch before the step); the victim's decoded tokens leave the prefix cache (SGLang frees them
+    without inserting them into its radix tree; what its prefill inserted stays). The priority policy
+    keeps its own victim (lowest priority, latest arrival) under either rule."""
 
 
 SGLANG_INIT_RATIO = 0.7
