@@ -204,7 +204,8 @@ class SchedulerConfig:
     """Which running request gives up its KV when a step runs out of it (null: the engine's default):
     ``vllm`` (the newest; it goes back to the front of the queue) or ``sglang`` (the fewest output tokens,
     then the longest prompt, then the latest admitted; it joins the back of the queue, and its decoded
-    tokens leave the prefix cache). Under the priority
+    tokens leave the prefix cache; decoded tokens enter the cache when their request finishes, as SGLang
+    inserts them into its radix tree, not as they are computed). Under the priority
     policy the victim is the lowest-priority, latest arrival either way."""
     reserve_full_kv: bool | None = None
     """Admit a request only when the KV blocks of its prompt plus all its output tokens can be set aside

@@ -331,6 +331,7 @@ class DisaggSystem:
         assert req.kv is not None
         req.kv.to(KVState.RESIDENT, now)
         known = self._known_tokens(req)
+        req.prefill_tokens = req.num_tokens  # what arrives stands for the prefill on this worker
         decode.sched.kv.cache_computed(req, known)
         req.num_computed_tokens = known
         req.status = Status.RUNNING

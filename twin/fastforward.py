@@ -53,8 +53,14 @@ class DecodeRun:
         first_alloc = [max(2, cap1 - c0 + 1) for c0, cap1 in zip(self.c0, self.cap1)]
         self._next_alloc = [i + (-(c0 + i - 1)) % size for c0, i in zip(self.c0, first_alloc)]
         """Per request: the next step (not scheduled yet) that takes a new block."""
-        self._next_cache = ([2 + (-(c0 + 2)) % size for c0 in self.c0] if sched.kv.enable_prefix_caching
-                            else [_NEVER] * len(reqs))
+        kv = sched.kv
+        if not kv.enable_prefix_caching:
+            self._next_cache = [_NEVER] * len(reqs)
+        elif not kv.decode_cached_at_finish:
+            self._next_cache = [2 + (-(c0 + 2)) % size for c0 in self.c0]
+        else:  # blocks past the prefill wait for the request's finish (KVCacheManager.registers_now)
+            self._next_cache = [2 + (-(c0 + 2)) % size if kv.registers_now(r, c0 + 1) else _NEVER
+                                for c0, r in zip(self.c0, reqs)]
         """Per request: the next step (not scheduled yet) that fills a block (registered in the prefix cache)."""
         self._next_event = self._earliest_block_event()
         self.k = k

@@ -381,11 +381,15 @@ class KVCacheManager:
     """Block tables of the requests on one worker, allocated from a :class:`BlockPool`."""
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
-                 host: HostTier | None = None) -> None:
+                 host: HostTier | None = None, decode_cached_at_finish: bool = False) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
+        self.decode_cached_at_finish = enable_prefix_caching and decode_cached_at_finish
+        """SGLang's radix tree: a running request's blocks past what its admission prefilled
+        (``Request.prefill_tokens``) enter the prefix cache only when it finishes (cache_finished_req), not as
+        they fill (vLLM registers every full block at once)."""
         self.host = host if enable_prefix_caching else None
         self.pool = BlockPool(num_blocks, on_evict=self.host.demote if self.host is not None else None)
         self.req_blocks: dict[int, list[int]] = {}
@@ -464,15 +468,23 @@ class KVCacheManager:
             if computed > capacity or self.pool.num_free < 1:
                 return False
             blocks.append(self.pool.allocate_one())
-            if self.enable_prefix_caching:
+            if self.enable_prefix_caching and self.registers_now(req, computed):
                 self.cache_computed(req, min(computed + 1, req.num_tokens))
             return True
-        if self.enable_prefix_caching and (computed + 1) % self.block_size == 0:
+        if self.enable_prefix_caching and (computed + 1) % self.block_size == 0 and self.registers_now(req, computed):
             self.cache_computed(req, computed + 1)
         return True
 
-    def cache_computed(self, req: Request, num_tokens: int) -> None:
-        """Register the full blocks among the first ``num_tokens`` tokens of ``req`` in the prefix cache."""
+    def registers_now(self, req: Request, position: int) -> bool:
+        """Whether the block that token ``position`` fills enters the prefix cache when it is computed
+        (always, unless :attr:`decode_cached_at_finish` holds it back past what the admission prefilled)."""
+        return not self.decode_cached_at_finish or position < req.prefill_tokens or req.prefill_tokens < 0
+
+    def cache_computed(self, req: Request, num_tokens: int, finished: bool = False) -> None:
+        """Register the full blocks among the first ``num_tokens`` tokens of ``req`` in the prefix cache (with
+        :attr:`decode_cached_at_finish`, only those its admission prefilled until it has ``finished``)."""
+        if self.decode_cached_at_finish and not finished and 0 <= req.prefill_tokens < num_tokens:
+            num_tokens = req.prefill_tokens
         full = min(num_tokens // self.block_size, len(req.block_keys))
         rid = req.id
         done = self._num_hashed[rid]

@@ -63,8 +63,9 @@ class SchedulerLimits:
     longest prompt, then the latest in the batch (with speculative decoding, the latest); it joins the
     back of the queue; the requests behind a request that retracted itself still run (SGLang checks the
     whole batch before the step); the victim's decoded tokens leave the prefix cache (SGLang frees them
-    without inserting them into its radix tree; what its prefill inserted stays). The priority policy
-    keeps its own victim (lowest priority, latest arrival) under either rule."""
+    without inserting them into its radix tree; what its prefill inserted stays), and a running request's
+    decoded tokens enter it only when it finishes (KVCacheManager.decode_cached_at_finish). The priority
+    policy keeps its own victim (lowest priority, latest arrival) under either rule."""
 
 
 SGLANG_INIT_RATIO = 0.7
@@ -358,6 +359,7 @@ class Scheduler:
         req_blocks = kv.req_blocks
         size = kv.block_size
         caching = kv.enable_prefix_caching
+        defer = kv.decode_cached_at_finish  # KVCacheManager.registers_now, inlined below
         fast_n = fast_kv = 0  # decodes of the fast path, summed here for the batch shape
         others: list[tuple[Request, int]] = []  # every other entry of `scheduled`, in order
         drafter = self.drafter
@@ -377,7 +379,8 @@ class Scheduler:
             num_new = req.prompt_tokens + req.num_output_tokens - computed
             if num_new == fast_one and computed < len(req_blocks[req.id]) * size:
                 # Decode with room in the last block: KVCacheManager.append_one, inlined (the hot path).
-                if caching and (computed + 1) % size == 0:
+                if caching and (computed + 1) % size == 0 and (
+                        not defer or computed < req.prefill_tokens or req.prefill_tokens < 0):
                     kv.cache_computed(req, computed + 1)
                 scheduled[req] = 1
                 fast_n += 1
@@ -869,6 +872,8 @@ class Scheduler:
             self.running.remove(req)
             if drafter is not None:
                 drafter.forget(req)
+            if self.kv.decode_cached_at_finish:
+                self.kv.cache_computed(req, req.num_computed_tokens, finished=True)
             if not self.retain_finished_kv:
                 self.kv.free(req)
             req.status = Status.FINISHED

@@ -200,9 +200,9 @@ def test_sglang_retracts_the_fewest_outputs_then_the_longest_prompt_to_the_back_
 def test_sglang_retraction_keeps_the_prefill_cached_and_drops_the_decoded_tokens():
     """The scenario above with prefix caching on: when a is retracted at step 7 it holds its 8 prompt pages
     and 5 decoded ones. SGLang's tree holds what prefill inserted, so the prompt pages stay cached (free,
-    evictable) and the decoded ones leave the cache with their pages; the page b takes in that step is
-    a's last (the head of the free queue), which held no key any more, so nothing is evicted. Under the
-    vLLM rule the preempted request's pages all stay cached."""
+    evictable) and the decoded ones were never cached (they would enter the tree when a finishes); the page
+    b takes in that step is a's last (the head of the free queue), which holds no key, so nothing is
+    evicted. Under the vLLM rule every full block is cached as it fills and stays so when preempted."""
     sched = make_scheduler(num_blocks=20, block_size=1, preemption="sglang")
     a, b = make_request(1, 8, 10, block_size=1), make_request(2, 2, 10, block_size=1)
     sched.add_request(a, 0)
@@ -211,6 +211,7 @@ def test_sglang_retraction_keeps_the_prefill_cached_and_drops_the_decoded_tokens
         step(sched)
     assert a.prefill_tokens == 8 and a.num_computed_tokens == 13
     a_pages = list(sched.kv.blocks_of(a))
+    assert [sched.kv.pool.lookup(k) for k in a.block_keys[8:13]] == [None] * 5   # decoded: not cached yet
     assert step(sched, 7) == ([(2, 1)], [1], [])
     pool = sched.kv.pool
     assert [pool.lookup(k) for k in a.block_keys[:8]] == a_pages[:8]
@@ -225,6 +226,25 @@ def test_sglang_retraction_keeps_the_prefill_cached_and_drops_the_decoded_tokens
     y_pages = list(vllm.kv.blocks_of(y))
     assert step(vllm, 7) == ([(1, 1)], [2], [])
     assert [vllm.kv.pool.lookup(k) for k in y.block_keys[:6]] == y_pages[:6]   # x took y's 7th page
+
+
+def test_sglang_decoded_tokens_enter_the_cache_when_the_request_finishes():
+    """Page size 1, a (6 + 4): its prompt pages are cached after its prefill step, its decoded pages only when
+    it finishes (SGLang inserts prompt + outputs into the radix tree in cache_finished_req): the 3 tokens
+    with KV by then (the 4th output is sampled, never computed). Under the vLLM rule each page is cached as
+    it fills."""
+    for rule, cached_while_decoding in (("sglang", False), ("vllm", True)):
+        sched = make_scheduler(num_blocks=32, block_size=1, preemption=rule)
+        a = make_request(1, 6, 4, block_size=1)
+        sched.add_request(a, 0)
+        step(sched)
+        step(sched)
+        step(sched)
+        pool = sched.kv.pool
+        assert all(pool.lookup(k) is not None for k in a.block_keys[:6])
+        assert (pool.lookup(a.block_keys[6]) is not None) is cached_while_decoding
+        assert step(sched) == ([(1, 1)], [], [1])
+        assert all(pool.lookup(k) is not None for k in a.block_keys[:9]) and pool.lookup(a.block_keys[9]) is None
 
 
 def test_batch_waiting_holds_small_prompts_while_decodes_run():
