@@ -316,7 +316,7 @@ _CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "mod
 def _context_length(cfg: dict[str, Any]) -> int:
     """ModelSpec.context_length from the (text) config."""
     scaling = cfg.get("rope_scaling") or {}
-    factor = scaling.get("factor", 1) if scaling else 1
+    factor = scaling.get("factor", 1)
     if "original_max_position_embeddings" in scaling or scaling.get("rope_type") == "llama3":
         factor = 1
     for key in _CONTEXT_LENGTH_KEYS:

@@ -236,16 +236,6 @@ cdef class BlockPool:
             if self._qlen - self._head > 2 * self._num_queued + self.compact_slack:
                 self._compact()
 
-    def forget(self, blocks) -> None:
-        cdef Py_ssize_t b
-        cdef list block_key = self.block_key
-        for block in blocks:
-            b = self._index(block)
-            key = block_key[b]
-            if key is not None and self._ref[b] == 1:
-                block_key[b] = None
-                del self.cached[key]
-
     def release(self, blocks) -> None:
         cdef Py_ssize_t b
         cdef int left

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import itertools
 import operator
-import os
 from collections import OrderedDict
 from typing import Callable, Iterable, Sequence
 
 from twin.errors import InvariantError
+from twin.native import compiled
 from twin.request import Request
 
 
@@ -220,18 +220,6 @@ class PyBlockPool:
         self._queue.extend(freed)
         self._num_queued += len(freed)
 
-    def forget(self, blocks: Iterable[int]) -> None:
-        """Drop the keys of those ``blocks`` that one reference alone holds (about to be released: their
-        content leaves the prefix cache with them, no eviction counted, nothing demoted)."""
-        ref = self.ref_cnt
-        block_key = self.block_key
-        cached = self.cached
-        for block in blocks:
-            key = block_key[block]
-            if key is not None and ref[block] == 1:
-                block_key[block] = None
-                del cached[key]
-
     def cache(self, block: int, key: int) -> None:
         """Register a computed full block under its key (a block already holding the key wins).
 
@@ -309,20 +297,9 @@ def check_pool(pool: PyBlockPool, fresh: int, num_queued: int, live: list[int]) 
                 raise InvariantError(f"cached key {key} points at block {block} holding {block_key[block]}")
 
 
-def _pool_class() -> type[PyBlockPool]:
-    """The compiled pool where ``twin._blockpool`` is built, else :class:`PyBlockPool` (same results);
-    ``SERVETWIN_PURE_PYTHON=1`` in the environment forces the Python one, for comparisons."""
-    if os.environ.get("SERVETWIN_PURE_PYTHON") == "1":
-        return PyBlockPool
-    try:
-        from twin._blockpool import BlockPool as compiled
-    except ImportError:  # not built (no C compiler or Cython at install time)
-        return PyBlockPool
-    return compiled
-
-
-BlockPool = _pool_class()
-"""The block pool class :class:`KVCacheManager` uses."""
+BlockPool: type[PyBlockPool] = compiled("BlockPool") or PyBlockPool
+"""The block pool class :class:`KVCacheManager` uses: the compiled one where ``twin._blockpool`` is built
+(:func:`twin.native.compiled`), else :class:`PyBlockPool` (same results)."""
 
 
 def cdiv(a: int, b: int) -> int:
@@ -500,14 +477,11 @@ class KVCacheManager:
         full = min(num_tokens // self.block_size, len(req.block_keys))
         return req.block_keys[self._num_hashed[req.id]:full]
 
-    def free(self, req: Request, keep_cached: int | None = None) -> None:
-        """Release all of ``req``'s blocks, tail first; cached ones stay findable until evicted. With
-        ``keep_cached`` only the full blocks of its first ``keep_cached`` tokens do: the later ones that
-        ``req`` alone holds leave the cache (SGLang frees a retracted request's decoded tokens without
-        inserting them into its tree)."""
+    def free(self, req: Request) -> None:
+        """Release all of ``req``'s blocks, tail first; cached ones stay findable until evicted (with
+        :attr:`decode_cached_at_finish`, a request freed before it finishes, i.e. preempted, never cached its
+        decoded blocks: SGLang frees a retracted request's decoded tokens without inserting them)."""
         blocks = self.req_blocks.pop(req.id, None)
         self._num_hashed.pop(req.id, None)
-        if blocks and keep_cached is not None and self.enable_prefix_caching:
-            self.pool.forget(blocks[keep_cached // self.block_size:])
         if blocks:
             self.pool.release(reversed(blocks))

@@ -261,7 +261,7 @@ class Scheduler:
             self.waiting = QUEUE_POLICIES[policy]()
         self._sglang_retraction = limits.preemption == "sglang"
         """SGLang retraction: a request that preempted itself leaves the requests behind it to run in the
-        step, and a retracted request's decoded tokens leave the prefix cache."""
+        step (its decoded tokens were never cached: KVCacheManager.decode_cached_at_finish)."""
         self.running: list[Request] = []
         self.record_token_times = record_token_times
         self.retain_finished_kv = retain_finished_kv
@@ -359,7 +359,6 @@ class Scheduler:
         req_blocks = kv.req_blocks
         size = kv.block_size
         caching = kv.enable_prefix_caching
-        defer = kv.decode_cached_at_finish  # KVCacheManager.registers_now, inlined below
         fast_n = fast_kv = 0  # decodes of the fast path, summed here for the batch shape
         others: list[tuple[Request, int]] = []  # every other entry of `scheduled`, in order
         drafter = self.drafter
@@ -379,8 +378,7 @@ class Scheduler:
             num_new = req.prompt_tokens + req.num_output_tokens - computed
             if num_new == fast_one and computed < len(req_blocks[req.id]) * size:
                 # Decode with room in the last block: KVCacheManager.append_one, inlined (the hot path).
-                if caching and (computed + 1) % size == 0 and (
-                        not defer or computed < req.prefill_tokens or req.prefill_tokens < 0):
+                if caching and (computed + 1) % size == 0 and kv.registers_now(req, computed):
                     kv.cache_computed(req, computed + 1)
                 scheduled[req] = 1
                 fast_n += 1
@@ -672,11 +670,7 @@ class Scheduler:
         return total
 
     def _preempt(self, req: Request) -> None:
-        if self._sglang_retraction and req.prefill_tokens >= 0:
-            # SGLang: what prefill inserted into the radix tree stays cached, the decoded tokens do not.
-            self.kv.free(req, keep_cached=min(req.num_computed_tokens, req.prefill_tokens))
-        else:
-            self.kv.free(req)
+        self.kv.free(req)
         req.lost_tokens = req.num_computed_tokens
         req.num_computed_tokens = 0
         req.status = Status.PREEMPTED

@@ -11,26 +11,16 @@ tuples of ints the same way in every process (string hashing is salted, so strin
 
 from __future__ import annotations
 
-import os
 from typing import Callable, Iterable
+
+from twin.native import compiled
 
 ROOT_KEY = 0x5E_57_7E_11
 """Parent key of block 0."""
 
 
-def _compiled_chain() -> Callable[[list[int], int, int, int, int, int], int] | None:
-    """``twin._blockpool.chain_keys`` (the whole-block loop of :meth:`TokenSequence._fill_keys` in C, the same
-    keys bit for bit) where the extension is built, else None; ``SERVETWIN_PURE_PYTHON=1`` forces None."""
-    if os.environ.get("SERVETWIN_PURE_PYTHON") == "1":
-        return None
-    try:
-        from twin._blockpool import chain_keys
-    except ImportError:  # not built, or built before it had chain_keys
-        return None
-    return chain_keys
-
-
-_CHAIN_KEYS = _compiled_chain()
+_CHAIN_KEYS: Callable[[list[int], int, int, int, int, int], int] | None = compiled("chain_keys")
+"""The whole-block loop of :meth:`TokenSequence._fill_keys` in C (the same keys bit for bit), or None."""
 
 
 class SourceTable:

@@ -281,9 +281,8 @@ def test_match_prefix_is_lookup_key_by_key(seed: int, pool_cls: type[PyBlockPool
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_compiled_pool_is_the_python_pool(seed: int) -> None:
     """The compiled pool (twin/_blockpool.pyx) against :class:`PyBlockPool` on one random sequence of every
-    operation (allocate, allocate_one, touch, release, forget, cache, cache_run, match_prefix, refused
-    calls): the same return values, errors, evictions in the same order, and the same state after every
-    operation."""
+    operation (allocate, allocate_one, touch, release, cache, cache_run, match_prefix, refused calls): the
+    same return values, errors, evictions in the same order, and the same state after every operation."""
     compiled = pytest.importorskip("twin._blockpool").BlockPool
     import random
 
@@ -324,9 +323,6 @@ def test_compiled_pool_is_the_python_pool(seed: int) -> None:
             held.append(hits + new)
         elif op < 0.5 and held:
             table = held.pop(rng.randrange(len(held)))
-            if rng.random() < 0.3:  # a retraction that keeps only a prefix cached (shared blocks keep theirs)
-                cut = rng.randrange(len(table) + 1)
-                same(lambda p: p.forget(table[cut:]))
             same(lambda p: p.release(reversed(table)))
         elif op < 0.6 and held:  # one block at a time, keys possibly taken by another block already
             table = rng.choice(held)
