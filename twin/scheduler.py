@@ -359,6 +359,7 @@ class Scheduler:
         req_blocks = kv.req_blocks
         size = kv.block_size
         caching = kv.enable_prefix_caching
+        defer = kv.decode_cached_at_finish  # only then can a full block wait (KVCacheManager.registers_now)
         fast_n = fast_kv = 0  # decodes of the fast path, summed here for the batch shape
         others: list[tuple[Request, int]] = []  # every other entry of `scheduled`, in order
         drafter = self.drafter
@@ -378,7 +379,7 @@ class Scheduler:
             num_new = req.prompt_tokens + req.num_output_tokens - computed
             if num_new == fast_one and computed < len(req_blocks[req.id]) * size:
                 # Decode with room in the last block: KVCacheManager.append_one, inlined (the hot path).
-                if caching and (computed + 1) % size == 0 and kv.registers_now(req, computed):
+                if caching and (computed + 1) % size == 0 and (not defer or kv.registers_now(req, computed)):
                     kv.cache_computed(req, computed + 1)
                 scheduled[req] = 1
                 fast_n += 1
