@@ -192,13 +192,8 @@ class SglangFcfsQueue(FcfsQueue):
     def victim(self, running: list[Request]) -> Request:
         if not self.by_progress:
             return running[-1]
-        best = running[0]
-        key = (best.num_output_tokens, -best.prompt_tokens)
-        for req in itertools.islice(running, 1, None):
-            k = (req.num_output_tokens, -req.prompt_tokens)
-            if k <= key:  # ties go to the later request
-                best, key = req, k
-        return best
+        # min keeps the first of equal keys: scanning from the back, ties go to the later request
+        return min(reversed(running), key=lambda r: (r.num_output_tokens, -r.prompt_tokens))
 
 
 QUEUE_POLICIES: dict[str, type] = {"fcfs": FcfsQueue, "priority": PriorityQueue}
