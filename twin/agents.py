@@ -63,6 +63,9 @@ class SessionDriver:
         self._plan = [(start_ns[i], sessions[i]) for i in order]
         self._slots = simpy.Resource(env, capacity=max_concurrent) if max_concurrent else None
         self.all_done = env.event()
+        self._alone = 0
+        """One-call sessions sent and not yet finished (:meth:`_send_alone`)."""
+        self._alone_done: simpy.Event | None = None
         self.launcher = env.process(self._launch())
 
     def gauges(self) -> dict[str, float]:
@@ -74,7 +77,7 @@ class SessionDriver:
 
     def _launch(self) -> ProcessGen:
         env = self.env
-        running: list[simpy.Process] = []
+        running: list[simpy.Event] = []
         for t_ns, session in self._plan:
             if self.stop_ns is not None and t_ns > self.stop_ns:
                 self.sessions_skipped += 1
@@ -85,11 +88,40 @@ class SessionDriver:
                 slot = self._slots.request()
                 yield slot
                 running.append(env.process(self._hold(slot, session)))
+            elif len(session.calls) == 1 and not session.calls[0].subagents:
+                self._send_alone(session)
             else:
                 running.append(env.process(self._run_session(session, None)))
             self.sessions_started += 1
+        if self._alone:
+            self._alone_done = env.event()
+            running.append(self._alone_done)
         yield simpy.AllOf(env, running)
         self.all_done.succeed()
+
+    def _send_alone(self, session: Session) -> None:
+        """A one-call session (an open-loop request) sent without a process of its own: nothing follows its
+        call, so its finish closes it (:meth:`_alone_finished`), as the end of its process would."""
+        sid = session.id
+        self.active += 1
+        seq = self._context(session, None)
+        base = len(seq)
+        call = session.calls[0]
+        stream_len, _, src = self._grow(seq, call, sid, 0, base, 0, 0, self.sources.get(("session", sid, 0)))
+        req = self._request(seq, src, stream_len, call, sid, 0, session.priority)
+        req.on_finish = self._alone_finished
+        self._alone += 1
+        self.submit(req)
+
+    def _alone_finished(self, req: Request) -> None:
+        if req.status is Status.FINISHED:
+            self.sessions_finished += 1
+        else:
+            self.sessions_failed += 1
+        self.active -= 1
+        self._alone -= 1
+        if self._alone == 0 and self._alone_done is not None:
+            self._alone_done.succeed()
 
     def _hold(self, slot: simpy.Event, session: Session) -> ProcessGen:
         assert self._slots is not None
@@ -103,50 +135,23 @@ class SessionDriver:
         """One session (or sub-agent): returns normally whether it finished or failed."""
         env = self.env
         sid = name or session.id
-        sources = self.sources
         self.active += 1
-        if context is not None:
-            seq = context
-        else:
-            if session.prefix_group is not None and session.prefix_tokens:
-                seq = self._prefix(session.prefix_group, session.prefix_tokens)
-            else:
-                seq = TokenSequence()
+        seq = self._context(session, context)
         base = len(seq)
         stream_len = 0
         epoch = 0
-        src = sources.get(("session", sid, epoch))
+        src = self.sources.get(("session", sid, epoch))
         last_send_ns: int | None = None
         for k, call in enumerate(session.calls):
-            if call.block_hashes is not None:
-                seq.truncate(base)
-                self._extend_hashed(seq, call, sid, k)
-                stream_len = len(seq) - base
-                epoch += 1
-                src = sources.get(("session", sid, epoch))
-            else:
-                if call.keep_tokens is not None and call.keep_tokens < stream_len:
-                    seq.truncate(base + call.keep_tokens)
-                    stream_len = call.keep_tokens
-                    epoch += 1
-                    src = sources.get(("session", sid, epoch))
-                seq.extend(src, stream_len, call.append_tokens)
-                stream_len += call.append_tokens
+            stream_len, epoch, src = self._grow(seq, call, sid, k, base, stream_len, epoch, src)
             if call.min_interval_s and last_send_ns is not None:
                 earliest = last_send_ns + to_ns(call.min_interval_s)
                 if earliest > env.now:
                     self.in_wait += 1
                     yield env.timeout(earliest - env.now)
                     self.in_wait -= 1
-            prompt = len(seq)
-            seq.extend(src, stream_len, call.output_tokens)
+            req = self._request(seq, src, stream_len, call, sid, k, session.priority)
             stream_len += call.output_tokens
-            bs = self.block_size
-            keys = seq.block_keys(bs) if self.keys is None else seq.block_ids(bs, self.keys)
-            req = Request(id=len(self.requests), prompt_tokens=prompt, max_output_tokens=call.output_tokens,
-                          block_keys=tuple(keys), arrival_ns=now_ns(env),
-                          session=sid, turn=k, priority=session.priority)
-            self.requests.append(req)
             done = env.event()
             req.on_finish = lambda r, done=done: done.succeed(r)  # type: ignore[misc]
             last_send_ns = now_ns(env)
@@ -167,6 +172,47 @@ class SessionDriver:
                 self.in_wait -= 1
         self.sessions_finished += 1
         self.active -= 1
+
+    def _context(self, session: Session, context: TokenSequence | None) -> TokenSequence:
+        """The sequence a session's first call extends: a sub-agent's forked context, the session's prefix
+        group's tokens, or nothing."""
+        if context is not None:
+            return context
+        if session.prefix_group is not None and session.prefix_tokens:
+            return self._prefix(session.prefix_group, session.prefix_tokens)
+        return TokenSequence()
+
+    def _grow(self, seq: TokenSequence, call: Call, sid: str, k: int, base: int, stream_len: int, epoch: int,
+              src: int) -> tuple[int, int, int]:
+        """Write call ``k``'s new prompt tokens into the session's context (after a cut, if it makes one)
+        and return the stream's length, epoch and token source after them."""
+        sources = self.sources
+        if call.block_hashes is not None:
+            seq.truncate(base)
+            self._extend_hashed(seq, call, sid, k)
+            epoch += 1
+            return len(seq) - base, epoch, sources.get(("session", sid, epoch))
+        if call.keep_tokens is not None and call.keep_tokens < stream_len:
+            seq.truncate(base + call.keep_tokens)
+            stream_len = call.keep_tokens
+            epoch += 1
+            src = sources.get(("session", sid, epoch))
+        seq.extend(src, stream_len, call.append_tokens)
+        return stream_len + call.append_tokens, epoch, src
+
+    def _request(self, seq: TokenSequence, src: int, stream_len: int, call: Call, sid: str, k: int,
+                 priority: int) -> Request:
+        """Call ``k``'s request, sent now: its prompt is the context so far; its output is written into the
+        context (content the next call's prompt repeats)."""
+        prompt = len(seq)
+        seq.extend(src, stream_len, call.output_tokens)
+        bs = self.block_size
+        keys = seq.block_keys(bs) if self.keys is None else seq.block_ids(bs, self.keys)
+        req = Request(id=len(self.requests), prompt_tokens=prompt, max_output_tokens=call.output_tokens,
+                      block_keys=tuple(keys), arrival_ns=now_ns(self.env), session=sid, turn=k,
+                      priority=priority)
+        self.requests.append(req)
+        return req
 
     def _prefix(self, group: str, tokens: int) -> TokenSequence:
         """A new sequence holding the first ``tokens`` tokens of prefix group ``group``, with the keys of

@@ -81,6 +81,9 @@ def test_request_that_can_never_fit_fails_and_others_complete(tmp_path):
     assert list(t["status"]) == ["failed", "finished"]
     assert "needs 314 KV blocks" in t["fail_reason"][0]
     assert res.summary["requests"] == {"submitted": 2, "completed": 1, "failed": 1, "pending": 0}
+    # One-call sessions are sent without a process of their own; their finish (or failure at the door)
+    # still closes the session.
+    assert res.summary["sessions"] == {"started": 2, "finished": 1, "failed": 1, "skipped": 0}
 
 
 def test_memory_pressure_preempts_and_still_completes_everything():
