@@ -5,7 +5,9 @@
 Predictions use only the shipped, frozen constants (hardware/data/calibration/<engine>.yaml) and the GPU
 specs, through the same single-kernel functions the step-cost ledger uses (hardware.kernels). Prints, per
 engine and table, the median and p90 of |predicted / measured - 1| and the median signed error; with --out
-also writes kernel_report.csv.
+also writes kernel_report.csv. Decode attention is also reported on the shapes serving steps have
+(``serving``: at most 128 requests of 256-8k tokens) and on the rows measured faster than the GPU's HBM
+bandwidth allows (``> HBM peak``: cache-resident re-reads of the collector, unlike any serving step).
 """
 
 from __future__ import annotations
@@ -61,6 +63,18 @@ def predict_generation(cal: Calibration, gpu: str, r: Row) -> float:
                                 heads=int(r["num_heads"]), kv_heads=int(r["num_key_value_heads"]),
                                 head_dim=hd, v_head_dim=hd,
                                 kv_bytes=kv_bytes, peak_flops=g.flops_for("bf16"), bw_Bps=g.hbm_bw_Bps)
+
+
+def _serving_decode(r: Row) -> bool:
+    """A decode-attention row of the shapes serving steps have: at most 128 requests of 256-8k tokens."""
+    return int(r["batch_size"]) <= 128 and 256 <= int(r["step"]) + 1 <= 8192
+
+
+def _faster_than_hbm(gpu: str, r: Row) -> bool:
+    """Whether a decode-attention row finished faster than reading its KV cache once at the GPU's peak HBM
+    bandwidth: its blocks were re-read from cache, which a serving step (distinct contexts) never does."""
+    kv = int(r["batch_size"]) * (int(r["step"]) + 1) * int(r["num_key_value_heads"]) * 2 * int(r["head_dim"])
+    return kv * KV_BYTES.get(r["kv_cache_dtype"], 2.0) > float(r["latency"]) * 1e-3 * load_gpu(gpu).hbm_bw_Bps
 
 
 def predict_mla_context(cal: Calibration, gpu: str, r: Row) -> float:
@@ -154,6 +168,10 @@ def report(data: Path, engines: Iterable[str]) -> list[dict[str, object]]:
                         fmt = r.get("gemm_dtype") or r.get("moe_dtype")
                         if table == "generation_attention_perf":
                             fmt = "kv " + r["kv_cache_dtype"]
+                            if _serving_decode(r):
+                                errs.setdefault(f"{name}[{fmt}, serving]", []).append(e)
+                            if _faster_than_hbm(gpu, r):
+                                errs.setdefault(f"{name}[{fmt}, > HBM peak]", []).append(e)
                         if fmt:
                             errs.setdefault(f"{name}[{fmt}]", []).append(e)
                         if table == "moe_perf" and _split_moe_format(cal, r["moe_dtype"]):
@@ -178,9 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --data {args.data} is not a folder", file=sys.stderr)
         return 2
     rows = report(args.data, args.engines)
-    print(f"{'engine':8s} {'table':34s} {'rows':>7s} {'median|err|%':>13s} {'p90|err|%':>10s} {'bias%':>7s}")
+    print(f"{'engine':8s} {'table':44s} {'rows':>7s} {'median|err|%':>13s} {'p90|err|%':>10s} {'bias%':>7s}")
     for r in rows:
-        print(f"{r['engine']!s:8s} {r['table']!s:34s} {r['rows']!s:>7s} {r['median_abs_err_pct']!s:>13s} "
+        print(f"{r['engine']!s:8s} {r['table']!s:44s} {r['rows']!s:>7s} {r['median_abs_err_pct']!s:>13s} "
               f"{r['p90_abs_err_pct']!s:>10s} {r['median_signed_err_pct']!s:>7s}")
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
