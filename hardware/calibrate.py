@@ -63,6 +63,24 @@ def gqa_ratio_fitted(r: dict[str, str]) -> bool:
     return GQA_RATIOS[0] * kv <= heads <= GQA_RATIOS[1] * kv
 
 
+def possible(r: dict[str, str], table: str) -> bool:
+    """Whether a row's measured time is no faster than reading the bytes it must read once at its GPU's
+    peak HBM bandwidth: a decode-attention row its KV cache, a GEMM row its weights. A faster row re-read
+    cache-resident data (the collector repeats one call on one buffer), which a serving step, whose layers
+    and requests each hold their own weights and KV, never does. TRT-LLM 1.2.0rc5's decode-attention table has
+    1,364 such rows at large batch x context (1,254 at the GQA ratios fitted; up to 1.73 x the H100's
+    bandwidth), vLLM's and SGLang's none; no GEMM row the fits use is one."""
+    if table == "generation_attention_perf":
+        kv = KV_BYTES.get(r["kv_cache_dtype"], 2.0)
+        nbytes = int(r["batch_size"]) * (int(r["step"]) + 1) * int(r["num_key_value_heads"]) * 2 \
+            * int(r["head_dim"]) * kv
+    elif table == "gemm_perf":
+        nbytes = int(r["n"]) * int(r["k"]) * DTYPE_BYTES[GEMM_DTYPES[r["gemm_dtype"]]]
+    else:
+        return True
+    return nbytes <= float(r["latency"]) * 1e-3 * load_gpu(r["_gpu"]).hbm_bw_Bps
+
+
 def read_table(data: Path, gpu: str, table: str, version: str) -> list[dict[str, str]]:
     path = data / f"{gpu}__{table}__{version}.csv.gz"
     if not path.is_file():
@@ -315,7 +333,7 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
         # shapes a model layer shard can have (n, k >= 256); tiny toy shapes would only fit launch noise
         min_m = HOST_BOUND_GEMM.get(engine, {}).get(dtype, 1)
         rows = _sample([r for r in gemm_rows if r["gemm_dtype"] == raw and int(r["n"]) >= 256
-                        and int(r["k"]) >= 256 and int(r["m"]) >= min_m])
+                        and int(r["k"]) >= 256 and int(r["m"]) >= min_m and possible(r, "gemm_perf")])
         if not rows:
             continue
         flops, nbytes, m = gemm_features(rows, dtype)
@@ -344,11 +362,13 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
         ("generation_mla_perf", "mla_decode", mla_generation_features, None))
     for table, key, feats, kv in attention_fits:
         # full attention at the GQA ratios real models use (GQA_RATIOS query heads per KV head)
-        rows = _sample([r for r in _load(data, table, version) if r.get("window_size", "0") == "0"
-                        and ("num_key_value_heads" not in r or gqa_ratio_fitted(r))
-                        and (kv is None or r["kv_cache_dtype"] == kv)])
+        shapes = [r for r in _load(data, table, version) if r.get("window_size", "0") == "0"
+                  and ("num_key_value_heads" not in r or gqa_ratio_fitted(r))
+                  and (kv is None or r["kv_cache_dtype"] == kv)]
+        rows = _sample([r for r in shapes if possible(r, table)])
         if not rows:
             continue
+        dropped = len(shapes) - sum(1 for r in shapes if possible(r, table))
         flops, nbytes, m = feats(rows)
         peak, bw = _gpu_arrays(rows, lambda r: "bf16")
         st = start.get(key) or start["attention_decode"]
@@ -357,7 +377,8 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
         out[key] = p
         cache = f", {kv} KV cache" if kv else ""
         ratio = f", GQA ratio {GQA_RATIOS[0]}-{GQA_RATIOS[1]}" if key.startswith("attention") else ""
-        notes[key] = f"fitted on {src} {table} (full attention{ratio}{cache}): {_summary(err)}"
+        faster = f", {dropped} rows faster than the HBM bound left out (calibrate.possible)" if dropped else ""
+        notes[key] = f"fitted on {src} {table} (full attention{ratio}{cache}{faster}): {_summary(err)}"
         log(f"{engine} {key}: {_summary(err)}")
     # MoE per weight format, uniform ('balanced') routing rows only
     moe_rows = [r for r in _load(data, "moe_perf", version) if r["distribution"] == "balanced"]
