@@ -99,10 +99,11 @@ def measure_twin(scn: Scenario, repeats: int) -> dict[str, Any]:
     return out
 
 
-def twin_process_wall(scn: Scenario, paths: DataPaths) -> float:
-    """Whole-process wall time of one twin run of ``scn`` (fresh interpreter: start-up, imports, run)."""
+def twin_process_wall(scn: Scenario, paths: DataPaths, run: bool = True) -> float:
+    """Whole-process wall time of one twin run of ``scn`` (fresh interpreter: start-up, imports, run); with
+    ``run=False`` the same process stops once the simulation is built: its fixed cost."""
     cmd = [sys.executable, str(HERE / "speed.py"), "--child", scn.name,
-           "--vidur-data", str(paths.vidur_data), "--trace", str(paths.azure_conv)]
+           "--vidur-data", str(paths.vidur_data), "--trace", str(paths.azure_conv)] + ([] if run else ["--no-run"])
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - t0
@@ -169,6 +170,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("events", "events", "{:d}"),
     ("steps", "steps", "{:d}"), ("req/wall s", "requests_per_wall_s", "{:.0f}"),
     ("sim/wall", "sim_per_wall", "{:.0f}"), ("twin proc s", "process_wall_s", "{:.2f}"),
+    ("proc floor s", "process_floor_s", "{:.2f}"),
     ("vidur s", "vidur_wall_s", "{:.1f}"), ("vidur loop s", "vidur_loop_s", "{:.2f}"),
     ("x vidur", "speedup_vs_vidur", "{:.1f}"), ("x vidur loop", "speedup_loop_vs_vidur", "{:.1f}"),
 ]
@@ -230,6 +232,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="attention profile for Vidur ('' = the checkout's own attention.csv)")
     p.add_argument("--no-process", action="store_true", help="skip the twin's whole-process timing")
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--no-run", action="store_true", help=argparse.SUPPRESS)  # child: build, do not run
     args = p.parse_args(argv)
     if args.child is None and args.out is None:
         p.error("--out is required")
@@ -252,8 +255,14 @@ def select(args: argparse.Namespace, paths: DataPaths) -> list[Scenario]:
 def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
     args = parse(argv)
     paths = DataPaths(vidur_data=args.vidur_data, azure_conv=args.trace)
-    if args.child is not None:  # whole-process timing: one bare run
-        run_twin_once(next(s for s in scenarios(paths) if s.name == args.child), count_events=False)
+    if args.child is not None:  # whole-process timing: one bare run (or only its build)
+        scn = next(s for s in scenarios(paths) if s.name == args.child)
+        if args.no_run:
+            from twin.config import load_config
+            from twin.runner import Simulation
+            Simulation(load_config(scn.config))
+        else:
+            run_twin_once(scn, count_events=False)
         return {}
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -272,6 +281,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         if scn.vidur_trace is not None and args.vidur_python:
             if not args.no_process:
                 r["process_wall_s"] = twin_process_wall(scn, paths)
+                r["process_floor_s"] = twin_process_wall(scn, paths, run=False)
             attention = Path(args.vidur_attention) if args.vidur_attention else None
             print(f"[vidur] {scn.name}: cache {vidur_cache_state(args.vidur_cache)} ({args.vidur_cache})",
                   flush=True)
