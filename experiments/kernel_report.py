@@ -22,7 +22,7 @@ import numpy as np
 
 from hardware import kernels, load_calibration, load_gpu
 from hardware.calibrate import (ENGINES, GEMM_DTYPES, GPUS, KV_BYTES, MOE_DTYPES, SSM_TABLES,
-                                gdn_rows, gqa_ratio_fitted, moe_kernel_family, read_table)
+                                gdn_rows, gqa_ratio_fitted, moe_kernel_family, possible, read_table)
 from hardware.calibration import CURVE_MOE_KERNELS, Calibration, moe_curve_key
 from hardware.dtypes import COMPUTE_DTYPE, DTYPE_BYTES
 
@@ -68,13 +68,6 @@ def predict_generation(cal: Calibration, gpu: str, r: Row) -> float:
 def _serving_decode(r: Row) -> bool:
     """A decode-attention row of the shapes serving steps have: at most 128 requests of 256-8k tokens."""
     return int(r["batch_size"]) <= 128 and 256 <= int(r["step"]) + 1 <= 8192
-
-
-def _faster_than_hbm(gpu: str, r: Row) -> bool:
-    """Whether a decode-attention row finished faster than reading its KV cache once at the GPU's peak HBM
-    bandwidth: its blocks were re-read from cache, which a serving step (distinct contexts) never does."""
-    kv = int(r["batch_size"]) * (int(r["step"]) + 1) * int(r["num_key_value_heads"]) * 2 * int(r["head_dim"])
-    return kv * KV_BYTES.get(r["kv_cache_dtype"], 2.0) > float(r["latency"]) * 1e-3 * load_gpu(gpu).hbm_bw_Bps
 
 
 def predict_mla_context(cal: Calibration, gpu: str, r: Row) -> float:
@@ -170,7 +163,7 @@ def report(data: Path, engines: Iterable[str]) -> list[dict[str, object]]:
                             fmt = "kv " + r["kv_cache_dtype"]
                             if _serving_decode(r):
                                 errs.setdefault(f"{name}[{fmt}, serving]", []).append(e)
-                            if _faster_than_hbm(gpu, r):
+                            if not possible(r, table, gpu):  # the collector re-read cached KV
                                 errs.setdefault(f"{name}[{fmt}, > HBM peak]", []).append(e)
                         if fmt:
                             errs.setdefault(f"{name}[{fmt}]", []).append(e)

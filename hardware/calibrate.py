@@ -63,7 +63,7 @@ def gqa_ratio_fitted(r: dict[str, str]) -> bool:
     return GQA_RATIOS[0] * kv <= heads <= GQA_RATIOS[1] * kv
 
 
-def possible(r: dict[str, str], table: str) -> bool:
+def possible(r: dict[str, str], table: str, gpu: str) -> bool:
     """Whether a row's measured time is no faster than reading the bytes it must read once at its GPU's
     peak HBM bandwidth: a decode-attention row its KV cache, a GEMM row its weights. A faster row re-read
     cache-resident data (the collector repeats one call on one buffer), which a serving step, whose layers
@@ -78,7 +78,7 @@ def possible(r: dict[str, str], table: str) -> bool:
         nbytes = int(r["n"]) * int(r["k"]) * DTYPE_BYTES[GEMM_DTYPES[r["gemm_dtype"]]]
     else:
         return True
-    return nbytes <= float(r["latency"]) * 1e-3 * load_gpu(r["_gpu"]).hbm_bw_Bps
+    return nbytes <= float(r["latency"]) * 1e-3 * load_gpu(gpu).hbm_bw_Bps
 
 
 def read_table(data: Path, gpu: str, table: str, version: str) -> list[dict[str, str]]:
@@ -333,7 +333,8 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
         # shapes a model layer shard can have (n, k >= 256); tiny toy shapes would only fit launch noise
         min_m = HOST_BOUND_GEMM.get(engine, {}).get(dtype, 1)
         rows = _sample([r for r in gemm_rows if r["gemm_dtype"] == raw and int(r["n"]) >= 256
-                        and int(r["k"]) >= 256 and int(r["m"]) >= min_m and possible(r, "gemm_perf")])
+                        and int(r["k"]) >= 256 and int(r["m"]) >= min_m
+                        and possible(r, "gemm_perf", r["_gpu"])])
         if not rows:
             continue
         flops, nbytes, m = gemm_features(rows, dtype)
@@ -365,10 +366,10 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
         shapes = [r for r in _load(data, table, version) if r.get("window_size", "0") == "0"
                   and ("num_key_value_heads" not in r or gqa_ratio_fitted(r))
                   and (kv is None or r["kv_cache_dtype"] == kv)]
-        rows = _sample([r for r in shapes if possible(r, table)])
+        rows = _sample([r for r in shapes if possible(r, table, r["_gpu"])])
         if not rows:
             continue
-        dropped = len(shapes) - sum(1 for r in shapes if possible(r, table))
+        dropped = len(shapes) - sum(1 for r in shapes if possible(r, table, r["_gpu"]))
         flops, nbytes, m = feats(rows)
         peak, bw = _gpu_arrays(rows, lambda r: "bf16")
         st = start.get(key) or start["attention_decode"]
