@@ -4,7 +4,8 @@ Call k+1 is sent only after call k's last token, its sub-agents' join and its wa
 a :class:`~twin.tokens.TokenSequence`: the prefix group's tokens, then the session's own stream, which grows
 by each call's append and output, so the blocks of call k are the first blocks of call k+1. A cut
 (``keep_tokens``) starts a new stream epoch: tokens written after the cut are new content.
-An open-loop request stream is the one-call case, placed by the workload's arrival rule.
+An open-loop request stream is the one-call case, placed by the workload's arrival rule; the launcher sends
+such a request itself (no process of its own, :meth:`SessionDriver._send_alone`).
 """
 
 from __future__ import annotations
