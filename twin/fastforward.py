@@ -156,7 +156,7 @@ class DecodeRun:
                 last = i + (m - i) // size * size
                 targets.append((reqs[idx], self.c0[idx] + last))
                 pending.extend(kv.uncached_keys(reqs[idx], self.c0[idx] + last))
-        if pending and (len(set(pending)) != len(pending) or not kv.pool.cached.keys().isdisjoint(pending)):
+        if pending and (len(set(pending)) != len(pending) or kv.holds_any(pending)):
             return False
         # Allocations, handed out in the step-by-step order: by step, then running order.
         starts = self._next_alloc
@@ -255,12 +255,11 @@ class DecodeRun:
         sched.steps += steps
         sched.mark_applied(ends[m - 2] if m >= 2 else self.start_ns, ends[m - 1])
         self.updated = m
-        if m < self.k:
-            sched.count_decode_steps(steps)
-            return []
-        finished = [r for r in self.reqs if r.num_output_tokens >= r.max_output_tokens]
-        sched.finish(finished, ends[m - 1])
-        sched.count_decode_steps(steps)
+        finished: list[Request] = []
+        if m == self.k:
+            finished = [r for r in self.reqs if r.num_output_tokens >= r.max_output_tokens]
+            sched.finish(finished, ends[m - 1])
+        sched.count_decode_steps(steps)  # after the finish: an idle worker restarts SGLang's ratio
         return finished
 
 

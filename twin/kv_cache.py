@@ -358,15 +358,16 @@ class KVCacheManager:
     """Block tables of the requests on one worker, allocated from a :class:`BlockPool`."""
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
-                 host: HostTier | None = None, decode_cached_at_finish: bool = False) -> None:
+                 host: HostTier | None = None) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self.decode_cached_at_finish = enable_prefix_caching and decode_cached_at_finish
+        self.decode_cached_at_finish = False
         """SGLang's radix tree: a running request's blocks past what its admission prefilled
         (``Request.prefill_tokens``) enter the prefix cache only when it finishes (cache_finished_req), not as
-        they fill (vLLM registers every full block at once)."""
+        they fill (vLLM registers every full block at once). Set by the scheduler from its preemption rule
+        (twin.scheduler.SchedulerLimits.preemption), only with prefix caching on."""
         self.host = host if enable_prefix_caching else None
         self.pool = BlockPool(num_blocks, on_evict=self.host.demote if self.host is not None else None)
         self.req_blocks: dict[int, list[int]] = {}
@@ -471,6 +472,10 @@ class KVCacheManager:
             else:
                 self.pool.cache_run(req.block_keys[done:full], self.req_blocks[rid][done:full])
             self._num_hashed[rid] = full
+
+    def holds_any(self, keys: Iterable[int]) -> bool:
+        """Whether any of ``keys`` is in the prefix cache now."""
+        return not self.pool.cached.keys().isdisjoint(keys)
 
     def uncached_keys(self, req: Request, num_tokens: int) -> Sequence[int]:
         """The keys :meth:`cache_computed` would register for ``req`` at ``num_tokens`` (in order)."""

@@ -254,9 +254,10 @@ class Scheduler:
             self.waiting: WaitingQueue = SglangFcfsQueue(by_progress=drafter is None)
         else:
             self.waiting = QUEUE_POLICIES[policy]()
-        self._sglang_retraction = limits.preemption == "sglang"
-        """SGLang retraction: a request that preempted itself leaves the requests behind it to run in the
-        step (its decoded tokens were never cached: KVCacheManager.decode_cached_at_finish)."""
+        # Under SGLang's rule a running request's decoded tokens enter the prefix cache when it finishes,
+        # so a retraction frees them uncached (SchedulerLimits.preemption): the scheduler sets its KV
+        # manager to that rule, the one place it is decided.
+        kv.decode_cached_at_finish = kv.enable_prefix_caching and limits.preemption == "sglang"
         self.running: list[Request] = []
         self.record_token_times = record_token_times
         self.retain_finished_kv = retain_finished_kv
@@ -419,7 +420,7 @@ class Scheduler:
                 continue
             # `req` preempted itself. vLLM ends the pass (under FCFS the requests behind it were preempted
             # before it); SGLang's check covered the whole batch, so those left behind it run.
-            if not self._sglang_retraction:
+            if limits.preemption != "sglang":
                 break
 
         if preempted:  # victims may have left `scheduled`: sum it afresh

@@ -107,7 +107,7 @@ def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max
                              batch_wait_max_tokens_ratio=s.batch_wait_max_tokens_ratio,
                              lookahead=load_engine(config.engine.name).host_overlap)
     kv = KVCacheManager(num_blocks, config.kv_cache.block_size, config.kv_cache.prefix_caching,
-                        host_tier(config, dep), decode_cached_at_finish=limits.preemption == "sglang")
+                        host_tier(config, dep))
     spec = config.engine.speculative
     if spec.enabled and limits.max_num_batched_tokens < 1 + spec.num_speculative_tokens:
         raise ConfigError("scheduler.max_num_batched_tokens",
@@ -192,8 +192,9 @@ class Colocated(SystemSpec):
 
         dep = make_deployment(config, self.tp, ep=self.ep, attention_dp=self.attention_dp)
         blocks = kv_blocks(config, dep)
-        prices = StepPrices(cost_model(config, dep, max_num_seqs=worker_max_num_seqs(config, dep, blocks)))
-        workers = [Worker(env, wid, build_scheduler(config, blocks, dep), prices, on_done,
+        seqs = worker_max_num_seqs(config, dep, blocks)
+        prices = StepPrices(cost_model(config, dep, max_num_seqs=seqs))
+        workers = [Worker(env, wid, build_scheduler(config, blocks, dep, max_num_seqs=seqs), prices, on_done,
                           fast_forward_steps=fast_forward_steps(config))
                    for wid in range(self.replicas)]
         return ColocatedSystem(workers, config.router.build())  # type: ignore[attr-defined]

@@ -36,8 +36,7 @@ def make_scheduler(*, num_blocks: int, block_size: int = 4, max_num_batched_toke
                              mixed_prefill=mixed_prefill, lookahead=lookahead, reserve_full_kv=reserve_full_kv,
                              batch_wait_iters=batch_wait[0], batch_wait_max_tokens_ratio=batch_wait[1],
                              admission_reserve=admission_reserve, preemption=preemption)
-    kv = KVCacheManager(num_blocks, block_size, prefix_caching, decode_cached_at_finish=preemption == "sglang")
-    return Scheduler(limits, kv, policy, drafter=drafter)
+    return Scheduler(limits, KVCacheManager(num_blocks, block_size, prefix_caching), policy, drafter=drafter)
 
 
 def step(sched: Scheduler, now: int = 0) -> tuple[list[tuple[int, int]], list[int], list[int]]:
