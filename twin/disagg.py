@@ -195,6 +195,16 @@ class DisaggSystem:
         if self.tcfg.first_token == "prefill":
             req.first_token_ns = req.last_token_ns = now
             req.num_output_tokens = 1
+            if self.config.metrics.record_token_times:
+                req.token_times_ns = [now]
+            if req.max_output_tokens == 1:  # that token was the whole answer: nothing to decode
+                prefill.sched.kv.free(stage)
+                prefill.wake()
+                rec.to(KVState.FREED, now)
+                req.status = Status.FINISHED
+                req.finish_ns = now
+                self.on_done(req)
+                return
         decode: DecodeWorker = self.decode_router.choose(req, self.decode)  # type: ignore[arg-type,assignment]
         rec.decode_worker = decode.wid
         req.worker = decode.wid

@@ -5,6 +5,7 @@
     ALLOCATED (prefill computing) -> STAGED (held on the prefill worker, lease running)
     STAGED   -> PULLING (decode reserved blocks, transfer started)  | EXPIRED (lease ran out: recompute)
     STAGED   -> PUSHING (push ablation: transfer right after prefill, nothing reserved)
+    STAGED   -> FREED (the prefill worker sampled the request's only output token: nothing to decode)
     PULLING  -> RESIDENT (all blocks arrived; prefill side released)
     PUSHING  -> RESIDENT | DROPPED (decode had no room on arrival: the request fails)
     EXPIRED  -> FREED (the decode worker recomputed the prompt itself and finished the request)
@@ -35,7 +36,7 @@ class KVState(enum.IntEnum):
 
 LEGAL: dict[KVState, frozenset[KVState]] = {
     KVState.ALLOCATED: frozenset({KVState.STAGED, KVState.FAILED}),
-    KVState.STAGED: frozenset({KVState.PULLING, KVState.PUSHING, KVState.EXPIRED, KVState.FAILED}),
+    KVState.STAGED: frozenset({KVState.PULLING, KVState.PUSHING, KVState.EXPIRED, KVState.FREED, KVState.FAILED}),
     KVState.PULLING: frozenset({KVState.RESIDENT}),
     KVState.PUSHING: frozenset({KVState.RESIDENT, KVState.DROPPED}),
     KVState.EXPIRED: frozenset({KVState.FREED, KVState.FAILED}),
@@ -48,7 +49,8 @@ LEGAL: dict[KVState, frozenset[KVState]] = {
 TERMINAL = frozenset({KVState.FREED, KVState.DROPPED, KVState.FAILED})
 
 _STAGING_ENDS = (KVState.PULLING, KVState.PUSHING, KVState.EXPIRED)
-"""States that end the staging of a request's KV (at most one of them is ever entered)."""
+"""States that end the staging of a request's KV (at most one of them is ever entered); a request that
+ends at staging (STAGED -> FREED) never waited for a decode worker and has no staged wait."""
 
 
 class KVRecord:

@@ -111,6 +111,24 @@ def test_first_token_from_prefill_worker_option(tmp_path):
     assert r["first_token_s"] == r["kv_staged_s"] and r["output_tokens"] == 4
 
 
+def test_one_token_answer_from_the_prefill_worker_ends_at_staging(tmp_path):
+    # The prefill worker samples the only token asked for: the request finishes there, its staged KV is
+    # freed at once (STAGED -> FREED), and no transfer or decode step follows. It used to be pulled and
+    # decoded once more, ending with 2 output tokens.
+    cfg = disagg(tmp_path, [one_call("a", 0.0, 100, 1)], transfer={"first_token": "prefill"},
+                 metrics={"record_token_times": True})
+    sim = Simulation(cfg)
+    res = sim.run()
+    r = rows(res)["a"]
+    assert r["status"] == "finished" and r["output_tokens"] == 1 and r["kv_state"] == "freed"
+    assert r["first_token_s"] == r["finish_s"] == r["kv_staged_s"]
+    assert math.isnan(r["kv_pull_s"]) and res.summary["kv_transfer"]["pulls"] == 0
+    assert math.isnan(res.summary["kv_transfer"]["staged_s"]["mean"])  # it never waited for a decode worker
+    req = sim.driver.requests[0]
+    assert req.token_times_ns == [req.first_token_ns]
+    assert sim.workers[1].ledger.steps == 0  # the decode worker never ran
+
+
 def test_two_transfers_share_a_link_max_min_fairly():
     env = simpy.Environment()
     links = LinkSet(env, FlowNetwork({"l": 10e9}))
@@ -140,8 +158,8 @@ def test_max_min_fairness_across_two_links():
 def test_illegal_kv_transition_raises():
     rec = KVRecord(1, 0)
     rec.to(KVState.STAGED, 5)
-    with pytest.raises(InvariantError, match="STAGED -> FREED"):
-        rec.to(KVState.FREED, 6)
+    with pytest.raises(InvariantError, match="STAGED -> RESIDENT"):
+        rec.to(KVState.RESIDENT, 6)
 
 
 calls = st.builds(lambda a, o, w: Call(append_tokens=a, output_tokens=o, wait_after_s=w),
@@ -185,6 +203,8 @@ def test_property_every_request_ends_and_every_block_is_released(tmp_path, scena
         assert row["kv_state"] in ("freed", "dropped", "failed")
     for w in sim.workers:
         assert w.sched.kv.pool.num_used == 0 and not w.sched.kv.req_blocks
+    for req in sim.driver.requests:  # a finished request sampled exactly what it asked for
+        assert req.status.name != "FINISHED" or req.num_output_tokens == req.max_output_tokens
 
 
 def test_headroom_is_capped_by_the_request_size_so_an_empty_decode_worker_can_always_pull(tmp_path):
