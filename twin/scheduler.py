@@ -557,8 +557,12 @@ class Scheduler:
             num_new = self._prompt_chunk(req.num_tokens - num_computed, budget)
             if num_new is None:
                 break
+            # This admission prefills the whole sequence (a resumed request its decoded tokens too): set
+            # before the allocation, which registers the blocks it will compute by that rule.
+            prefilled, req.prefill_tokens = req.prefill_tokens, req.num_tokens
             # Host hits need GPU blocks (loaded, not computed): allocated with the new tokens.
             if not kv.allocate_slots(req, host * kv.block_size + num_new, hits):
+                req.prefill_tokens = prefilled
                 break
             waiting.pop()
             if host:
@@ -575,7 +579,6 @@ class Scheduler:
             if req.first_scheduled_ns == NO_TIME:
                 req.first_scheduled_ns = now
             req.num_computed_tokens = num_computed
-            req.prefill_tokens = req.num_tokens
             req.status = Status.RUNNING
             self.running.append(req)
             scheduled[req] = num_new

@@ -217,6 +217,16 @@ def test_sglang_retraction_keeps_the_prefill_cached_and_drops_the_decoded_tokens
     assert [pool.lookup(k) for k in a.block_keys[:8]] == a_pages[:8]
     assert [pool.lookup(k) for k in a.block_keys[8:13]] == [None] * 5 and pool.evictions == 0
     assert sched.kv.blocks_of(b)[-1] == a_pages[12]
+    # a waits (need 6 + 4 outputs >= room) until b finishes at step 10; at step 11 it is admitted again: its
+    # 8 prompt pages hit and it re-prefills its 6 outputs (14 tokens). That prefill inserts them into the
+    # tree (cache_unfinished_req), so all 14 pages are cached now; they used to wait for the first prefill's
+    # 8 tokens (the admission registered blocks before it set prefill_tokens), but only without fast-forward.
+    for now in (8, 9):
+        assert step(sched, now) == ([(2, 1)], [], [])
+    assert step(sched, 10) == ([(2, 1)], [], [2])
+    assert step(sched, 11) == ([(1, 6)], [], [])
+    assert a.prefill_tokens == 14 and sched.kv.blocks_of(a)[:8] == a_pages[:8]
+    assert [pool.lookup(k) for k in a.block_keys[:14]] == sched.kv.blocks_of(a)
     vllm = make_scheduler(num_blocks=20, block_size=1)
     x, y = make_request(1, 8, 10, block_size=1), make_request(2, 2, 10, block_size=1)
     vllm.add_request(x, 0)
