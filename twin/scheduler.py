@@ -313,6 +313,16 @@ class Scheduler:
             self.fail(req, now, f"needs {need} KV blocks ({req.prompt_tokens} prompt + {req.max_output_tokens} "
                                 f"output tokens) but worker {req.worker} holds only {self.kv.num_blocks}")
             return False
+        if self.limits.admission_reserve == "sglang":
+            # SGLang admits only while prompt + clipped outputs < the tokens it sees free (need >= room:
+            # NO_TOKEN), so one that needs the whole pool on an idle worker would wait forever.
+            outputs = min(req.max_output_tokens - req.num_output_tokens, SGLANG_CLIP_NEW_TOKENS)
+            pool = self.kv.num_blocks * self.kv.block_size
+            if req.num_tokens + outputs >= pool:
+                self.fail(req, now, f"SGLang's admission needs fewer than the {pool} KV tokens worker "
+                                    f"{req.worker} holds free for {req.num_tokens} prompt + {outputs} output "
+                                    f"tokens: it would never be admitted")
+                return False
         if not self.limits.chunked_prefill and req.prompt_tokens > self.limits.max_num_batched_tokens:
             self.fail(req, now, f"needs {req.prompt_tokens} prompt tokens in one step (chunked prefill is off) "
                                 f"but max_num_batched_tokens is {self.limits.max_num_batched_tokens}")

@@ -114,6 +114,27 @@ def test_sglang_admission_wants_room_for_the_whole_output():
     assert step(vllm) == ([(1, 10), (2, 30)], [], [])
 
 
+def test_sglang_admission_fails_at_the_door_a_request_that_needs_the_whole_pool():
+    """100 one-token pages. SGLang admits only while need < room, and an idle worker's room is its 100 free
+    tokens: a (40 + 60) fits its pages but could never be admitted, so it fails at once with the reason
+    instead of stalling the queue; b (40 + 59) runs. Outputs above SGLang's clip count only up to the clip:
+    c (10 + 5,000) on 4,200 pages needs 10 + 4,096 < 4,200 and is queued, though it would not be once it
+    holds 4,190 tokens (it does not fit its pages: that is the other check). The vLLM rule queues a."""
+    sched = make_scheduler(num_blocks=100, block_size=1, admission_reserve="sglang")
+    a, b = make_request(1, 40, 60), make_request(2, 40, 59)
+    assert not sched.add_request(a, 0) and a.status is Status.FAILED
+    assert a.fail_reason.startswith("SGLang's admission needs fewer than the 100 KV tokens worker")
+    assert a.fail_reason.endswith("holds free for 40 prompt + 60 output tokens: it would never be admitted")
+    assert sched.add_request(b, 0) and step(sched) == ([(2, 40)], [], [])
+    big = make_scheduler(num_blocks=4200, block_size=1, admission_reserve="sglang")
+    c = make_request(3, 10, 5000)
+    assert not big.add_request(c, 0) and "needs 5010 KV blocks" in c.fail_reason
+    fits = make_request(4, 10, 4100)
+    assert big.add_request(fits, 0) and step(big) == ([(4, 10)], [], [])
+    vllm = make_scheduler(num_blocks=100, block_size=1)
+    assert vllm.add_request(make_request(1, 40, 60), 0) and step(vllm) == ([(1, 40)], [], [])
+
+
 def test_sglang_new_token_ratio_decays_per_decode_step_and_admits_when_room_appears():
     """3,000 pages, a (10 + 2,000), b (100 + 1,500 = 1,600). Before step k (k >= 2) a holds 9 + k tokens
     and has 2,001 - k outputs to go after k - 2 decode steps of decay: room = 2,991 - k - (2,001 - k) x
