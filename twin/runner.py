@@ -124,7 +124,7 @@ class Simulation:
             raise
         self.wall_s = time.perf_counter() - start
         for w in self.workers:
-            w.sync()
+            w.stop()
         for req in self.driver.pending_requests:  # only after max_sim_s
             req.fail_reason = f"time limit: still {req.status.name.lower()} at run.max_sim_s"
             req.status = Status.FAILED

@@ -190,6 +190,14 @@ class Worker:
             self.run.sync(now_ns(self.env))
         self.sched.sync()
 
+    def stop(self) -> None:
+        """The run stops now (``run.max_sim_s``): :meth:`sync`, and a fast-forward run's steps that had begun
+        enter the ledger, as step-by-step simulation charges each step when it begins."""
+        self.sync()
+        run = self.run
+        if run is not None:
+            self._end_run(run, run.scheduled)
+
     def quiet(self) -> bool:
         """Whether nothing but an outside event can change the batch (extended by decode workers)."""
         return True
