@@ -151,6 +151,11 @@ class SyntheticWorkload(WorkloadSpec):
 
         isl = self.input_tokens.sample(rng, self.num_requests)
         osl = self.output_tokens.sample(rng, self.num_requests)
+        short = np.flatnonzero(isl < self.prefix_tokens)
+        if len(short):
+            i = int(short[0])
+            raise ConfigError("workload.prefix_tokens", f"every prompt starts with the {self.prefix_tokens} shared "
+                              f"tokens, but request {i} drew {int(isl[i])} input tokens from workload.input_tokens")
         try:
             sessions = open_loop_sessions(None, isl, osl, prefix_group=self.prefix_group,
                                           prefix_tokens=self.prefix_tokens)
@@ -203,13 +208,19 @@ class SessionsWorkload(WorkloadSpec):
         return _plan(sessions, self.arrival or TraceArrival(), rng, self.wait_scale, self.max_concurrent_sessions)
 
 
+def _rounds(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if value < 2:
+        raise ValueError(f"{attr.name} must be >= 2 (LMBenchmark's users ask in rounds; one round each is a "
+                         f"synthetic workload), got {value!r}")
+
+
 @register("workload", "lmbenchmark_multiround")
 @attrs.frozen(kw_only=True)
 class LMBenchmarkWorkload(WorkloadSpec):
     """LMBenchmark's synthetic multi-round QA with its own pacing (see ``workloads.generators``)."""
 
     num_users: int = attrs.field(default=10, validator=positive)
-    num_rounds: int = attrs.field(default=5, validator=positive)
+    num_rounds: int = attrs.field(default=5, validator=_rounds)
     qps: float = attrs.field(default=1.0, validator=positive)
     shared_system_prompt: int = attrs.field(default=1000, validator=non_negative)
     user_history_prompt: int = attrs.field(default=2000, validator=non_negative)

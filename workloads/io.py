@@ -252,7 +252,7 @@ class _Parser:
             raise self.fail(_join(where, "fork_context"), f"expected true or false, got {_kind(fork)}")
         return Call(
             append_tokens=self.int_(obj["append"], _join(where, "append")),
-            output_tokens=self.int_(obj["output"], _join(where, "output")),
+            output_tokens=self.int_(obj["output"], _join(where, "output"), minimum=1),
             wait_after_s=self.float_(obj.get("wait_s", 0.0), _join(where, "wait_s")),
             min_interval_s=self.float_(obj.get("min_interval_s", 0.0), _join(where, "min_interval_s")),
             keep_tokens=None if keep is None else self.int_(keep, _join(where, "keep")),
@@ -280,6 +280,11 @@ class _Parser:
                 stream = call.keep_tokens
             stream += call.append_tokens
             prompt = prefix + stream
+            if prompt < 1:
+                raise self.fail(
+                    _join(call_where, "append"),
+                    "expected a prompt of at least one token (prefix + kept stream + append is 0)",
+                )
             if call.block_hashes is not None:
                 need = -(-prompt // call.hash_block_tokens)
                 if len(call.block_hashes) != need:

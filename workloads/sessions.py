@@ -36,14 +36,19 @@ def _optional_non_negative(instance: Any, attribute: attrs.Attribute, value: int
         raise ValueError(f"{attribute.name} must be >= 0 or null, got {value!r}")
 
 
+def _positive(instance: Any, attribute: attrs.Attribute, value: int) -> None:  # type: ignore[type-arg]
+    if value < 1:
+        raise ValueError(f"{attribute.name} must be >= 1, got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class Call:
     """One LLM call of a session."""
 
     append_tokens: int = attrs.field(validator=_non_negative)
     """Tokens added to the context before this call (for call 0: the prompt after the shared prefix)."""
-    output_tokens: int = attrs.field(validator=_non_negative)
-    """Tokens the model generates (the request's ``max_tokens`` with ignore_eos)."""
+    output_tokens: int = attrs.field(validator=_positive)
+    """Tokens the model generates (the request's ``max_tokens`` with ignore_eos; engines want at least 1)."""
     wait_after_s: float = attrs.field(default=0.0, validator=_non_negative)
     """Time after the last output token (and after sub-agents joined) before the next call is sent."""
     min_interval_s: float = attrs.field(default=0.0, validator=_non_negative)

@@ -1,6 +1,7 @@
 """Config loading: dotted-path errors, overrides, resolution of engine defaults, the CLI's exit codes."""
 
 import json
+import re
 
 import pytest
 import yaml
@@ -27,11 +28,16 @@ from twin.system import resolve
     ("engine.cuda_graph_sizes=[0, 4]", "engine.cuda_graph_sizes", "must list positive integers, got [0, 4]"),
     ("workload.arrival.rate_per_s=-1", "workload.arrival.rate_per_s", "must be > 0"),
     ("workload.input_tokens.low=10", "workload.input_tokens", "give either fixed, or both low and high"),
+    ("workload.num_rounds=1", "workload.num_rounds", "must be >= 2"),  # found by fuzzing: a bare ValueError
 ])
 def test_bad_values_name_the_dotted_path(override, path, expected):
+    base = None
+    if "input" in override:
+        base = {"workload": {"kind": "synthetic", "input_tokens": {"fixed": 10}}}
+    elif "num_rounds" in override:
+        base = {"workload": {"kind": "lmbenchmark_multiround"}}
     with pytest.raises(ConfigError) as info:
-        load_config({"workload": {"kind": "synthetic", "input_tokens": {"fixed": 10}}} if "input" in override
-                    else None, [override])
+        load_config(base, [override])
     assert info.value.path == path
     assert expected in str(info.value)
 
@@ -196,3 +202,13 @@ def test_step_prices_follow_the_scheduler_limits_and_graph_settings() -> None:
     assert cost_model(listed, make_deployment(listed, 1)).capture_sizes == (1, 2, 3, 24)
     with pytest.raises(ConfigError, match="cuda_graph_sizes ends at 4 but cuda_graph_max_size is 8"):
         load_config(None, ["engine.cuda_graph_sizes=[1, 2, 4]", "engine.cuda_graph_max_size=8"])
+
+
+def test_a_shared_prefix_longer_than_a_drawn_prompt_names_the_field():
+    cfg = load_config({"workload": {"kind": "synthetic", "num_requests": 5, "prefix_group": "g",
+                                    "prefix_tokens": 500, "input_tokens": {"low": 20, "high": 600}}})
+    with pytest.raises(ConfigError) as info:
+        Simulation(cfg)
+    assert info.value.path == "workload.prefix_tokens"
+    assert re.search(r"500 shared tokens, but request \d+ drew \d+ input tokens from workload.input_tokens",
+                     str(info.value))

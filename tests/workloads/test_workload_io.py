@@ -96,11 +96,19 @@ def test_prompt_tokens_follow_keep_then_append() -> None:
         ('{"id":"a","calls":[{"append":1}]}', "bad.jsonl:3: calls[0].output: missing"),
         (
             '{"id":"a","calls":[{"append":1,"output":2.5}]}',
-            "bad.jsonl:3: calls[0].output: expected an integer >= 0, got number 2.5",
+            "bad.jsonl:3: calls[0].output: expected an integer >= 1, got number 2.5",
         ),
         (
             '{"id":"a","calls":[{"append":1,"output":true}]}',
-            "bad.jsonl:3: calls[0].output: expected an integer >= 0, got boolean true",
+            "bad.jsonl:3: calls[0].output: expected an integer >= 1, got boolean true",
+        ),
+        (
+            '{"id":"a","calls":[{"append":10,"output":0}]}',
+            "bad.jsonl:3: calls[0].output: expected an integer >= 1, got 0",
+        ),
+        (
+            '{"id":"a","calls":[{"append":10,"output":5},{"keep":0,"append":0,"output":5}]}',
+            "bad.jsonl:3: calls[1].append: expected a prompt of at least one token (prefix + kept stream + append is 0)",
         ),
         (
             '{"id":"a","calls":[{"append":-1,"output":2}]}',

@@ -25,9 +25,10 @@ def sessions(draw: st.DrawFn, depth: int = 0) -> Session:
     stream = 0
     for k in range(n):
         keep = draw(st.one_of(st.none(), st.integers(min_value=0, max_value=stream))) if k else None
+        kept = stream if keep is None else keep
         call = Call(
-            append_tokens=draw(counts),
-            output_tokens=draw(counts),
+            append_tokens=draw(counts if kept else st.integers(min_value=1, max_value=10**6)),  # a prompt
+            output_tokens=draw(st.integers(min_value=1, max_value=10**6)),
             wait_after_s=draw(seconds),
             min_interval_s=draw(seconds),
             keep_tokens=keep,
