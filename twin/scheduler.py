@@ -579,9 +579,9 @@ class Scheduler:
                 assert kv.host is not None
                 kv.host.promote(req.block_keys[len(hits):len(hits) + host])
                 self.host_load_s += host * kv.host.load_s_per_block
-                req.host_hit_tokens += host * kv.block_size
-            if req.cached_tokens < 0:
+            if req.cached_tokens < 0:  # its prefix hit, found at its first admission (a resumed request recomputes)
                 req.cached_tokens = num_computed
+                req.host_hit_tokens = host * kv.block_size  # the part of it loaded from host memory
                 self.prompt_tokens_admitted += req.prompt_tokens
                 self.cached_tokens_admitted += num_computed
             else:  # resumed after preemption

@@ -331,3 +331,24 @@ def test_host_tier_demotes_evicted_prefix_and_loads_it_back(tmp_path):
     assert round((t["first_token_s"][2] - t["first_scheduled_s"][2]) * 1e9) == step + load_ns
     assert res.ledger["worker0"]["terms_s"]["kv_host_load"] == pytest.approx(load_ns / 1e9)
     assert res.summary["prefix_cache"]["host_hit_tokens"] == 144
+
+
+def test_host_loads_after_a_preemption_are_timed_but_are_not_prefix_hits(tmp_path):
+    """20 blocks, a 16-token budget, two clients: requests are preempted and, resumed, load their own
+    demoted blocks back from host memory. Those loads take time (kv_host_load) but are not the request's
+    prefix hit, which is what it found at its first admission: host_hit_tokens is the part of
+    cached_tokens that came from host memory. (Found by fuzzing: resumed loads used to be added, giving
+    host_hit_tokens 80 against cached_tokens 0.)"""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0.0609,1443,97\n0.6288,117,108\n0.6411,1461,43\n"
+                     "0.6694,239,57\n0.9029,104,213\n")
+    cfg = load_config({"model": {"name": "Qwen/Qwen3-0.6B"},
+                       "kv_cache": {"num_blocks": 20, "host_memory_gib": 0.1, "host_bandwidth_GBps": 64.0},
+                       "scheduler": {"max_num_batched_tokens": 16, "reserve_full_kv": False},
+                       "workload": {"kind": "trace_csv", "path": str(trace),
+                                    "arrival": {"kind": "concurrency", "concurrency": 2}}})
+    res = run(cfg)
+    t = res.requests
+    assert t["preemptions"].sum() > 0 and res.ledger["worker0"]["terms_s"]["kv_host_load"] > 0
+    assert (t["host_hit_tokens"] <= t["cached_tokens"]).all()
+    assert res.summary["prefix_cache"]["host_hit_tokens"] <= res.summary["prefix_cache"]["cached_tokens"]
