@@ -71,9 +71,18 @@ class DecodeWorker(Worker):
                  prices: StepPrices, on_done: Callable[[Request], None]) -> None:
         self.system = system
         self.pull_queue: deque[_Pending] = deque()
-        self.pulls_in_flight = 0
         super().__init__(env, wid, scheduler, prices, on_done, before_schedule=self.start_pulls,
                          fast_forward_steps=fast_forward_steps(system.config))
+
+    @property
+    def pulls_in_flight(self) -> int:
+        """Pulls started and not yet arrived: each holds a seat in the scheduler, which its admission of
+        queued requests (a lease ran out: recomputed here) leaves free."""
+        return self.sched.held_seats
+
+    @pulls_in_flight.setter
+    def pulls_in_flight(self, n: int) -> None:
+        self.sched.held_seats = n
 
     def quiet(self) -> bool:
         return not self.pull_queue
@@ -398,9 +407,10 @@ class DisaggSystem:
         decode.pull_queue.remove(pending)
         self._release_staged(pending)
         # Recompute fallback: the decode worker serves the request from scratch (its prefix cache still hits).
-        if self.tcfg.first_token == "prefill":
+        if self.tcfg.first_token == "prefill":  # its first token is sampled again, and timed again
             req.num_output_tokens = 0
             req.first_token_ns = req.last_token_ns = NO_TIME
+            req.token_times_ns = None
         req.cached_tokens = -1
         if not decode.sched.add_request(req, now_ns(self.env)):  # failed with its reason: tell the client
             self._decode_done(req)

@@ -31,7 +31,7 @@ class Request:
     __slots__ = (
         "id", "session", "turn", "prompt_tokens", "max_output_tokens", "priority", "block_keys",
         "status", "num_computed_tokens", "num_output_tokens", "on_finish",
-        "worker", "arrival_ns", "queued_ns", "first_scheduled_ns", "first_token_ns", "last_token_ns",
+        "worker", "arrival_ns", "queued_ns", "enqueued_ns", "first_scheduled_ns", "first_token_ns", "last_token_ns",
         "finish_ns", "max_itl_ns", "cached_tokens", "recomputed_tokens", "preemptions", "fail_reason",
         "token_times_ns", "lost_tokens", "kv", "host_hit_tokens", "prefill_tokens",
     )
@@ -71,6 +71,10 @@ class Request:
         self.worker = -1
         self.arrival_ns = arrival_ns
         self.queued_ns = NO_TIME
+        """When it first joined a worker's queue (reported as queued_s)."""
+        self.enqueued_ns = NO_TIME
+        """When it last joined the queue it is in: what a step formed earlier may not admit. Later than
+        queued_ns only for a disaggregated request the decode worker recomputes after its lease ran out."""
         self.first_scheduled_ns = NO_TIME
         self.first_token_ns = NO_TIME
         self.last_token_ns = NO_TIME

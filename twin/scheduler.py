@@ -259,6 +259,8 @@ class Scheduler:
         # manager to that rule, the one place it is decided.
         kv.decode_cached_at_finish = kv.enable_prefix_caching and limits.preemption == "sglang"
         self.running: list[Request] = []
+        self.held_seats = 0
+        """Seats promised outside the queue (a decode worker's pulls in flight): admission leaves them."""
         self.record_token_times = record_token_times
         self.retain_finished_kv = retain_finished_kv
         """A prefill worker keeps a finished request's blocks (staged KV) until the hand-off releases them."""
@@ -328,7 +330,9 @@ class Scheduler:
                                 f"but max_num_batched_tokens is {self.limits.max_num_batched_tokens}")
             return False
         req.status = Status.WAITING
-        req.queued_ns = now
+        req.enqueued_ns = now
+        if req.queued_ns == NO_TIME:
+            req.queued_ns = now
         self.waiting.add(req)
         return True
 
@@ -543,9 +547,9 @@ class Scheduler:
         reserved = -1  # blocks set aside for the running requests' whole lives (reserve_full_kv), summed once
         sglang = limits.admission_reserve == "sglang"
         room: float | None = None  # tokens SGLang's admission still sees free (found at the first candidate)
-        while len(waiting) and budget > 0 and len(self.running) < limits.max_num_seqs:
+        while len(waiting) and budget > 0 and len(self.running) + self.held_seats < limits.max_num_seqs:
             req = waiting.peek()
-            if req.queued_ns >= cutoff:
+            if req.enqueued_ns >= cutoff:
                 break  # arrived after this step was formed (a tie is a client answering the step that ended)
             if limits.reserve_full_kv:
                 if reserved < 0:
@@ -660,11 +664,11 @@ class Scheduler:
         is TRT-LLM's, so SGLang's admission rule is not applied here)."""
         limits = self.limits
         kv = self.kv
-        seats = limits.max_num_seqs - len(self.running)
+        seats = limits.max_num_seqs - len(self.running) - self.held_seats
         reserved = self._reserved_blocks() if limits.reserve_full_kv else 0
         total = 0
         for req in self.waiting:
-            if seats <= 0 or budget <= 0 or req.queued_ns >= cutoff:
+            if seats <= 0 or budget <= 0 or req.enqueued_ns >= cutoff:
                 break
             if limits.reserve_full_kv:
                 reserved += cdiv(req.total_tokens, kv.block_size)

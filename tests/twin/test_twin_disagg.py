@@ -94,6 +94,29 @@ def test_lease_expiry_then_recompute_on_the_decode_worker(tmp_path):
     assert res.summary["kv_transfer"]["lease_expiries"] == 1 and res.summary["kv_transfer"]["pulls"] == 1
 
 
+def test_a_recompute_after_lease_expiry_respects_seats_held_by_pulls_and_keeps_the_first_queue_time():
+    """Decode worker with one seat, leases of 1 us, two requests at once (found by fuzzing). Request 0 is
+    pulled; request 1's lease runs out while that pull holds the seat, so the decode worker queues it to
+    recompute. It used to be admitted beside the arriving pull (2 running on 1 seat: InvariantError) and
+    to report its expiry as its queue time. With first_token: prefill its discarded prefill token also
+    stayed in its token times (6 for 5 tokens)."""
+    work = {"kind": "synthetic", "num_requests": 2, "arrival": {"kind": "all_at_once"},
+            "input_tokens": {"fixed": 100}, "output_tokens": {"fixed": 5}}
+    for first in ("decode", "prefill"):
+        cfg = load_config({"system": {"kind": "disaggregated", "decode": {"max_num_seqs": 1}},
+                           "transfer": {"lease_s": 1e-6, "first_token": first}, "workload": work,
+                           "metrics": {"record_token_times": True, "sample_interval_s": 0.001}})
+        sim = Simulation(cfg)
+        res = sim.run()
+        t = res.requests
+        assert list(t["status"]) == ["finished"] * 2 and math.isnan(t["kv_expired_s"][0])
+        assert t["kv_expired_s"][1] > 0 and res.summary["kv_transfer"]["lease_expiries"] == 1
+        assert list(t["queued_s"]) == [0.0, 0.0] and list(t["first_scheduled_s"]) == [0.0, 0.0]
+        assert max(res.timeseries["w1_running"]) == 1
+        for req in sim.driver.requests:
+            assert len(req.token_times_ns) == 5 and req.token_times_ns[0] == req.first_token_ns
+
+
 def test_push_ablation_fails_what_the_pull_design_completes(tmp_path):
     sessions = [one_call(n, 0.0, 200, 16) for n in ("a", "b", "c")]
     pulled = run(disagg(tmp_path, sessions, p_blocks=26, d_blocks=14))
