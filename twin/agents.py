@@ -54,6 +54,8 @@ class SessionDriver:
         self.sessions_failed = 0
         self.sessions_skipped = 0
         """Sessions not started because they would have arrived after ``run.duration_s``."""
+        self.subagents = {"started": 0, "finished": 0, "failed": 0}
+        """Sub-agent sessions (the session counts above are the workload's own sessions only)."""
         self.active = 0
         self.in_wait = 0
         """Sessions sleeping through a tool / think wait (or a pacing interval) right now."""
@@ -133,9 +135,12 @@ class SessionDriver:
 
     def _run_session(self, session: Session, context: TokenSequence | None,
                      name: str | None = None) -> ProcessGen:
-        """One session (or sub-agent): returns normally whether it finished or failed."""
+        """One session (or sub-agent, named ``name``): returns normally whether it finished or failed."""
         env = self.env
         sid = name or session.id
+        sub = name is not None
+        if sub:
+            self.subagents["started"] += 1
         self.active += 1
         seq = self._context(session, context)
         base = len(seq)
@@ -159,7 +164,10 @@ class SessionDriver:
             self.submit(req)
             yield done
             if req.status is not Status.FINISHED:
-                self.sessions_failed += 1
+                if sub:
+                    self.subagents["failed"] += 1
+                else:
+                    self.sessions_failed += 1
                 self.active -= 1
                 return
             if call.subagents:
@@ -171,7 +179,10 @@ class SessionDriver:
                 self.in_wait += 1
                 yield env.timeout(to_ns(call.wait_after_s * self.wait_scale))
                 self.in_wait -= 1
-        self.sessions_finished += 1
+        if sub:
+            self.subagents["finished"] += 1
+        else:
+            self.sessions_finished += 1
         self.active -= 1
 
     def _context(self, session: Session, context: TokenSequence | None) -> TokenSequence:

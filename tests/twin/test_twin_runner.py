@@ -84,7 +84,32 @@ def test_request_that_can_never_fit_fails_and_others_complete(tmp_path):
     assert res.summary["requests"] == {"submitted": 2, "completed": 1, "failed": 1, "pending": 0}
     # One-call sessions are sent without a process of their own; their finish (or failure at the door)
     # still closes the session.
-    assert res.summary["sessions"] == {"started": 2, "finished": 1, "failed": 1, "skipped": 0}
+    assert res.summary["sessions"] == {"started": 2, "finished": 1, "failed": 1, "skipped": 0,
+                                       "subagents": {"started": 0, "finished": 0, "failed": 0}}
+
+
+def test_sub_agents_fork_the_parents_context_and_the_parent_joins_them(tmp_path):
+    """p's call 0 (100 + 4) starts three sub-agents with its context forked (104 tokens): a (+30 = 134) and
+    b (+20 = 124) hit its 6 full 16-token blocks (96 tokens; the 7th is partial); big can never fit and fails
+    at the door. p's call 1 (104 + 10 = 114) is sent when the last of them ends (a) and hits the same 96.
+    The session counts are the workload's sessions; sub-agents are counted apart (they used to be counted
+    as sessions when they ended but not when they started: found by fuzzing)."""
+    subs = (Session(id="a", calls=(Call(append_tokens=30, output_tokens=3),)),
+            Session(id="b", calls=(Call(append_tokens=20, output_tokens=2),)),
+            Session(id="big", calls=(Call(append_tokens=10**6, output_tokens=2),)))
+    p = Session(id="p", arrival_s=0.0, calls=(Call(append_tokens=100, output_tokens=4, subagents=subs,
+                                                   fork_context=True),
+                                              Call(append_tokens=10, output_tokens=2)))
+    res = run(sessions_config(tmp_path, [p]))
+    r = {(row["session"], row["turn"]): row for row in res.requests}
+    assert [(k, r[k]["prompt_tokens"], r[k]["cached_tokens"], r[k]["status"]) for k in sorted(r)] == [
+        (("p", 0), 100, 0, "finished"), (("p", 1), 114, 96, "finished"), (("p/a", 0), 134, 96, "finished"),
+        (("p/b", 0), 124, 96, "finished"), (("p/big", 0), 1000104, 0, "failed")]
+    parent_done = r[("p", 0)]["finish_s"]
+    assert {r[(s, 0)]["arrival_s"] for s in ("p/a", "p/b", "p/big")} == {parent_done}
+    assert r[("p", 1)]["arrival_s"] == max(r[("p/a", 0)]["finish_s"], r[("p/b", 0)]["finish_s"])
+    assert res.summary["sessions"] == {"started": 1, "finished": 1, "failed": 0, "skipped": 0,
+                                       "subagents": {"started": 3, "finished": 2, "failed": 1}}
 
 
 def test_memory_pressure_preempts_and_still_completes_everything():
