@@ -28,9 +28,8 @@ class Monitor:
         """System-specific gauges (staged KV, pull queues, links), sampled with the others."""
         self._extra_names: list[str] = list(extra()) if extra is not None else []
         self.rows: list[tuple[float, ...]] = []
-        self._last_tokens = 0
-        self._last_prompt = 0
-        self._last_cached = 0
+        self._marks: list[tuple[int, int, int, int]] = []
+        """Per row: its time (ns) and the output, admitted prompt and cached token counts then."""
         self.process = env.process(self._run())
 
     def columns(self) -> list[str]:
@@ -62,11 +61,20 @@ class Monitor:
             host = s.kv.host
             per_worker += [nw, nr, pool.num_used / pool.num_blocks, pool.num_cached,
                            len(host.keys) if host is not None else 0]
-        interval_s = self.interval_ns / 1e9
-        d_prompt = prompt - self._last_prompt
-        hit = (cached - self._last_cached) / d_prompt if d_prompt else float("nan")
-        rate = (tokens - self._last_tokens) / interval_s if self.rows else 0.0
-        self._last_tokens, self._last_prompt, self._last_cached = tokens, prompt, cached
+        now = int(self.env.now)
+        if self._marks and self._marks[-1][0] == now:  # the run's last sample, on a tick: it replaces that row
+            self._marks.pop()
+            self.rows.pop()
+        # Rates over the time since the previous row (an interval, or less for the run's last sample).
+        rate, hit = 0.0, float("nan")
+        if self._marks:
+            t0, tokens0, prompt0, cached0 = self._marks[-1]
+            rate = (tokens - tokens0) / ((now - t0) / 1e9)
+            d_prompt = prompt - prompt0
+            hit = (cached - cached0) / d_prompt if d_prompt else float("nan")
+        else:
+            hit = cached / prompt if prompt else float("nan")
+        self._marks.append((now, tokens, prompt, cached))
         extra = list(self.extra().values()) if self.extra is not None else []
         self.rows.append((now_s, waiting, running, used / total, rate, hit, preempt, *per_worker, *extra))
 

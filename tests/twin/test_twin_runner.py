@@ -112,6 +112,19 @@ def test_sub_agents_fork_the_parents_context_and_the_parent_joins_them(tmp_path)
                                        "subagents": {"started": 3, "finished": 2, "failed": 1}}
 
 
+def test_the_last_time_series_row_is_a_rate_over_its_own_interval_and_never_repeats_a_time():
+    """Found by fuzzing. One request (100 + 10), samples every second: rows at 0 and at the end (about 71
+    ms), whose output rate is its 10 tokens over those 71 ms, not over a whole second. A run that ends on
+    a tick (here at 0: the request cannot fit and fails at the door) has one row there, not two."""
+    work = {"kind": "synthetic", "num_requests": 1, "arrival": {"kind": "all_at_once"},
+            "input_tokens": {"fixed": 100}, "output_tokens": {"fixed": 10}}
+    ts = run(load_config({"workload": work, "metrics": {"sample_interval_s": 1.0}})).timeseries
+    end = ts["time_s"][-1]
+    assert len(ts["time_s"]) == 2 and 0 < end < 1 and ts["output_tokens_per_s"][-1] == 10 / (round(end * 1e9) / 1e9)
+    at_zero = run(load_config({"workload": work, "kv_cache": {"num_blocks": 2}})).timeseries
+    assert list(at_zero["time_s"]) == [0.0]
+
+
 def test_memory_pressure_preempts_and_still_completes_everything():
     cfg = small_config(kv_cache={"num_blocks": 60}, workload={
         "kind": "synthetic", "num_requests": 30, "arrival": {"kind": "all_at_once"},
