@@ -36,6 +36,7 @@ class SessionDriver:
         max_concurrent: int | None = None,
         stop_ns: int | None = None,
         record_token_times: bool = False,
+        warmup_s: float = 0.0,
     ) -> None:
         if len(sessions) != len(start_ns):
             raise ValueError(f"{len(sessions)} sessions but {len(start_ns)} start times")
@@ -48,6 +49,9 @@ class SessionDriver:
         self.wait_scale = wait_scale
         self.stop_ns = stop_ns
         self.record_token_times = record_token_times
+        self.warmup_s = warmup_s
+        """Requests sent before it are not measured (their gaps stay out of the ITL, as the summary's
+        figures leave them out: the same test on the same float, ``arrival_s >= warmup_s``)."""
         self.requests: list[Request] = []
         self.sessions_started = 0
         self.sessions_finished = 0
@@ -223,6 +227,8 @@ class SessionDriver:
         req = Request(id=len(self.requests), prompt_tokens=prompt, max_output_tokens=call.output_tokens,
                       block_keys=tuple(keys), arrival_ns=now_ns(self.env), session=sid, turn=k,
                       priority=priority)
+        if self.warmup_s and req.arrival_ns / 1e9 < self.warmup_s:
+            req.measured = False
         self.requests.append(req)
         return req
 

@@ -64,6 +64,8 @@ class DecodeCohort:
         """Update count -> members that sample their last token in that update."""
         self._base_sum = 0
         self._seq = 0
+        self.measured = 0
+        """Members whose gaps count in the ITL (Request.measured)."""
 
     def __len__(self) -> int:
         return len(self.members)
@@ -97,6 +99,7 @@ class DecodeCohort:
             m = _Member(req, self._seq, base, u)
             self._seq += 1
             members[req] = m
+            self.measured += req.measured
             self._base_sum += base
             phases[base % size].append(m)
             at = u + req.max_output_tokens - req.num_output_tokens
@@ -156,6 +159,7 @@ class DecodeCohort:
         for m in done:  # in running order: members joined in that order
             self._sync(m)
             del self.members[m.req]
+            self.measured -= m.req.measured
             self._base_sum -= m.base
             self._phases[m.base % size].remove(m)
         if not self.members:
@@ -219,6 +223,7 @@ class DecodeCohort:
             phase.clear()
         self._finishes.clear()
         self._base_sum = 0
+        self.measured = 0
 
 
 def _first_seq(event: tuple[_Member, bool]) -> int:

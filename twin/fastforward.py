@@ -42,6 +42,8 @@ class DecodeRun:
                  pricer: Pricer) -> None:
         self.sched = sched
         self.reqs = reqs
+        self.measured = sum(r.measured for r in reqs)
+        """Requests whose gaps count in the ITL (Request.measured)."""
         self.c0 = [r.num_computed_tokens for r in reqs]
         """Computed tokens of each request before step 1."""
         size = sched.kv.block_size
@@ -216,11 +218,13 @@ class DecodeRun:
         steps = m - a + 1
         itl = sched.gap_counts
         n = len(self.reqs)
+        measured = self.measured
         # Gaps after a request's first token in this range are the durations of steps a+1 .. m (each end
-        # is the previous one plus the step's duration), the same for all requests.
+        # is the previous one plus the step's duration), the same for all requests (counted for those
+        # measured: Request.measured).
         inner = self.ns[a:m]
-        if inner:
-            sched.add_gap_run(inner, n)
+        if inner and measured:
+            sched.add_gap_run(inner, measured)
         inner_max = max(inner) if inner else 0  # not max(inner, default=0): a keyword call costs 3 x more
         first_end = ends[a - 1]
         last_end = ends[m - 1]
@@ -236,7 +240,9 @@ class DecodeRun:
             else:
                 last = req.last_token_ns
                 gap = first_end - last
-                if last == prev:
+                if not req.measured:
+                    pass
+                elif last == prev:
                     shared += 1
                 else:
                     itl[gap] = itl.get(gap, 0) + 1

@@ -33,7 +33,7 @@ class Request:
         "status", "num_computed_tokens", "num_output_tokens", "on_finish",
         "worker", "arrival_ns", "queued_ns", "enqueued_ns", "first_scheduled_ns", "first_token_ns", "last_token_ns",
         "finish_ns", "max_itl_ns", "cached_tokens", "recomputed_tokens", "preemptions", "fail_reason",
-        "token_times_ns", "lost_tokens", "kv", "host_hit_tokens", "prefill_tokens",
+        "token_times_ns", "lost_tokens", "kv", "host_hit_tokens", "prefill_tokens", "measured",
     )
 
     def __init__(
@@ -84,7 +84,7 @@ class Request:
         """Prompt tokens found in the prefix cache at first admission (-1 until admitted)."""
         self.recomputed_tokens = 0
         self.host_hit_tokens = 0
-        """Prompt tokens loaded from the host KV tier instead of being recomputed."""
+        """The part of ``cached_tokens`` loaded from the host KV tier instead of being recomputed."""
         self.preemptions = 0
         self.fail_reason = ""
         self.token_times_ns: list[int] | None = None
@@ -93,6 +93,9 @@ class Request:
         self.prefill_tokens = -1
         """Tokens its last admission set out to prefill (prompt plus any earlier outputs; -1: never admitted
         here, e.g. KV pulled by a decode worker)."""
+        self.measured = True
+        """Whether its inter-token gaps count in the run's ITL (False when it arrived before run.warmup_s,
+        as the summary's other figures leave it out)."""
         self.kv: KVRecord | None = None
         """The KV lifecycle record (disaggregated systems only)."""
 

@@ -753,8 +753,9 @@ class Scheduler:
         sampled = 0
         if out.lazy:
             assert self.cohort is not None and drafts is None
+            same = self.cohort.measured  # (before the advance, which lets the finished leave)
             finished = self.cohort.advance(now, prev)  # ahead of the others in running order
-            same = sampled = out.lazy
+            sampled = out.lazy
         for req, q in out.scheduled:
             a = None if drafts is None else drafts.get(req)
             if a is None:
@@ -766,7 +767,7 @@ class Scheduler:
             else:
                 n = min(1 + a, req.max_output_tokens - req.num_output_tokens)
                 req.num_computed_tokens += n
-                if n > 1:
+                if n > 1 and req.measured:
                     itl[0] = itl.get(0, 0) + n - 1
             req.num_output_tokens += n
             sampled += n
@@ -775,7 +776,9 @@ class Scheduler:
                 req.first_token_ns = now
             else:
                 gap = now - last
-                if last == prev:
+                if not req.measured:  # arrived before run.warmup_s: out of the ITL
+                    pass
+                elif last == prev:
                     same += 1
                 else:
                     itl[gap] = itl.get(gap, 0) + 1

@@ -125,6 +125,31 @@ def test_the_last_time_series_row_is_a_rate_over_its_own_interval_and_never_repe
     assert list(at_zero["time_s"]) == [0.0]
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])  # vLLM: a decode cohort; SGLang's admission: none
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_itl_leaves_out_requests_that_arrived_before_the_warmup(tmp_path, engine, fast_forward):
+    """a (0 s, 60 outputs) arrives before run.warmup_s = 0.05 s, b (0.1 s, 20 outputs) after it: the
+    summary's ITL is b's 19 gaps alone, like its other figures (it used to take every request's gaps:
+    found by fuzzing). Without a warm-up it is both requests' gaps."""
+    sessions = [Session(id="a", arrival_s=0.0, calls=(Call(append_tokens=100, output_tokens=60),)),
+                Session(id="b", arrival_s=0.1, calls=(Call(append_tokens=100, output_tokens=20),))]
+
+    def itl(warmup_s):
+        sim = Simulation(sessions_config(tmp_path, sessions, engine={"name": engine},
+                                         metrics={"record_token_times": True},
+                                         run={"warmup_s": warmup_s, "fast_forward": fast_forward}))
+        res = sim.run()
+        gaps = {r.session: np.diff(r.token_times_ns) for r in sim.driver.requests}
+        return res.summary, gaps
+
+    summary, gaps = itl(0.05)
+    assert summary["requests"]["submitted"] == 1 and summary["itl_s"]["mean"] == pytest.approx(gaps["b"].mean() / 1e9)
+    assert summary["itl_s"]["p99"] == pytest.approx(np.percentile(gaps["b"], 99) / 1e9, rel=1e-6)
+    everyone, gaps = itl(0.0)
+    both = np.concatenate([gaps["a"], gaps["b"]])
+    assert everyone["itl_s"]["mean"] == pytest.approx(both.mean() / 1e9)
+
+
 def test_memory_pressure_preempts_and_still_completes_everything():
     cfg = small_config(kv_cache={"num_blocks": 60}, workload={
         "kind": "synthetic", "num_requests": 30, "arrival": {"kind": "all_at_once"},
