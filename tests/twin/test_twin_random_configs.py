@@ -3,7 +3,7 @@ ends with each request finished or failed with a reason, its outputs are the sam
 and off, and the per-request and summary figures agree with each other.
 
 The examples are drawn from a fixed seed (``derandomize``), so the suite sees the same configurations on
-every run. 2,500 undrawn-before examples of this space passed at stop 25 (max_examples=2500,
+every run. 2,500 fresh random examples of this space passed at stop 25 (max_examples=2500,
 derandomize=False: about 50 s); a wider search outside the suite found the bugs named in that stop's commits.
 """
 
