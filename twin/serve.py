@@ -69,7 +69,9 @@ def block_keys(tokens: list[Any], block_size: int) -> list[int]:
 def render_chat(messages: list[dict[str, Any]]) -> str:
     """A fixed chat template; the generation prompt ends the text so a reply continues it directly."""
     parts = []
-    for m in messages:
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise ValueError(f"messages[{i}] must be an object with a role and content")
         content = m.get("content") or ""
         if isinstance(content, list):  # OpenAI content parts
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
@@ -104,6 +106,10 @@ class SimulationServer:
         env = simpy.rt.RealtimeEnvironment(factor=time_scale / 1e9, strict=False)
         self.sim = Simulation(self.config, env=env)
         self.model_name = self.config.model.name
+        from hardware import load_model
+
+        self.context_length = load_model(self.model_name).context_length
+        """Prompt + max_tokens above it is refused, as vLLM refuses it (max_model_len)."""
         self.inbox: queue.Queue[ServedRequest] = queue.Queue()
         self.requests: list[Request] = []
         self._stop = threading.Event()
@@ -220,26 +226,51 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                 return
             try:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                if not isinstance(body, dict):
+                    raise ValueError("the body must be a JSON object")
                 chat = path.endswith("chat/completions")
                 tokens = self._prompt(body, chat)
-                max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or (256 if chat else 16))
-            except (ValueError, TypeError, KeyError) as exc:
+                max_tokens = self._max_tokens(body, chat)
+                options = body.get("stream_options") or {}
+                if not isinstance(options, dict):
+                    raise ValueError("stream_options must be an object")
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 self._error(400, f"bad request: {exc}")
                 return
-            if max_tokens < 1 or not tokens:
-                self._error(400, "need a non-empty prompt and max_tokens >= 1")
+            if not tokens:
+                self._error(400, "need a non-empty prompt")
+                return
+            context = server.context_length
+            if len(tokens) + max_tokens > context:
+                self._error(400, f"this model's maximum context length is {context} tokens: {len(tokens)} prompt "
+                                 f"+ {max_tokens} max_tokens ask for more")
                 return
             served = ServedRequest(tokens, max_tokens)
             server.submit(served)
             rid = f"{'chatcmpl' if chat else 'cmpl'}-{id(served):x}"
             if body.get("stream"):
-                self._stream(served, rid, chat, bool((body.get("stream_options") or {}).get("include_usage")))
+                self._stream(served, rid, chat, bool(options.get("include_usage")))
             else:
                 while not served.done.wait(0.05):
                     if not server.thread.is_alive():
                         self._error(500, "the simulation thread stopped")
                         return
                 self._finish(served, rid, chat)
+
+        @staticmethod
+        def _max_tokens(body: dict[str, Any], chat: bool) -> int:
+            """max_completion_tokens, else max_tokens, else the default (256 for chat, 16 as OpenAI's
+            completions): a whole number >= 1, never rounded or replaced."""
+            for key in ("max_completion_tokens", "max_tokens"):
+                value = body.get(key)
+                if value is None:
+                    continue
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise ValueError(f"{key} must be an integer, got {json.dumps(value)}")
+                if value < 1:
+                    raise ValueError(f"{key} must be >= 1, got {value}")
+                return value
+            return 256 if chat else 16
 
         @staticmethod
         def _prompt(body: dict[str, Any], chat: bool) -> list[str] | list[int]:
@@ -293,7 +324,8 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.flush()
 
             def chunk(text: str, finish: str | None) -> str:
-                choice: dict[str, Any] = ({"index": 0, "delta": {"content": text}, "finish_reason": finish} if chat
+                delta = {"role": "assistant", "content": text} if sent == 1 else {"content": text}
+                choice: dict[str, Any] = ({"index": 0, "delta": delta, "finish_reason": finish} if chat
                                           else {"index": 0, "text": text, "finish_reason": finish})
                 return json.dumps({"id": rid, "object": kind, "created": int(time.time()),
                                    "model": server.model_name, "choices": [choice]})
@@ -303,9 +335,13 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                 finished = served.done.wait(POLL_S)
                 req = served.req
                 produced = req.num_output_tokens if req is not None else 0
-                while sent < produced:
+                # The last token waits for the request's end (the same simulated instant), so it carries
+                # the finish reason: read before the end, the count may already include it.
+                ready = produced if finished else min(produced, served.max_tokens - 1)
+                ok = finished and req is not None and req.status is Status.FINISHED
+                while sent < ready:
                     sent += 1
-                    send(chunk(FILLER, "length" if finished and sent == produced else None))
+                    send(chunk(FILLER, "length" if ok and sent == produced else None))
                 if finished or not server.thread.is_alive():
                     break
             if req is not None and req.status is not Status.FINISHED:
@@ -320,11 +356,25 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024
+    """Connections waiting to be accepted (socketserver's default of 5 reset most of a burst of 64
+    benchmark clients)."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-reply is not a server error (no traceback)."""
+        import sys
+
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
+
+
 def serve(config: TwinConfig, host: str = "127.0.0.1", port: int = 8000, time_scale: float = 1.0
           ) -> tuple[ThreadingHTTPServer, SimulationServer]:
     """Start the simulation thread and an HTTP server (not yet serving: call ``serve_forever``)."""
     sim = SimulationServer(config, time_scale)
-    httpd = ThreadingHTTPServer((host, port), make_handler(sim))
+    httpd = _Server((host, port), make_handler(sim))
     httpd.daemon_threads = True
     sim.start()
     return httpd, sim
