@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from importlib import resources
 from pathlib import Path
@@ -76,6 +77,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(source, overrides)
     name = config.name or source.stem
     out = Path(args.out) if args.out else Path("results") / name
+    out.mkdir(parents=True, exist_ok=True)  # an unusable --out fails now, not after the run
     results = Simulation(config).run()
     results.write(out)
     if not args.no_plots:
@@ -109,6 +111,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from twin.config import load_config
     from twin.serve import serve
 
+    if args.config and args.example:
+        raise TwinError("give a config file or --example, not both")
     source = Path(args.config) if args.config else example_path(args.example or "chat")
     config = load_config(source, list(args.set or []))
     httpd, sim = serve(config, args.host, args.port, args.time_scale)
@@ -127,8 +131,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from twin.sweep import make_executor, parse_grid, sweep, write_table
 
+    if args.config and args.example:
+        raise TwinError("give a config file or --example, not both")
     source = str(example_path(args.example)) if args.example else args.config
     grid = parse_grid(args.grid)
+    Path(args.out).mkdir(parents=True, exist_ok=True)  # an unusable --out fails now, not after the sweep
     executor, shutdown = make_executor(args.jobs, args.dask)
     try:
         rows = sweep(source, grid, overrides=list(args.set or []), executor=executor,
@@ -182,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a swept field and its values (repeat for a grid)")
     p.add_argument("--set", action="append", metavar="PATH=VALUE", help="override a field in every run")
     p.add_argument("--out", required=True)
-    p.add_argument("--jobs", type=int, default=1, help="local worker processes")
+    p.add_argument("--jobs", type=_at_least_one, default=1, help="local worker processes")
     p.add_argument("--dask", metavar="ADDRESS", help="run on a Dask distributed scheduler instead")
     p.add_argument("--keep-runs", action="store_true", help="also write every run's results folder")
     p.set_defaults(func=cmd_sweep)
@@ -192,10 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
     v = vsub.add_parser("silicon", help="simulate each row of a silicon-sample CSV (TTFT / TPOT)")
     v.add_argument("csv")
     v.add_argument("--out", required=True)
-    v.add_argument("--jobs", type=int, default=1, help="worker processes")
-    v.add_argument("--limit", type=int, help="only the first N rows")
+    v.add_argument("--jobs", type=_at_least_one, default=1, help="worker processes")
+    v.add_argument("--limit", type=_at_least_one, help="only the first N rows")
     v.add_argument("--match", help="only rows whose id matches this regular expression")
-    v.add_argument("--waves", type=int, default=None,
+    v.add_argument("--waves", type=_at_least_one, default=None,
                    help="override the row's protocol: measured requests per client slot (default: as the benchmark ran)")
     v.add_argument("--resume", action="store_true",
                    help="reuse the rows already simulated in OUT/rows.jsonl (an interrupted run) and do the rest")
@@ -222,6 +229,17 @@ def _optional_commands() -> list[Callable[[Any], None]]:
     return out
 
 
+def _at_least_one(text: str) -> int:
+    """argparse type: a whole number >= 1 (0 or -2 workers, or -1 rows, used to be taken as something else)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -229,12 +247,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(["run", *(argv or [])])
     try:
         code = args.func(args)
-    except (TwinError, ValueError, FileNotFoundError) as exc:
-        print(f"twin: error: {exc}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stdout = open(os.devnull, "w")
         return 0
+    except (TwinError, ValueError, OSError, OverflowError, re.error) as exc:
+        # Bad input, a file or folder that cannot be read or written, a port in use: a message and exit 2.
+        what = f"bad regular expression ({exc})" if isinstance(exc, re.error) else str(exc)
+        print(f"twin: error: {what}", file=sys.stderr)
+        return 2
     return int(code or 0)
 
 

@@ -42,6 +42,8 @@ def parse_grid(specs: list[str]) -> dict[str, list[Any]]:
         values = [parse_override(f"{path}={item}")[1] for item in _raw.split(",")] if _raw else []
         if not values:
             raise ValueError(f"grid item {spec!r}: expected path=value1,value2,...")
+        if path.strip() in grid:
+            raise ValueError(f"grid item {spec!r}: {path.strip()} is already in the grid (list every value once)")
         grid[path.strip()] = values
     return grid
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import hashlib
 import json
 import math
 import re
@@ -41,8 +42,16 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
         if missing:
             raise ValueError(f"{path}: missing column(s) {missing}; expected the silicon sample columns")
         rows = []
-        for line, row in enumerate(reader, start=2):
-            row["_line"] = str(line)
+        width = len(reader.fieldnames or [])
+        for row in reader:
+            row["_line"] = str(reader.line_num)  # the row's last physical line (blank lines and quoted newlines count)
+            extra = row.pop(None, None)  # type: ignore[call-overload]
+            short = [k for k, v in row.items() if v is None]
+            if extra is not None or short:
+                cells = width + len(extra) if extra is not None else width - len(short)
+                row["_bad"] = f"line {reader.line_num} has {cells} cells where the header has {width}"
+                for k in short:
+                    row[k] = ""
             rows.append(row)
     return rows
 
@@ -348,6 +357,8 @@ def row_spec(row: dict[str, str]) -> RowSpec:
     """Read one row into a :class:`RowSpec` (raises :class:`Skip` with the reason when it cannot be)."""
     import hardware
 
+    if row.get("_bad"):
+        raise Skip(row["_bad"])
     gpu = row["system"].strip()
     if gpu not in hardware.list_gpus():
         raise Skip(f"GPU {gpu!r} has no spec in hardware/ (known: {', '.join(hardware.list_gpus())})")
@@ -958,6 +969,24 @@ def row_config(row: dict[str, str], *, waves: int | None = None) -> dict[str, An
     return cfg
 
 
+def row_sha(row: dict[str, str]) -> str:
+    """A fingerprint of the row's cells: a resumed run reuses a journalled result only for the same row."""
+    cells = {k: v for k, v in row.items() if not k.startswith("_")}
+    return hashlib.sha256(json.dumps(cells, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _measured_ms(row: dict[str, str], key: str) -> float:
+    """A measured latency of the row: a finite number > 0 (else the row is skipped, before simulating)."""
+    text = (row.get(key) or "").strip()
+    try:
+        value = float(text)
+    except ValueError:
+        raise Skip(f"column {key}={text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise Skip(f"column {key}={text!r}: expected a measured latency > 0")
+    return value
+
+
 def measured_means(table: np.ndarray) -> tuple[float, float, int]:
     """Mean TTFT and mean per-request TPOT (seconds) over the finished requests (the benchmark client's
     own definitions), and how many requests that is."""
@@ -972,9 +1001,13 @@ def simulate_row(row: dict[str, str], waves: int | None = None) -> dict[str, Any
     from twin.errors import TwinError
     from twin.runner import Simulation
 
-    out: dict[str, Any] = {"id": row["id"], "line": int(row["_line"]), "system": row["system"],
-                           "backend": row["backend"], "model": row["model_path"], "mode": row["mode"]}
+    out: dict[str, Any] = {"id": row["id"], "line": int(row["_line"]), "row_sha": row_sha(row),
+                           "system": row["system"], "backend": row["backend"], "model": row["model_path"],
+                           "mode": row["mode"]}
     try:
+        if row.get("_bad"):
+            raise Skip(row["_bad"])
+        meas_ttft, meas_tpot = _measured_ms(row, "silicon_ttft_ms"), _measured_ms(row, "silicon_tpot_ms")
         cfg = load_config(row_config(row, waves=waves))
         res = Simulation(cfg).run()
     except Skip as exc:
@@ -987,7 +1020,6 @@ def simulate_row(row: dict[str, str], waves: int | None = None) -> dict[str, Any
     spec = row_spec(row)
     proto = protocol(row)
     ttft_s, tpot_s, _ = measured_means(res.requests)
-    meas_ttft, meas_tpot = float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"])
     pred_ttft, pred_tpot = ttft_s * 1e3, tpot_s * 1e3
     out["notes"] = "; ".join(spec.notes)
     return {**out, "isl": row["isl"], "osl": row["osl"], "concurrency": spec.concurrency, "protocol": proto.name,
@@ -1047,9 +1079,13 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
     when running in parallel), so an interrupted run keeps its work: ``resume=True`` reuses the rows that file
     holds and simulates the rest. The journal's first line records the CSV and ``waves``; resuming a journal
     written for other settings is an error."""
+    for name, value in (("jobs", jobs), ("limit", limit), ("waves", waves)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    pattern = re.compile(match) if match else None  # a bad pattern fails before anything is read
     rows = read_rows(path)
-    if match:
-        rows = [r for r in rows if re.search(match, r["id"])]
+    if pattern is not None:
+        rows = [r for r in rows if pattern.search(r["id"])]
     if limit is not None:
         rows = rows[:limit]
     out = Path(out_dir)
@@ -1059,8 +1095,12 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
     done: dict[int, dict[str, Any]] = {}
     if resume and journal.is_file():
         lines = journal.read_text().splitlines()
-        if not lines or json.loads(lines[0]) != header:
-            raise ValueError(f"{journal}: written for {lines[0] if lines else 'nothing'}, not for {header}; "
+        try:
+            first = json.loads(lines[0]) if lines else None
+        except json.JSONDecodeError:
+            first = lines[0]
+        if first != header:
+            raise ValueError(f"{journal}: written for {first if lines else 'nothing'}, not for {header}; "
                              f"remove it or run without --resume")
         for n, line in enumerate(lines[1:], 2):
             try:
@@ -1069,11 +1109,16 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
                 if n == len(lines):
                     break       # a row cut off by the interruption: simulated again
                 raise ValueError(f"{journal}, line {n}: not a JSON row") from None
-            done[int(r["line"])] = r
+            if not isinstance(r, dict) or not isinstance(r.get("line"), int) or "id" not in r:
+                raise ValueError(f"{journal}, line {n}: not a row of this journal (no id or line)")
+            done[r["line"]] = r
     # (re)start the journal: the header and the rows kept, without a line cut off by an interruption
     journal.write_text("".join(json.dumps(x) + "\n" for x in [header, *done.values()]))
-    wanted = {int(r["_line"]) for r in rows}
-    done = {k: v for k, v in done.items() if k in wanted}
+    # A journalled result stands for the CSV row now at its line only if that row is unchanged (its id, and
+    # its cells where the journal has their fingerprint); an edited row is simulated again.
+    current = {int(r["_line"]): r for r in rows}
+    done = {k: v for k, v in done.items() if k in current and v["id"] == current[k]["id"]
+            and v.get("row_sha", row_sha(current[k])) == row_sha(current[k])}
     todo = [r for r in rows if int(r["_line"]) not in done]
     own = executor is None and jobs > 1
     pool = ProcessPoolExecutor(max_workers=jobs) if own else executor
@@ -1108,8 +1153,21 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
         for r in results:
             writer.writerow({c: r.get(c, "") for c in cols})
     summary = summarize(results)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=lambda x: None) + "\n")
+    (out / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2, allow_nan=False) + "\n")
     return summary
+
+
+def _jsonable(obj: Any) -> Any:
+    """JSON without NaN (not JSON): an empty group's MAPE is null."""
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj
 
 
 def format_summary(summary: dict[str, Any]) -> str:

@@ -128,6 +128,25 @@ def test_config_round_trips_through_its_dict():
     assert isinstance(TwinConfig(), TwinConfig)
 
 
+def test_cli_os_and_pattern_errors_exit_2_with_a_message(tmp_path, capsys):
+    """Found by fuzzing the CLI: these were tracebacks with exit 1 (the --out one after the whole run)."""
+    afile = tmp_path / "f"
+    afile.write_text("x")
+    csv_path = tmp_path / "s.csv"
+    csv_path.write_text("id\n")
+    cases = [(["run", "--set", "workload.num_requests=2", "--no-plots", "--out", str(afile / "sub")], "f/sub"),
+             (["validate", "silicon", str(tmp_path), "--out", str(tmp_path / "o")], "Is a directory"),
+             (["validate", "silicon", str(csv_path), "--out", str(tmp_path / "o"), "--match", "["],
+              "bad regular expression")]
+    for argv, expected in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("twin: error:") and expected in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as info:  # argparse: a usage error, exit 2
+        main(["validate", "silicon", str(csv_path), "--out", str(tmp_path / "o"), "--jobs", "0"])
+    assert info.value.code == 2 and "expected a whole number >= 1, got 0" in capsys.readouterr().err
+
+
 def test_cli_bad_config_exits_non_zero_without_traceback(capsys):
     assert main(["run", "--set", "scheduler.max_num_seqs=0", "--no-plots"]) == 2
     err = capsys.readouterr().err

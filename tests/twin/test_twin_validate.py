@@ -557,3 +557,55 @@ def test_lone_prompt_step_is_the_ttft_of_one_request_on_an_idle_engine() -> None
     res = Simulation(load_config(cfg)).run()
     # the simulated clock counts whole nanoseconds: equal to within 1 ns
     assert res.requests["ttft_s"][0] * 1e3 == pytest.approx(lone_prompt_step_ms(gap), abs=1e-6)
+
+
+def test_bad_cells_and_ragged_rows_are_skipped_with_their_line_and_column(tmp_path: Path) -> None:
+    """Found by fuzzing the command: a measured value that is not a positive number crashed the run after
+    simulating (or divided by zero, or counted a NaN row as represented); a short row crashed, a long one
+    lost its extra cells silently; line numbers ignored blank lines; an empty group wrote NaN, which is
+    not JSON. Now each such row is skipped with its reason, before any simulation."""
+    path = tmp_path / "s.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(COLUMNS)
+        fh.write("\n")  # a blank line: the next row is on line 3
+        for kw in ({"id": "abc", "silicon_ttft_ms": "abc"}, {"id": "zero", "silicon_tpot_ms": "0"},
+                   {"id": "nan", "silicon_tpot_ms": "nan"}, {"id": "neg", "silicon_ttft_ms": "-4"}):
+            r = row(**kw)
+            w.writerow([r[c] for c in COLUMNS])
+        w.writerow([row(id="short")[c] for c in COLUMNS][:-3])
+        w.writerow([row(id="long")[c] for c in COLUMNS] + ["x"])
+    rows = read_rows(path)
+    assert [(r["id"], r["_line"]) for r in rows] == [("abc", "3"), ("zero", "4"), ("nan", "5"), ("neg", "6"),
+                                                      ("short", "7"), ("long", "8")]
+    s = validate_silicon(path, tmp_path / "out", progress=False)
+    assert s["rows_represented"] == 0
+    reasons = {r["id"]: r["reason"] for r in s["rows_skipped"]}
+    assert reasons == {
+        "abc": "column silicon_ttft_ms='abc' is not a number",
+        "zero": "column silicon_tpot_ms='0': expected a measured latency > 0",
+        "nan": "column silicon_tpot_ms='nan': expected a measured latency > 0",
+        "neg": "column silicon_ttft_ms='-4': expected a measured latency > 0",
+        "short": f"line 7 has {len(COLUMNS) - 3} cells where the header has {len(COLUMNS)}",
+        "long": f"line 8 has {len(COLUMNS) + 1} cells where the header has {len(COLUMNS)}"}
+    written = json.loads((tmp_path / "out" / "summary.json").read_text())  # strict JSON: null, not NaN
+    assert written["agg"]["tpot_mape"] is None and written["disagg"]["ttft_mape"] is None
+
+
+def test_resume_simulates_a_row_edited_since_it_was_journalled(tmp_path: Path) -> None:
+    path = tmp_path / "s.csv"
+
+    def write(osl: str) -> None:
+        with open(path, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=COLUMNS)
+            w.writeheader()
+            w.writerow({k: v for k, v in row(id="a", osl=osl).items() if k in COLUMNS})
+
+    write("16")
+    validate_silicon(path, tmp_path / "out", progress=False, waves=1)
+    write("8")
+    validate_silicon(path, tmp_path / "out", progress=False, waves=1, resume=True)
+    out = list(csv.DictReader(open(tmp_path / "out" / "rows.csv")))
+    assert out[0]["osl"] == "8"  # it used to report the journalled osl 16 and its prediction
+    with pytest.raises(ValueError, match="limit must be >= 1, got -1"):
+        validate_silicon(path, tmp_path / "out", progress=False, limit=-1)
