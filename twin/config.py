@@ -7,6 +7,7 @@ Pluggable parts (system, router, workload, arrival) are chosen by ``kind`` throu
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,13 +24,13 @@ from twin.registry import Pluggable
 
 # ------------------------------------------------------------------------------------------ validators
 def positive(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
-    if value is not None and not value > 0:
-        raise ValueError(f"{attr.name} must be > 0, got {value!r}")
+    if value is not None and not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{attr.name} must be a finite number > 0, got {value!r}")
 
 
 def non_negative(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
-    if value is not None and value < 0:
-        raise ValueError(f"{attr.name} must be >= 0, got {value!r}")
+    if value is not None and not (value >= 0 and math.isfinite(value)):
+        raise ValueError(f"{attr.name} must be a finite number >= 0, got {value!r}")
 
 
 def fraction(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
@@ -266,7 +267,7 @@ class MetricsConfig:
 
 @attrs.frozen(kw_only=True)
 class RunConfig:
-    seed: int = 0
+    seed: int = attrs.field(default=0, validator=non_negative)
     duration_s: float | None = attrs.field(default=None, validator=positive)
     """No session starts after this simulated time; the run then drains what was sent."""
     max_sim_s: float | None = attrs.field(default=None, validator=positive)
@@ -368,21 +369,24 @@ def _apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> 
     """Apply ``path=value`` overrides on top of the config with every default filled in.
 
     So ``workload.arrival.rate_per_s=3`` works when the file never mentions the arrival. Setting a
-    ``kind`` replaces its section (with the file's own section when that already has the kind).
+    ``kind`` replaces its section (with the file's own section when that already has the kind); kinds are
+    set first, so the other overrides apply on top of them whatever their order.
     """
     try:
         full = from_dict(TwinConfig, data).to_dict()
     except ConfigError:
         full = data  # the overrides may be what repairs the file: apply them to it as written
+    kinds = [(p, v) for p, v in overrides if p == "kind" or p.endswith(".kind")]
+    for path, value in kinds:
+        if path == "kind":
+            raise ConfigError("kind", "unknown key: a kind belongs to a section (workload.kind, router.kind, ...)")
+        section = path[: -len(".kind")]
+        own = _get_path(data, section)
+        replacement = own if isinstance(own, dict) and own.get("kind") == value else {"kind": value}
+        set_path(full, section, _deepcopy(replacement))
     for path, value in overrides:
-        if path == "kind" or path.endswith(".kind"):
-            section = path[: -len(".kind")] if path != "kind" else ""
-            own = _get_path(data, section)
-            replacement = own if isinstance(own, dict) and own.get("kind") == value else {"kind": value}
-            if section:
-                set_path(full, section, _deepcopy(replacement))
-            continue
-        set_path(full, path, value)
+        if (path, value) not in kinds:
+            set_path(full, path, value)
     return full
 
 

@@ -15,7 +15,7 @@ from twin.system import resolve
 
 
 @pytest.mark.parametrize("override, path, expected", [
-    ("scheduler.max_num_seqs=0", "scheduler.max_num_seqs", "must be > 0, got 0"),
+    ("scheduler.max_num_seqs=0", "scheduler.max_num_seqs", "must be a finite number > 0, got 0"),
     ("scheduler.max_num_seqs=abc", "scheduler.max_num_seqs", "expected an integer"),
     ("scheduler.policy=lifo", "scheduler.policy", "must be one of ['fcfs', 'priority']"),
     ("hardware.gpu=h900", "hardware.gpu", "no known gpu: 'h900'"),
@@ -24,9 +24,13 @@ from twin.system import resolve
     ("scheduler.chunked_prefil=true", "scheduler.chunked_prefil", "unknown key"),
     ("router.kind=magic", "router.kind", "unknown router kind 'magic'"),
     ("engine.cuda_graph_mode=full", "engine.cuda_graph_mode", "must be one of ['full_and_piecewise', 'piecewise'"),
-    ("engine.cuda_graph_max_size=0", "engine.cuda_graph_max_size", "must be > 0, got 0"),
+    ("engine.cuda_graph_max_size=0", "engine.cuda_graph_max_size", "must be a finite number > 0, got 0"),
     ("engine.cuda_graph_sizes=[0, 4]", "engine.cuda_graph_sizes", "must list positive integers, got [0, 4]"),
-    ("workload.arrival.rate_per_s=-1", "workload.arrival.rate_per_s", "must be > 0"),
+    ("workload.arrival.rate_per_s=-1", "workload.arrival.rate_per_s", "must be a finite number > 0"),
+    ("run.max_sim_s=.inf", "run.max_sim_s", "must be a finite number > 0, got inf"),  # crashed in to_ns
+    ("kv_cache.host_memory_gib=.inf", "kv_cache.host_memory_gib", "must be a finite number > 0, got inf"),
+    ("run.seed=-1", "run.seed", "must be a finite number >= 0, got -1"),
+    ("kind=synthetic", "kind", "a kind belongs to a section"),  # was ignored
     ("workload.input_tokens.low=10", "workload.input_tokens", "give either fixed, or both low and high"),
     ("workload.num_rounds=1", "workload.num_rounds", "must be >= 2"),  # found by fuzzing: a bare ValueError
 ])
@@ -40,6 +44,13 @@ def test_bad_values_name_the_dotted_path(override, path, expected):
         load_config(base, [override])
     assert info.value.path == path
     assert expected in str(info.value)
+
+
+def test_a_kind_override_is_applied_before_the_others_in_its_section():
+    """Found by fuzzing: a later workload.kind= used to replace the section, dropping earlier overrides."""
+    for order in (["workload.num_requests=5", "workload.kind=synthetic"],
+                  ["workload.kind=synthetic", "workload.num_requests=5"]):
+        assert load_config(None, order).workload.num_requests == 5
 
 
 def test_yaml_errors_name_file_and_line(tmp_path):
