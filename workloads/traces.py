@@ -131,8 +131,8 @@ def _cell(path: PathLike, line: int, column: str, text: str, parse: Callable[[st
 
 
 def _count(text: str) -> int:
-    if _DIGITS.match(text) is None:
-        raise ValueError("expected a non-negative integer")
+    if _DIGITS.match(text) is None or int(text) < 1:
+        raise ValueError("expected an integer >= 1 (a request has a prompt and generates at least one token)")
     return int(text)
 
 

@@ -217,11 +217,15 @@ def test_mooncake(tmp_path: Path) -> None:
         ),
         (
             '{"timestamp": 1, "input_length": 10, "output_length": 1.5, "hash_ids": [0]}',
-            ":2: output_length: expected an integer >= 0",
+            ":2: output_length: expected an integer >= 1",
         ),
         (
             '{"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": ["a"]}',
             ":2: hash_ids[0]: expected an integer id >= 0",
+        ),
+        (  # found by fuzzing: converted, then refused by the sessions reader
+            '{"timestamp": 1, "input_length": 0, "output_length": 1, "hash_ids": []}',
+            ":2: input_length: expected an integer >= 1 (a request has a prompt",
         ),
         ('{"timestamp": 1, "input_length": 10', ":2: invalid JSON"),
         ("", ":2: empty line"),
@@ -233,6 +237,24 @@ def test_mooncake_errors(tmp_path: Path, line: str, message: str) -> None:
     with pytest.raises(WorkloadFormatError) as info:
         convert_mooncake([path])
     assert str(info.value).startswith(str(path) + message)
+
+
+def test_trace_files_whose_ids_would_repeat_and_bad_block_sizes_are_errors(tmp_path: Path) -> None:
+    """Found by fuzzing: two files named alike gave duplicate session ids; a block size of 0 divided by 0."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    paths = [tmp_path / d / "t.jsonl" for d in ("a", "b")]
+    for p in paths:
+        p.write_text(json.dumps(MOONCAKE[0]) + "\n")
+    with pytest.raises(WorkloadFormatError, match=r"ids \(t-N\) would repeat those of"):
+        convert_mooncake(paths)
+    with pytest.raises(ValueError, match="block_tokens must be an integer >= 1, got 0"):
+        convert_mooncake(paths[:1], block_tokens=0)
+    csvs = [tmp_path / d / "code.csv" for d in ("a", "b")]
+    for p in csvs:
+        p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,374,44\n")
+    with pytest.raises(WorkloadFormatError, match=r"ids \(code-N\) would repeat those of"):
+        convert("azure", csvs)
 
 
 def test_azure_and_registry(tmp_path: Path) -> None:

@@ -138,7 +138,7 @@ def test_read_request_csv_vidur_plain_and_azure(tmp_path: Path) -> None:
         ),
         (
             "arrival_s,input_tokens,output_tokens\n1,2,3\n1,2.5,3\n",
-            ":3: input_tokens: expected a non-negative integer, got '2.5'",
+            ":3: input_tokens: expected an integer >= 1 (a request has a prompt and generates at least one token), got '2.5'",
         ),
         ("arrival_s,input_tokens,output_tokens\n1,2\n", ":2: expected 3 cells, got 2"),
         (
@@ -148,7 +148,7 @@ def test_read_request_csv_vidur_plain_and_azure(tmp_path: Path) -> None:
         ("arrival_s,input_tokens,output_tokens\n-1,2,3\n", ":2: arrival_s: expected a time >= 0, got '-1'"),
         (
             "arrival_s,input_tokens,output_tokens\n1,2,-3\n",
-            ":2: output_tokens: expected a non-negative integer",
+            ":2: output_tokens: expected an integer >= 1",
         ),
         (
             "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1,2\n2023-11-16 18:15:45,1,2\n",

@@ -6,6 +6,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from workloads.errors import WorkloadFormatError
 from workloads.sessions import Session
 from workloads.traces import read_request_csv
 
@@ -19,6 +20,11 @@ def convert_azure(inputs: Sequence[PathLike]) -> list[Session]:
     convert the same way.
     """
     sessions: list[Session] = []
+    stems: dict[str, PathLike] = {}
     for path in inputs:
-        sessions.extend(read_request_csv(path, id_prefix=Path(path).name.split(".")[0]))
+        stem = Path(path).name.split(".")[0]
+        if stems.setdefault(stem, path) is not path:
+            raise WorkloadFormatError(path, f"its session ids ({stem}-N) would repeat those of {stems[stem]}, "
+                                            f"whose name starts the same")
+        sessions.extend(read_request_csv(path, id_prefix=stem))
     return sessions

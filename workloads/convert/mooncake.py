@@ -25,9 +25,15 @@ def convert_mooncake(
     inputs: Sequence[PathLike], *, block_tokens: int = MOONCAKE_BLOCK_TOKENS
 ) -> list[Session]:
     """Every request of the given trace files; ids ``{file stem}-{row}`` (row from 0)."""
+    if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1:
+        raise ValueError(f"block_tokens must be an integer >= 1, got {block_tokens!r}")
     sessions: list[Session] = []
+    stems: dict[str, PathLike] = {}
     for path in inputs:
         stem = Path(path).name.split(".")[0]
+        if stems.setdefault(stem, path) is not path:
+            raise WorkloadFormatError(path, f"its session ids ({stem}-N) would repeat those of {stems[stem]}, "
+                                            f"whose name starts the same")
         with open(path, encoding="utf-8") as handle:
             row = 0
             for number, text in enumerate(handle, start=1):
@@ -63,8 +69,9 @@ def _request(path: PathLike, line: int, text: str, sid: str, block_tokens: int) 
     lengths = []
     for key in ("input_length", "output_length"):
         value = obj[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise WorkloadFormatError(path, f"expected an integer >= 0, got {value!r}", line=line, field=key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise WorkloadFormatError(path, f"expected an integer >= 1 (a request has a prompt and generates at "
+                                            f"least one token), got {value!r}", line=line, field=key)
         lengths.append(value)
     ids = obj["hash_ids"]
     if not isinstance(ids, list):

@@ -19,6 +19,7 @@ entries whose text extends an earlier entry's text, so:
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 
@@ -36,8 +37,8 @@ def convert_lmbenchmark_sharegpt(
     inputs: Sequence[PathLike], *, qps: float = LMBENCHMARK_SHAREGPT_QPS, tokens: ChatTokenModel | None = None
 ) -> list[Session]:
     """Sessions in order of their first entry; ids ``conv-{n}`` (``{stem}/conv-{n}`` for several files)."""
-    if not qps > 0:
-        raise ValueError(f"qps must be > 0, got {qps}")
+    if not (qps > 0 and math.isfinite(qps)):
+        raise ValueError(f"qps must be a finite number > 0, got {qps}")
     model = tokens or ChatTokenModel()
     sessions: list[Session] = []
     for path in inputs:
