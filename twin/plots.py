@@ -15,6 +15,9 @@ def read_csv_columns(path: Path) -> dict[str, np.ndarray]:
     if not rows:
         raise ValueError(f"{path}: empty file")
     header, body = rows[0], rows[1:]
+    for n, r in enumerate(body, start=2):
+        if len(r) != len(header):
+            raise ValueError(f"{path}, line {n}: {len(r)} cells where the header has {len(header)} (a cut-off file?)")
     out: dict[str, np.ndarray] = {}
     for i, name in enumerate(header):
         cells = [r[i] for r in body]
@@ -34,12 +37,16 @@ def plot_results(folder: str | Path, out: str | Path | None = None) -> list[Path
 
     src = Path(folder)
     dst = Path(out) if out is not None else src
-    dst.mkdir(parents=True, exist_ok=True)
     for name in ("timeseries.csv", "requests.csv"):
-        if not (src / name).exists():
+        if not (src / name).is_file():
             raise FileNotFoundError(f"{src / name} not found: is {src} a folder written by `twin run --out`?")
     ts = read_csv_columns(src / "timeseries.csv")
     req = read_csv_columns(src / "requests.csv")
+    for table, columns, name in ((ts, ("time_s",), "timeseries.csv"), (req, ("ttft_s", "tpot_s", "e2e_s"), "requests.csv")):
+        for col in columns:
+            if col not in table or table[col].dtype != np.float64:
+                raise ValueError(f"{src / name}: expected a numeric column {col!r}")
+    dst.mkdir(parents=True, exist_ok=True)  # (only once the inputs are known good: no stray empty folder)
     written = []
 
     t = ts["time_s"]

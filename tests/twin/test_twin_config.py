@@ -242,3 +242,19 @@ def test_a_shared_prefix_longer_than_a_drawn_prompt_names_the_field():
     assert info.value.path == "workload.prefix_tokens"
     assert re.search(r"500 shared tokens, but request \d+ drew \d+ input tokens from workload.input_tokens",
                      str(info.value))
+
+
+def test_plot_writes_both_figures_and_refuses_a_missing_or_cut_off_folder(tmp_path, capsys):
+    """Found by fuzzing: a missing folder was created before the error; a cut-off requests.csv raised an
+    IndexError traceback."""
+    out = tmp_path / "r"
+    assert main(["run", "--set", "workload.num_requests=5", "--no-plots", "--out", str(out)]) == 0
+    assert main(["plot", str(out)]) == 0
+    assert (out / "timeseries.png").stat().st_size > 0 and (out / "latency_cdf.png").stat().st_size > 0
+    capsys.readouterr()
+    assert main(["plot", str(tmp_path / "missing")]) == 2 and not (tmp_path / "missing").exists()
+    lines = (out / "requests.csv").read_text().splitlines()
+    (out / "requests.csv").write_text("\n".join(lines[:-1] + [lines[-1][:20]]) + "\n")
+    assert main(["plot", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "requests.csv, line 6:" in err and "(a cut-off file?)" in err and "Traceback" not in err
