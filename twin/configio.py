@@ -205,9 +205,12 @@ def parse_override(text: str) -> tuple[str, Any]:
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """A YAML mapping from a file; syntax errors name the file and line."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError("", f"cannot read config file: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError("", f"not UTF-8 text (byte {exc.start}): a config is a YAML text file",
+                          source=str(path)) from None
     try:
         data = yaml.load(text, Loader=_SAFE_LOADER)
     except yaml.YAMLError:

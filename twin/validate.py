@@ -398,7 +398,9 @@ def row_spec(row: dict[str, str]) -> RowSpec:
             if _inferencemax_disagg_row(row):
                 sides, pw, dw, spec_tokens = _inferencemax_disagg(row, sides, isl, osl, conc, notes)
             else:
-                notes.append("worker counts not in the row: 1 prefill + 1 decode worker assumed")
+                missing = [f"{side}_num_workers" for side, n in (("prefill", pw), ("decode", dw)) if not n]
+                notes.append(f"{' and '.join(missing)} empty or 0 in the row: 1 assumed "
+                             f"({pw or 1} prefill + {dw or 1} decode workers)")
         return RowSpec(mode=mode, concurrency=conc, prefill=sides["prefill"], decode=sides["decode"],
                        prefill_workers=pw or 1, decode_workers=dw or 1,
                        prefill_batch=_int(row, "prefill_batch_size", 0), decode_batch=_int(row, "decode_batch_size", 0),

@@ -126,6 +126,12 @@ def test_disaggregated_pools_become_rank_workers() -> None:
     assert cfg["engine"] == {"name": "vllm"}
     trt = row_config({**r, "backend": "trtllm"})
     assert trt["engine"]["cuda_graph_max_size"] == 32          # decode workers capture up to their batch
+    # A blank count is taken as 1 and the note says which (it used to say 1 + 1 whatever the other was).
+    blank = row_spec({**r, "prefill_num_workers": ""})
+    assert (blank.prefill_workers, blank.decode_workers) == (1, 1)
+    blank = row_spec({**r, "prefill_num_workers": "", "decode_num_workers": "4"})
+    assert (blank.prefill_workers, blank.decode_workers) == (1, 4)
+    assert "prefill_num_workers empty or 0 in the row: 1 assumed (1 prefill + 4 decode workers)" in blank.notes
 
 
 def test_summary_mape_groups_and_skip_reasons() -> None:
