@@ -204,12 +204,13 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
             self._json(code, {"error": {"message": message, "type": "invalid_request_error", "code": code}})
 
         def do_GET(self) -> None:
-            if self.path.rstrip("/") == "/v1/models":
+            route = self.path.split("?", 1)[0].rstrip("/")  # a query string does not change the route
+            if route == "/v1/models":
                 self._json(200, {"object": "list", "data": [{"id": server.model_name, "object": "model",
                                                               "owned_by": "servetwin", "created": 0}]})
-            elif self.path.rstrip("/") in ("/health", "/ping"):
+            elif route in ("/health", "/ping"):
                 self._json(200, {"status": "ok"})
-            elif self.path.rstrip("/") == "/metrics":
+            elif route == "/metrics":
                 data = server.prometheus().encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -220,7 +221,7 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                 self._error(404, f"no route {self.path}")
 
         def do_POST(self) -> None:
-            path = self.path.rstrip("/")
+            path = self.path.split("?", 1)[0].rstrip("/")
             if path not in ("/v1/completions", "/v1/chat/completions"):
                 self._error(404, f"no route {self.path}")
                 return

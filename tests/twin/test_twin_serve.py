@@ -37,6 +37,8 @@ def test_completion_counts_tokens_and_returns_usage(endpoint):
     assert ids["usage"]["prompt_tokens"] == 4
     models = json.loads(urllib.request.urlopen(f"{base}/v1/models", timeout=10).read())
     assert models["data"][0]["id"] == "meta-llama/Llama-3.1-8B"
+    queried = json.loads(urllib.request.urlopen(f"{base}/v1/models?limit=1", timeout=10).read())  # was a 404
+    assert queried == models
 
 
 def test_chat_stream_then_second_turn_hits_the_prefix_cache(endpoint):
