@@ -22,8 +22,22 @@ from twin.registry import Pluggable, lookup
 
 T = TypeVar("T")
 
-_SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # type: ignore[assignment]
-"""libyaml's parser when available: the same safe constructors and resolvers as ``yaml.safe_load``."""
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s loader, except that a key given twice in one mapping is an error (YAML lets the
+    last one win silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line)
+            except TypeError:  # an unhashable key: the base class reports it
+                break
+            if first != key_node.start_mark.line:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} (first on line "
+                                                        f"{first + 1})", key_node.start_mark)
+        return super().construct_mapping(node, deep)
 
 
 @functools.lru_cache(maxsize=None)
@@ -212,15 +226,11 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError("", f"not UTF-8 text (byte {exc.start}): a config is a YAML text file",
                           source=str(path)) from None
     try:
-        data = yaml.load(text, Loader=_SAFE_LOADER)
-    except yaml.YAMLError:
-        try:
-            data = yaml.safe_load(text)  # errors worded and placed as the pure-Python parser has them
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-            raise ConfigError("", f"{where}invalid YAML: {getattr(exc, 'problem', exc)}",
-                              source=str(path)) from None
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ConfigError("", f"{where}invalid YAML: {getattr(exc, 'problem', exc)}", source=str(path)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):

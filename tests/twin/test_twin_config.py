@@ -59,6 +59,10 @@ def test_yaml_errors_name_file_and_line(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(bad)
     assert str(bad) in str(info.value) and "line" in str(info.value)
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("run:\n  seed: 1\n  seed: 2\n")
+    with pytest.raises(ConfigError, match=r"line 3, column 3: invalid YAML: duplicate key 'seed' \(first on line 2\)"):
+        load_config(twice)  # YAML would let the last one win silently
     wrong = tmp_path / "wrong.yaml"
     wrong.write_text("scheduler:\n  max_num_seqs: 0\n")
     with pytest.raises(ConfigError, match=rf"{wrong}: scheduler.max_num_seqs"):
