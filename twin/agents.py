@@ -53,13 +53,11 @@ class SessionDriver:
         """Requests sent before it are not measured (their gaps stay out of the ITL, as the summary's
         figures leave them out: the same test on the same float, ``arrival_s >= warmup_s``)."""
         self.requests: list[Request] = []
-        self.sessions_started = 0
-        self.sessions_finished = 0
-        self.sessions_failed = 0
-        self.sessions_skipped = 0
-        """Sessions not started because they would have arrived after ``run.duration_s``."""
+        self.sessions = {"started": 0, "finished": 0, "failed": 0, "skipped": 0}
+        """The workload's own sessions; skipped: not started, as they would have arrived after
+        ``run.duration_s``."""
         self.subagents = {"started": 0, "finished": 0, "failed": 0}
-        """Sub-agent sessions (the session counts above are the workload's own sessions only)."""
+        """Sub-agent sessions, counted apart."""
         self.active = 0
         self.in_wait = 0
         """Sessions sleeping through a tool / think wait (or a pacing interval) right now."""
@@ -87,7 +85,7 @@ class SessionDriver:
         running: list[simpy.Event] = []
         for t_ns, session in self._plan:
             if self.stop_ns is not None and t_ns > self.stop_ns:
-                self.sessions_skipped += 1
+                self.sessions["skipped"] += 1
                 continue
             if t_ns > env.now:
                 yield env.timeout(t_ns - env.now)
@@ -99,7 +97,7 @@ class SessionDriver:
                 self._send_alone(session)
             else:
                 running.append(env.process(self._run_session(session, None)))
-            self.sessions_started += 1
+            self.sessions["started"] += 1
         if self._alone:
             self._alone_done = env.event()
             running.append(self._alone_done)
@@ -121,10 +119,7 @@ class SessionDriver:
         self.submit(req)
 
     def _alone_finished(self, req: Request) -> None:
-        if req.status is Status.FINISHED:
-            self.sessions_finished += 1
-        else:
-            self.sessions_failed += 1
+        self.sessions["finished" if req.status is Status.FINISHED else "failed"] += 1
         self.active -= 1
         self._alone -= 1
         if self._alone == 0 and self._alone_done is not None:
@@ -142,8 +137,8 @@ class SessionDriver:
         """One session (or sub-agent, named ``name``): returns normally whether it finished or failed."""
         env = self.env
         sid = name or session.id
-        sub = name is not None
-        if sub:
+        counts = self.sessions if name is None else self.subagents  # (a session is counted started at launch)
+        if name is not None:
             self.subagents["started"] += 1
         self.active += 1
         seq = self._context(session, context)
@@ -168,10 +163,7 @@ class SessionDriver:
             self.submit(req)
             yield done
             if req.status is not Status.FINISHED:
-                if sub:
-                    self.subagents["failed"] += 1
-                else:
-                    self.sessions_failed += 1
+                counts["failed"] += 1
                 self.active -= 1
                 return
             if call.subagents:
@@ -183,10 +175,7 @@ class SessionDriver:
                 self.in_wait += 1
                 yield env.timeout(to_ns(call.wait_after_s * self.wait_scale))
                 self.in_wait -= 1
-        if sub:
-            self.subagents["finished"] += 1
-        else:
-            self.sessions_finished += 1
+        counts["finished"] += 1
         self.active -= 1
 
     def _context(self, session: Session, context: TokenSequence | None) -> TokenSequence:

@@ -377,6 +377,7 @@ def _apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> 
     except ConfigError:
         full = data  # the overrides may be what repairs the file: apply them to it as written
     kinds = [(p, v) for p, v in overrides if p == "kind" or p.endswith(".kind")]
+    others = [(p, v) for p, v in overrides if not (p == "kind" or p.endswith(".kind"))]
     for path, value in kinds:
         if path == "kind":
             raise ConfigError("kind", "unknown key: a kind belongs to a section (workload.kind, router.kind, ...)")
@@ -384,9 +385,8 @@ def _apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> 
         own = _get_path(data, section)
         replacement = own if isinstance(own, dict) and own.get("kind") == value else {"kind": value}
         set_path(full, section, _deepcopy(replacement))
-    for path, value in overrides:
-        if (path, value) not in kinds:
-            set_path(full, path, value)
+    for path, value in others:
+        set_path(full, path, value)
     return full
 
 

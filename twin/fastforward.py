@@ -240,12 +240,11 @@ class DecodeRun:
             else:
                 last = req.last_token_ns
                 gap = first_end - last
-                if not req.measured:
-                    pass
-                elif last == prev:
-                    shared += 1
-                else:
-                    itl[gap] = itl.get(gap, 0) + 1
+                if req.measured:
+                    if last == prev:
+                        shared += 1
+                    else:
+                        itl[gap] = itl.get(gap, 0) + 1
                 gap_max = gap if gap > inner_max else inner_max
             if gap_max > req.max_itl_ns:
                 req.max_itl_ns = gap_max

@@ -42,7 +42,8 @@ def plot_results(folder: str | Path, out: str | Path | None = None) -> list[Path
             raise FileNotFoundError(f"{src / name} not found: is {src} a folder written by `twin run --out`?")
     ts = read_csv_columns(src / "timeseries.csv")
     req = read_csv_columns(src / "requests.csv")
-    for table, columns, name in ((ts, ("time_s",), "timeseries.csv"), (req, ("ttft_s", "tpot_s", "e2e_s"), "requests.csv")):
+    needed = ((ts, ("time_s",), "timeseries.csv"), (req, ("ttft_s", "tpot_s", "e2e_s"), "requests.csv"))
+    for table, columns, name in needed:
         for col in columns:
             if col not in table or table[col].dtype != np.float64:
                 raise ValueError(f"{src / name}: expected a numeric column {col!r}")

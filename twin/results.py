@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -169,8 +170,8 @@ class Results:
             writer.writerow(cols)
             for row in zip(*(self.timeseries[c] for c in cols)):
                 writer.writerow([_fmt(v) for v in row])
-        (out / "summary.json").write_text(json.dumps(_jsonable(self.summary), indent=2, sort_keys=False) + "\n")
-        (out / "ledger.json").write_text(json.dumps(_jsonable(self.ledger), indent=2) + "\n")
+        (out / "summary.json").write_text(json.dumps(jsonable(self.summary), indent=2, sort_keys=False) + "\n")
+        (out / "ledger.json").write_text(json.dumps(jsonable(self.ledger), indent=2) + "\n")
         (out / "config.yaml").write_text(yaml.safe_dump(self.config, sort_keys=False))
         if self.token_times is not None:
             (out / "token_times.json").write_text(json.dumps({str(k): v for k, v in self.token_times.items()}))
@@ -195,13 +196,14 @@ def _fmt(v: Any) -> Any:
     return v
 
 
-def _jsonable(obj: Any) -> Any:
+def jsonable(obj: Any) -> Any:
+    """``obj`` as strict JSON takes it: NaN and infinities (not JSON) become null, numpy scalars Python's."""
     if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
+        return {k: jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
+        return [jsonable(v) for v in obj]
     if isinstance(obj, (float, np.floating)):
-        return None if obj != obj else float(obj)
+        return float(obj) if math.isfinite(obj) else None
     if isinstance(obj, np.integer):
         return int(obj)
     return obj

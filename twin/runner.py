@@ -156,9 +156,7 @@ class Simulation:
         itl = (np.concatenate([gaps for gaps, _ in histograms]), np.concatenate([n for _, n in histograms]))
         summary = summarize(table, itl, warmup_s=cfg.run.warmup_s, slo_ttft_s=cfg.metrics.slo_ttft_s,
                             slo_tpot_s=cfg.metrics.slo_tpot_s)
-        summary["sessions"] = {"started": self.driver.sessions_started, "finished": self.driver.sessions_finished,
-                               "failed": self.driver.sessions_failed, "skipped": self.driver.sessions_skipped,
-                               "subagents": dict(self.driver.subagents)}
+        summary["sessions"] = {**self.driver.sessions, "subagents": dict(self.driver.subagents)}
         summary.update(self.system.summary())
         summary["sim"] = {"simulated_s": self.env.now / 1e9, "wall_s": self.wall_s,
                           "steps": sum(w.ledger.steps for w in self.workers)}

@@ -237,6 +237,13 @@ _GAP_BLOCK_ITEMS = 1 << 22
 """Packed gaps that are counted into the histogram's dictionary when there are more."""
 
 
+def _sglang_need(req: Request, num_computed: int) -> int:
+    """Tokens SGLang's PrefillAdder wants free to admit ``req`` with ``num_computed`` of its tokens cached:
+    the rest of its sequence and its remaining outputs, at most SGLANG_CLIP_NEW_TOKENS of them."""
+    return req.num_tokens - num_computed + min(req.max_output_tokens - req.num_output_tokens,
+                                               SGLANG_CLIP_NEW_TOKENS)
+
+
 class Scheduler:
     """Continuous-batching scheduler of one worker."""
 
@@ -316,14 +323,14 @@ class Scheduler:
                                 f"output tokens) but worker {req.worker} holds only {self.kv.num_blocks}")
             return False
         if self.limits.admission_reserve == "sglang":
-            # SGLang admits only while prompt + clipped outputs < the tokens it sees free (need >= room:
-            # NO_TOKEN), so one that needs the whole pool on an idle worker would wait forever.
-            outputs = min(req.max_output_tokens - req.num_output_tokens, SGLANG_CLIP_NEW_TOKENS)
+            # SGLang admits only while its need < the tokens it sees free (NO_TOKEN otherwise), so one that
+            # needs the whole pool of an idle worker would wait forever.
             pool = self.kv.num_blocks * self.kv.block_size
-            if req.num_tokens + outputs >= pool:
+            if _sglang_need(req, 0) >= pool:
                 self.fail(req, now, f"SGLang's admission needs fewer than the {pool} KV tokens worker "
-                                    f"{req.worker} holds free for {req.num_tokens} prompt + {outputs} output "
-                                    f"tokens: it would never be admitted")
+                                    f"{req.worker} holds free for {req.num_tokens} prompt + "
+                                    f"{_sglang_need(req, 0) - req.num_tokens} output tokens: it would never be "
+                                    f"admitted")
                 return False
         if not self.limits.chunked_prefill and req.prompt_tokens > self.limits.max_num_batched_tokens:
             self.fail(req, now, f"needs {req.prompt_tokens} prompt tokens in one step (chunked prefill is off) "
@@ -563,8 +570,7 @@ class Scheduler:
             if sglang:
                 if room is None:
                     room = self._sglang_room(scheduled)
-                need = req.num_tokens - num_computed + min(req.max_output_tokens - req.num_output_tokens,
-                                                           SGLANG_CLIP_NEW_TOKENS)
+                need = _sglang_need(req, num_computed)
                 if need >= room:
                     break  # NO_TOKEN: the head waits, and so does everyone behind it
                 room -= need
@@ -776,12 +782,11 @@ class Scheduler:
                 req.first_token_ns = now
             else:
                 gap = now - last
-                if not req.measured:  # arrived before run.warmup_s: out of the ITL
-                    pass
-                elif last == prev:
-                    same += 1
-                else:
-                    itl[gap] = itl.get(gap, 0) + 1
+                if req.measured:  # (one that arrived before run.warmup_s stays out of the ITL)
+                    if last == prev:
+                        same += 1
+                    else:
+                        itl[gap] = itl.get(gap, 0) + 1
                 if gap > req.max_itl_ns:
                     req.max_itl_ns = gap
             req.last_token_ns = now

@@ -24,6 +24,7 @@ import attrs
 import numpy as np
 
 from twin.kv_cache import cdiv
+from twin.results import jsonable
 
 WEIGHT_FORMATS = {"": "bf16", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_block": "fp8_block",
                   "nvfp4": "fp4", "fp4": "fp4", "mxfp4": "fp4", "int4_wo": "int4", "int4": "int4"}
@@ -1007,10 +1008,8 @@ def simulate_row(row: dict[str, str], waves: int | None = None) -> dict[str, Any
                            "system": row["system"], "backend": row["backend"], "model": row["model_path"],
                            "mode": row["mode"]}
     try:
-        if row.get("_bad"):
-            raise Skip(row["_bad"])
+        cfg = load_config(row_config(row, waves=waves))  # (row_spec skips a ragged row)
         meas_ttft, meas_tpot = _measured_ms(row, "silicon_ttft_ms"), _measured_ms(row, "silicon_tpot_ms")
-        cfg = load_config(row_config(row, waves=waves))
         res = Simulation(cfg).run()
     except Skip as exc:
         return {**out, "skipped": str(exc)}
@@ -1155,21 +1154,9 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
         for r in results:
             writer.writerow({c: r.get(c, "") for c in cols})
     summary = summarize(results)
-    (out / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2, allow_nan=False) + "\n")
+    (out / "summary.json").write_text(json.dumps(jsonable(summary), indent=2, allow_nan=False) + "\n")
     return summary
 
-
-def _jsonable(obj: Any) -> Any:
-    """JSON without NaN (not JSON): an empty group's MAPE is null."""
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, np.integer):
-        return int(obj)
-    return obj
 
 
 def format_summary(summary: dict[str, Any]) -> str:
