@@ -164,6 +164,10 @@ class EngineConfig:
     it applies the model's generation_config defaults). The latter costs the engine's sampler_s_per_vocab
     per sampled row and vocabulary entry (cost term ``sampler``)."""
     speculative: SpeculativeConfig = attrs.Factory(SpeculativeConfig)
+    max_model_len: int | None = attrs.field(default=None, validator=positive)
+    """Most tokens a request may ask for, prompt plus output (vLLM --max-model-len, SGLang --context-length,
+    TensorRT-LLM max_seq_len). Null: the model's context length; more than it is an error, as in the
+    engines. A request asking for more fails when it arrives, with its reason, as the engines refuse it."""
 
     def __attrs_post_init__(self) -> None:
         sizes = self.cuda_graph_sizes

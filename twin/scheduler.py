@@ -54,6 +54,8 @@ class SchedulerLimits:
     admitted only while its uncached tokens plus its remaining output (at most SGLANG_CLIP_NEW_TOKENS) stay
     below the free tokens less the running requests' remaining outputs (each clipped the same way) times
     the new-token ratio, less what this step admitted before it; ``none``: blocks as tokens come (vLLM)."""
+    max_model_len: int | None = None
+    """Most prompt + output tokens a request may ask for (the engine's max_model_len); None: no limit."""
     preemption: str = "vllm"
     """When a running request cannot get the KV slots of its step, requests are preempted (their KV freed,
     recomputed when resumed) until it can. ``vllm`` (Scheduler.schedule): the FCFS victim is the newest
@@ -316,7 +318,13 @@ class Scheduler:
         return cdiv(req.total_tokens, self.kv.block_size) <= self.kv.num_blocks
 
     def add_request(self, req: Request, now: int) -> bool:
-        """Queue ``req``; a request whose KV could never fit fails at once with its reason."""
+        """Queue ``req``; a request the engine would refuse, or whose KV could never fit, fails at once with
+        its reason."""
+        limit = self.limits.max_model_len
+        if limit is not None and req.total_tokens > limit:
+            self.fail(req, now, f"asks for {req.total_tokens} tokens ({req.prompt_tokens} prompt + "
+                                f"{req.max_output_tokens} output), more than the engine's max_model_len {limit}")
+            return False
         if not self.fits_ever(req):
             need = cdiv(req.total_tokens, self.kv.block_size)
             self.fail(req, now, f"needs {need} KV blocks ({req.prompt_tokens} prompt + {req.max_output_tokens} "

@@ -108,8 +108,8 @@ class SimulationServer:
         self.model_name = self.config.model.name
         from hardware import load_model
 
-        self.context_length = load_model(self.model_name).context_length
-        """Prompt + max_tokens above it is refused, as vLLM refuses it (max_model_len)."""
+        self.context_length = self.config.engine.max_model_len or load_model(self.model_name).context_length
+        """Prompt + max_tokens above it is refused with a 400, as vLLM refuses it (max_model_len)."""
         self.inbox: queue.Queue[ServedRequest] = queue.Queue()
         self.requests: list[Request] = []
         self._stop = threading.Event()

@@ -31,6 +31,9 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
     if attention_dp != 1:
         parallel["attn_dp"] = attention_dp
     model = load_model(config.model.name)
+    if config.engine.max_model_len is not None and config.engine.max_model_len > model.context_length:
+        raise ConfigError("engine.max_model_len", f"{config.engine.max_model_len} is more than {model.name}'s "
+                                                  f"context length, {model.context_length}")
     spec = config.engine.speculative
     if spec.enabled:
         if not model.mtp_layers:
@@ -103,6 +106,7 @@ def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max
                              reserve_full_kv=s.reserve_full_kv,
                              admission_reserve=s.admission_reserve or "none",
                              preemption=s.preemption or "vllm",
+                             max_model_len=config.engine.max_model_len or dep.model.context_length,
                              batch_wait_iters=s.batch_wait_iters,
                              batch_wait_max_tokens_ratio=s.batch_wait_max_tokens_ratio,
                              lookahead=load_engine(config.engine.name).host_overlap)

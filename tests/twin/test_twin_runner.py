@@ -9,7 +9,7 @@ import pytest
 
 from hardware import BatchShape
 from twin.config import RouterSpec, load_config
-from twin.errors import StallError
+from twin.errors import ConfigError, StallError
 from twin.registry import register
 from twin.runner import Simulation, run
 from twin.system import cost_model, make_deployment
@@ -86,6 +86,25 @@ def test_request_that_can_never_fit_fails_and_others_complete(tmp_path):
     # still closes the session.
     assert res.summary["sessions"] == {"started": 2, "finished": 1, "failed": 1, "skipped": 0,
                                        "subagents": {"started": 0, "finished": 0, "failed": 0}}
+
+
+def test_request_above_max_model_len_fails_at_the_door(tmp_path):
+    """As vLLM refuses prompt + max_tokens above max_model_len: 100 + 51 > 150 fails with its reason,
+    100 + 50 runs. The default limit is the model's context length (Llama-3.1-8B: 131,072), and a limit
+    above it is a config error naming the field."""
+    sessions = [Session(id="long", arrival_s=0.0, calls=(Call(append_tokens=100, output_tokens=51),)),
+                Session(id="ok", arrival_s=0.0, calls=(Call(append_tokens=100, output_tokens=50),))]
+    t = run(sessions_config(tmp_path, sessions, engine={"max_model_len": 150})).requests
+    assert list(t["status"]) == ["failed", "finished"]
+    assert t["fail_reason"][0] == ("asks for 151 tokens (100 prompt + 51 output), more than the engine's "
+                                   "max_model_len 150")
+    at_limit = [Session(id="edge", arrival_s=0.0, calls=(Call(append_tokens=131_000, output_tokens=72),)),
+                Session(id="over", arrival_s=0.0, calls=(Call(append_tokens=131_000, output_tokens=73),))]
+    t = run(sessions_config(tmp_path, at_limit, kv_cache={"num_blocks": 9000})).requests
+    assert list(t["status"]) == ["finished", "failed"]
+    assert t["fail_reason"][1].endswith("more than the engine's max_model_len 131072")
+    with pytest.raises(ConfigError, match="engine.max_model_len.*131073 is more than .*context length, 131072"):
+        Simulation(sessions_config(tmp_path, sessions, engine={"max_model_len": 131_073}))
 
 
 def test_sub_agents_fork_the_parents_context_and_the_parent_joins_them(tmp_path):
