@@ -9,6 +9,7 @@ re-raises them as :class:`~twin.errors.ConfigError` with the field's dotted path
 from __future__ import annotations
 
 import functools
+import re
 import types
 import typing
 from pathlib import Path
@@ -38,6 +39,14 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} (first on line "
                                                         f"{first + 1})", key_node.start_mark)
         return super().construct_mapping(node, deep)
+
+
+# YAML 1.1, which PyYAML reads, needs a dot and a signed exponent in a float, so ``1e-3`` and ``2.5e3`` would
+# be strings; YAML 1.2 and every other reader take them as numbers, as this loader does.
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
 
 
 @functools.lru_cache(maxsize=None)
@@ -210,7 +219,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not path.strip():
         raise ConfigError("", f"override {text!r} is not of the form path=value")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.load(raw, Loader=_UniqueKeyLoader) if raw.strip() else ""
     except yaml.YAMLError as exc:
         raise ConfigError(path.strip(), f"cannot read override value {raw!r}: {exc}") from None
     return path.strip(), value

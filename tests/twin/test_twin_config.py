@@ -69,6 +69,20 @@ def test_yaml_errors_name_file_and_line(tmp_path):
         load_config(wrong)
 
 
+def test_exponent_floats_are_numbers_in_files_and_overrides(tmp_path):
+    """YAML 1.1 (PyYAML) reads 1e-3 and 2.5e2 as strings, which then failed the type check; they are numbers,
+    as in YAML 1.2. In an integer field, an integral one is taken (as 1000.0 is) and another is refused."""
+    f = tmp_path / "exp.yaml"
+    f.write_text("run:\n  warmup_s: 1e-3\n  duration_s: 2.5e2\n")
+    cfg = load_config(f, ["kv_cache.gpu_memory_utilization=85E-2"])
+    assert (cfg.run.warmup_s, cfg.run.duration_s, cfg.kv_cache.gpu_memory_utilization) == (0.001, 250.0, 0.85)
+    assert load_config(None, ["workload.prefix_group=1e3x"]).workload.prefix_group == "1e3x"
+    assert load_config(None, ["scheduler.max_num_seqs=1e3"]).scheduler.max_num_seqs == 1000  # as 1000.0 is
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["scheduler.max_num_seqs=2.5e0"])
+    assert info.value.path == "scheduler.max_num_seqs" and "an integer" in str(info.value)
+
+
 def test_overrides_and_engine_defaults_resolution():
     cfg = load_config(None, ["scheduler.max_num_seqs=64", "workload.arrival.rate_per_s=3"])
     assert cfg.scheduler.max_num_seqs == 64 and cfg.workload.arrival.rate_per_s == 3.0
