@@ -126,6 +126,8 @@ class DisaggSystem:
                                            retain_finished_kv=True), p_prices, self._prefill_done,
                    fast_forward_steps=fast_forward_steps(config))
             for i in range(spec.prefill.workers)]
+        for w in self.prefill:  # a token the decode worker samples again is no output of the prefill worker
+            w.sched.counts_outputs = self.tcfg.first_token == "prefill"
         base = spec.prefill.workers
         self.decode = [
             DecodeWorker(self, env, base + i,

@@ -287,6 +287,9 @@ class Scheduler:
         self.preemptions = 0
         self.steps = 0
         self.output_tokens = 0
+        self.counts_outputs = True
+        """False on a disaggregated prefill worker whose sampled token is dropped (transfer.first_token:
+        decode; the decode worker samples the first token again): its steps add nothing to output_tokens."""
         self.host_load_s = 0.0
         """Host-tier loads the step being scheduled must wait for (reset by :meth:`schedule`)."""
         self._last_step_end_ns = NO_TIME
@@ -807,7 +810,8 @@ class Scheduler:
         if same:
             gap = now - prev
             itl[gap] = itl.get(gap, 0) + same
-        self.output_tokens += sampled
+        if self.counts_outputs:
+            self.output_tokens += sampled
         self.mark_applied(self._step_start_ns, now)
         self.finish(finished, now)
         stats = out.stats

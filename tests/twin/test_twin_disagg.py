@@ -152,6 +152,19 @@ def test_one_token_answer_from_the_prefill_worker_ends_at_staging(tmp_path):
     assert sim.workers[1].ledger.steps == 0  # the decode worker never ran
 
 
+def test_output_token_counters_count_each_delivered_token_once(tmp_path):
+    """With first_token: decode the prefill worker's sampled token is dropped (the decode worker samples the
+    first token again): it used to be counted as generated output, one token per request too many in the
+    time series' token rate and serve's generation_tokens_total. With first_token: prefill it is the
+    request's first output and counts."""
+    sessions = [one_call("a", 0.0, 300, 4), one_call("b", 0.01, 200, 6)]
+    for first, on_prefill in (("decode", 0), ("prefill", 2)):
+        sim = Simulation(disagg(tmp_path, sessions, transfer={"first_token": first}))
+        res = sim.run()
+        assert int(res.requests["output_tokens"].sum()) == 10
+        assert [w.sched.output_tokens for w in sim.workers] == [on_prefill, 10 - on_prefill]
+
+
 def test_two_transfers_share_a_link_max_min_fairly():
     env = simpy.Environment()
     links = LinkSet(env, FlowNetwork({"l": 10e9}))
