@@ -172,9 +172,10 @@ def test_sharegpt_errors(tmp_path: Path) -> None:
     path.write_text('[{"input": "a", "output_length": 3}, {"input": "ab", "output_len": 3}]')
     with pytest.raises(WorkloadFormatError, match=r"run.json: \[1\].output_len: unknown key"):
         convert_lmbenchmark_sharegpt([path])
-    path.write_text('[{"input": "a", "output_length": -3}]')
-    with pytest.raises(WorkloadFormatError, match=r"\[0\].output_length: expected a token count"):
-        convert_lmbenchmark_sharegpt([path])
+    for bad in ("-3", "0"):  # 0 used to pass here and fail later without the file or field
+        path.write_text(f'[{{"input": "a", "output_length": {bad}}}]')
+        with pytest.raises(WorkloadFormatError, match=r"\[0\].output_length: expected a token count \(integer >= 1\)"):
+            convert_lmbenchmark_sharegpt([path])
 
 
 MOONCAKE = [

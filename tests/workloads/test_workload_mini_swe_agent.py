@@ -164,7 +164,12 @@ def edit(tmp_path: Path, change: Any, name: str = "x.traj.json") -> Path:
         (
             lambda d: d["messages"][2]["extra"]["response"]["usage"].__setitem__("prompt_tokens", "12"),
             "messages[2].extra.response.usage.prompt_tokens: "
-            "expected a token count (integer >= 0), got string '12'",
+            "expected a token count (integer >= 1), got string '12'",
+        ),
+        (  # a call generates a token at least: this used to pass here and fail later without the field
+            lambda d: d["messages"][4]["extra"]["response"]["usage"].__setitem__("completion_tokens", 0),
+            "messages[4].extra.response.usage.completion_tokens: "
+            "expected a token count (integer >= 1), got number 0",
         ),
         (
             lambda d: d["messages"][4]["extra"]["response"]["usage"].pop("completion_tokens"),

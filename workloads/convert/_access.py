@@ -86,9 +86,9 @@ class Doc:
             return "".join(part.get("text").str_() for part in self.items())
         raise self.fail(f"expected text (a string, null or a list of text parts), got {_kind(self.value)}")
 
-    def count(self) -> int:
-        if isinstance(self.value, bool) or not isinstance(self.value, int) or self.value < 0:
-            raise self.fail(f"expected a token count (integer >= 0), got {_kind(self.value)}")
+    def count(self, minimum: int = 0) -> int:
+        if isinstance(self.value, bool) or not isinstance(self.value, int) or self.value < minimum:
+            raise self.fail(f"expected a token count (integer >= {minimum}), got {_kind(self.value)}")
         return self.value
 
     def number(self) -> float:

@@ -179,8 +179,8 @@ def convert_trajectory(
         raise doc.fail("expected at least one assistant message (an LLM call)", "messages")
     session_id = doc.get("instance_id").str_() if doc.has("instance_id") else Path(path).name.split(".")[0]
     usage = [messages[i].get("extra").get("response").get("usage") for i in calls_at]
-    prompts = [u.get("prompt_tokens").count() for u in usage]
-    outputs = [u.get("completion_tokens").count() for u in usage]
+    prompts = [u.get("prompt_tokens").count(1) for u in usage]  # every call has a prompt
+    outputs = [u.get("completion_tokens").count(1) for u in usage]  # and generates a token at least
     reasoning = [_reasoning_tokens(u) for u in usage]
 
     tool_calling = any(messages[i].has("tool_calls") for i in calls_at)

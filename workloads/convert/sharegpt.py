@@ -57,7 +57,7 @@ def _convert_file(path: PathLike, qps: float, model: ChatTokenModel, id_prefix: 
         if extra:
             raise entry.fail("unknown key; expected 'input' and 'output_length'", f"{entry.where}.{extra[0]}")
         texts.append(entry.get("input").str_())
-        outputs.append(entry.get("output_length").count())
+        outputs.append(entry.get("output_length").count(1))
     chains: list[list[int]] = []
     tail_of: dict[int, int] = {}  # entry index -> chain index, for chain tails only
     for j, text in enumerate(texts):
