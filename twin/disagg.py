@@ -85,7 +85,7 @@ class DecodeWorker(Worker):
         self.sched.held_seats = n
 
     def quiet(self) -> bool:
-        return not self.pull_queue
+        return not self.pull_queue and super().quiet()
 
     def load(self) -> int:
         return super().load() + len(self.pull_queue) + self.pulls_in_flight
@@ -144,6 +144,11 @@ class DisaggSystem:
         self._pacing_wake: set[int] = set()
         self.records: list[KVRecord] = []
         self.pulls = self.pushes = self.lease_expiries = self.dropped = 0
+        self._stages: dict[int, Request] = {}
+        """Prefill stages in progress, by request id (for :meth:`abort`)."""
+        self._aborting: dict[int, str] = {}
+        """Aborted requests not yet dropped (by id, with the reason): in their prefill step, whose stage may
+        end in that step and stage the KV after all, or with their KV crossing a link, until it lands."""
         self.bytes_moved = 0
 
     # ------------------------------------------------------------------------------------ topology
@@ -181,6 +186,7 @@ class DisaggSystem:
         stage = Request(id=req.id, prompt_tokens=req.prompt_tokens, max_output_tokens=1, block_keys=req.block_keys,
                         arrival_ns=now, session=req.session, turn=req.turn, priority=req.priority)
         stage.on_finish = lambda s, req=req: self._staged(req, s)  # type: ignore[misc]
+        self._stages[req.id] = stage
         worker = self.prefill_router.choose(stage, self.prefill)  # type: ignore[arg-type]
         rec.prefill_worker = worker.wid  # type: ignore[attr-defined]
         worker.submit(stage)  # type: ignore[attr-defined]
@@ -194,15 +200,24 @@ class DisaggSystem:
         now = now_ns(self.env)
         rec = req.kv
         assert rec is not None
+        del self._stages[req.id]
         req.queued_ns, req.first_scheduled_ns = stage.queued_ns, stage.first_scheduled_ns
         req.cached_tokens = max(stage.cached_tokens, 0)
         req.preemptions += stage.preemptions
         req.recomputed_tokens += stage.recomputed_tokens
         prefill = self.prefill[rec.prefill_worker]
+        aborted = self._aborting.pop(req.id, None) if self._aborting else None
         if stage.status is Status.FAILED:
             self._fail(req, f"prefill: {stage.fail_reason}", now)
             return
         rec.to(KVState.STAGED, now)
+        if aborted is not None:  # aborted during the step that ended its prefill: dropped now, staged KV freed
+            prefill.sched.kv.free(stage)
+            prefill.wake()
+            rec.to(KVState.FREED, now)
+            Scheduler.fail(req, now, aborted)
+            self.on_done(req)
+            return
         if self.tcfg.first_token == "prefill":
             req.first_token_ns = req.last_token_ns = now
             req.num_output_tokens = 1
@@ -234,6 +249,31 @@ class DisaggSystem:
             lease = self.env.timeout(to_ns(self.tcfg.lease_s))
             lease.callbacks.append(functools.partial(self._lease_end, pending, decode))  # type: ignore[union-attr]
         decode.wake()
+
+    def abort(self, req: Request, reason: str) -> None:
+        """Drop a submitted request wherever it is (a client went away): its prefill stage or its decode at
+        the worker's next step boundary, staged KV at once (freed on the prefill worker), KV in flight once
+        it lands. Nothing if it has ended."""
+        rec = req.kv
+        if req.is_done or rec is None:
+            return
+        state = rec.state
+        if state is KVState.ALLOCATED:  # the prompt is on a prefill worker: the stage fails, and so the request
+            self._aborting[req.id] = reason
+            self.prefill[rec.prefill_worker].abort(self._stages[req.id], reason)
+        elif state is KVState.STAGED:  # in a decode worker's pull queue
+            decode = self.decode[rec.decode_worker - len(self.prefill)]
+            pending = next(p for p in decode.pull_queue if p.req is req)
+            decode.pull_queue.remove(pending)
+            self._release_staged(pending)
+            now = now_ns(self.env)
+            rec.to(KVState.FREED, now)
+            Scheduler.fail(req, now, reason)
+            self.on_done(req)
+        elif state is KVState.PULLING or state is KVState.PUSHING:
+            self._aborting[req.id] = reason
+        else:  # resident on its decode worker, or queued there for recompute after its lease ran out
+            self.decode[rec.decode_worker - len(self.prefill)].abort(req, reason)
 
     def _fail(self, req: Request, reason: str, now: int) -> None:
         assert req.kv is not None
@@ -359,6 +399,10 @@ class DisaggSystem:
         req.queued_ns = req.queued_ns if req.queued_ns != NO_TIME else now
         decode.sched.running.append(req)
         decode.wake()
+        if self._aborting:
+            reason = self._aborting.pop(req.id, None)
+            if reason is not None:
+                decode.abort(req, reason)
 
     def _release_staged(self, pending: _Pending) -> None:
         pending.prefill.sync()
@@ -387,6 +431,7 @@ class DisaggSystem:
         if not seats or not sched.kv.allocate_slots(req, known - len(hits) * self.block_size, hits, cache=False):
             now = now_ns(self.env)
             req.kv.to(KVState.DROPPED, now)
+            self._aborting.pop(req.id, None)
             self.dropped += 1
             req.status = Status.FAILED
             req.fail_reason = (f"pushed KV arrived at decode worker {decode.wid} with no room "
@@ -421,7 +466,7 @@ class DisaggSystem:
 
     def _decode_done(self, req: Request) -> None:
         assert req.kv is not None
-        if req.status is Status.FINISHED:
+        if req.status is Status.FINISHED or req.kv.state is KVState.RESIDENT:  # (RESIDENT: aborted there)
             req.kv.to(KVState.FREED, now_ns(self.env))
         elif req.kv.state not in (KVState.FAILED, KVState.DROPPED):
             req.kv.to(KVState.FAILED, now_ns(self.env))

@@ -354,6 +354,24 @@ class Scheduler:
         self.waiting.add(req)
         return True
 
+    def abort(self, req: Request, now: int, reason: str) -> bool:
+        """Drop ``req`` between steps, as an engine aborts a request whose client went away: it leaves the
+        queue or the batch, its KV blocks are freed (cached ones stay cached, as after a finish) and it
+        fails with ``reason``. False when it is not here (it ended already)."""
+        if req.status is Status.WAITING or req.status is Status.PREEMPTED:
+            self.waiting.remove(req)
+        elif req.status is Status.RUNNING and req in self.running:
+            if self.cohort is not None and len(self.cohort):
+                self.cohort.disband()  # (the next step forms it again from the requests left running)
+            self.running.remove(req)
+            if self.drafter is not None:
+                self.drafter.forget(req)
+        else:
+            return False
+        self.kv.free(req)
+        self.fail(req, now, reason)
+        return True
+
     @staticmethod
     def fail(req: Request, now: int, reason: str) -> None:
         req.status = Status.FAILED

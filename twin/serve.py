@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import queue
+import select
+import socket
 import threading
 import time
 import zlib
@@ -36,6 +38,7 @@ from workloads.tokens import approx_tokens
 
 FILLER = " tok"
 POLL_S = 0.002
+GONE = "the client disconnected (aborted, as vLLM aborts a request whose client goes away)"
 
 
 @register("workload", "external")
@@ -111,6 +114,8 @@ class SimulationServer:
         self.context_length = self.config.engine.max_model_len or load_model(self.model_name).context_length
         """Prompt + max_tokens above it is refused with a 400, as vLLM refuses it (max_model_len)."""
         self.inbox: queue.Queue[ServedRequest] = queue.Queue()
+        self.aborts: queue.Queue[tuple[ServedRequest, str]] = queue.Queue()
+        """Requests whose clients went away, to be dropped as the engines abort them."""
         self.requests: list[Request] = []
         self._stop = threading.Event()
         self.env = env
@@ -127,6 +132,10 @@ class SimulationServer:
 
     def submit(self, served: ServedRequest) -> None:
         self.inbox.put(served)
+
+    def abort(self, served: ServedRequest, reason: str) -> None:
+        """Drop a submitted request (after the inbox has handed it over, which it was first given to)."""
+        self.aborts.put((served, reason))
 
     def _run(self) -> None:
         self.env.run(until=self._halt)
@@ -151,6 +160,13 @@ class SimulationServer:
                 served.req = req
                 self.requests.append(req)
                 self.sim.system.submit(req)
+            while True:
+                try:
+                    served, reason = self.aborts.get_nowait()
+                except queue.Empty:
+                    break
+                if served.req is not None:
+                    self.sim.system.abort(served.req, reason)
             yield env.timeout(poll_ns)
         self._halt.succeed()
 
@@ -256,7 +272,19 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                     if not server.thread.is_alive():
                         self._error(500, "the simulation thread stopped")
                         return
+                    if self._gone():
+                        server.abort(served, GONE)
+                        return
                 self._finish(served, rid, chat)
+
+        def _gone(self) -> bool:
+            """Whether the client closed its connection: its socket reads as ended (a client that sent
+            more, e.g. its next request on the same connection, is still there)."""
+            try:
+                readable, _, _ = select.select([self.connection], [], [], 0)
+                return bool(readable) and not self.connection.recv(1, socket.MSG_PEEK)
+            except OSError:  # reset by the peer
+                return True
 
         @staticmethod
         def _max_tokens(body: dict[str, Any], chat: bool) -> int:
@@ -334,15 +362,23 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
             sent = 0
             while True:
                 finished = served.done.wait(POLL_S)
+                if not finished and self._gone():
+                    server.abort(served, GONE)
+                    return
                 req = served.req
                 produced = req.num_output_tokens if req is not None else 0
                 # The last token waits for the request's end (the same simulated instant), so it carries
                 # the finish reason: read before the end, the count may already include it.
                 ready = produced if finished else min(produced, served.max_tokens - 1)
                 ok = finished and req is not None and req.status is Status.FINISHED
-                while sent < ready:
-                    sent += 1
-                    send(chunk(FILLER, "length" if ok and sent == produced else None))
+                try:
+                    while sent < ready:
+                        sent += 1
+                        send(chunk(FILLER, "length" if ok and sent == produced else None))
+                except (BrokenPipeError, ConnectionResetError):
+                    if not finished:
+                        server.abort(served, GONE)
+                    return
                 if finished or not server.thread.is_alive():
                     break
             if req is not None and req.status is not Status.FINISHED:

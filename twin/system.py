@@ -171,6 +171,11 @@ class ColocatedSystem:
     def submit(self, req: Request) -> None:
         self.router.choose(req, self.workers).submit(req)  # type: ignore[attr-defined]
 
+    def abort(self, req: Request, reason: str) -> None:
+        """Drop a submitted request at its worker's next step boundary (nothing if it has ended)."""
+        if not req.is_done and req.worker is not None:
+            self.workers[req.worker].abort(req, reason)
+
     def gauges(self) -> dict[str, float]:
         return {}
 

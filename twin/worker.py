@@ -158,6 +158,8 @@ class Worker:
         """Steps of that run costed so far; the armed segment end is the end of the last of them."""
         self._segment = 0
         """Steps costed in the run's latest segment (doubled for the next one)."""
+        self._aborts: list[tuple[Request, str]] = []
+        """Requests to drop at the next step boundary (:meth:`abort`), with their reasons."""
         self.process = env.process(self._run())
 
     # ------------------------------------------------------------------------------- router interface
@@ -167,6 +169,20 @@ class Worker:
             self.on_done(req)
             return
         self.wake()
+
+    def abort(self, req: Request, reason: str) -> None:
+        """Drop ``req`` (queued or running here) at the next step boundary: a step in progress still
+        carries it, as an engine's abort takes effect between steps."""
+        self._aborts.append((req, reason))
+        self.wake()
+
+    def _apply_aborts(self) -> None:
+        now = now_ns(self.env)
+        self.sync()
+        for req, reason in self._aborts:
+            if self.sched.abort(req, now, reason):
+                self.on_done(req)
+        self._aborts.clear()
 
     def wake(self) -> None:
         """An outside event: a sleeping worker wakes now, a fast-forwarded one after the step in progress."""
@@ -200,7 +216,7 @@ class Worker:
 
     def quiet(self) -> bool:
         """Whether nothing but an outside event can change the batch (extended by decode workers)."""
-        return True
+        return not self._aborts
 
     def load(self) -> int:
         return len(self.sched.running) + len(self.sched.waiting)
@@ -218,6 +234,8 @@ class Worker:
         sched = self.sched
         prepared = False  # before_schedule already ran at this step boundary
         while True:
+            if self._aborts:
+                self._apply_aborts()
             if self.before_schedule is not None and not prepared:
                 self.before_schedule()
             prepared = False

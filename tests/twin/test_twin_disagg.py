@@ -248,3 +248,69 @@ def test_headroom_is_capped_by_the_request_size_so_an_empty_decode_worker_can_al
     res = run(disagg(tmp_path, [one_call("a", 0.0, 98, 1)], p_blocks=8, d_blocks=8,
                      transfer={"decode_headroom_blocks": 2, "lease_s": None}))
     assert res.summary["requests"]["completed"] == 1
+
+
+def run_aborting(cfg, session, at_s, reason="client went away"):
+    """Run ``cfg`` and abort the request of ``session`` at ``at_s`` (as serve does when its client leaves)."""
+    sim = Simulation(cfg)
+
+    def aborter():
+        yield sim.env.timeout(round(at_s * 1e9))
+        req = next(r for r in sim.driver.requests if r.session == session)
+        sim.system.abort(req, reason)
+
+    sim.env.process(aborter())
+    res = sim.run()
+    assert all(not w.sched.kv.req_blocks and not w.sched.running and not len(w.sched.waiting)
+               for w in sim.workers)  # every block of every request released, nothing left behind
+    return rows(res), res
+
+
+def test_abort_in_each_kv_state_frees_everything_and_lets_the_next_request_in(tmp_path):
+    """The staging scenario above (a decodes, b's KV staged, c queued for prefill), with one request aborted
+    per run: b while staged (dropped at once, its staged blocks freed on the prefill worker), b while its
+    KV crosses the link (dropped as it lands), a while decoding (dropped at the decode worker's next step
+    boundary, which lets b be pulled there and then), c during its prefill (the stage fails at the end of
+    the prefill step)."""
+    sessions = [one_call(n, 0.0, 200, 16) for n in ("a", "b", "c")]
+    cfg = disagg(tmp_path, sessions, p_blocks=26, d_blocks=14, metrics={"record_token_times": True})
+    ref_res = run(cfg)
+    ref = rows(ref_res)
+    a, b, c = ref["a"], ref["b"], ref["c"]
+    a_tokens = ref_res.token_times[int(a["id"])]
+
+    t = (a["kv_resident_s"] + a["finish_s"]) / 2  # b staged
+    r, res = run_aborting(cfg, "b", t)
+    assert r["b"]["status"] == "failed" and r["b"]["fail_reason"] == "client went away"
+    assert r["b"]["finish_s"] == pytest.approx(t, abs=1e-9) and r["b"]["kv_state"] == "freed"
+    assert math.isnan(r["b"]["kv_pull_s"]) and r["b"]["output_tokens"] == 0
+    assert r["c"]["status"] == r["a"]["status"] == "finished"
+    assert r["c"]["kv_pull_s"] == r["a"]["finish_s"]  # c is pulled where b would have been
+    assert res.summary["requests"]["failed"] == 1 and res.summary["kv_transfer"]["pulls"] == 2
+
+    t = (b["kv_pull_s"] + b["kv_resident_s"]) / 2  # b's KV in flight
+    r, _ = run_aborting(cfg, "b", t)
+    assert r["b"]["status"] == "failed" and r["b"]["kv_state"] == "freed"
+    assert r["b"]["kv_resident_s"] == b["kv_resident_s"] and r["b"]["finish_s"] == b["kv_resident_s"]
+
+    t = (a["kv_resident_s"] + a["finish_s"]) / 2  # a decoding
+    r, _ = run_aborting(cfg, "a", t)
+    steps = [s for s in a_tokens if s >= t]
+    assert r["a"]["status"] == "failed" and r["a"]["finish_s"] == steps[0]
+    assert r["a"]["output_tokens"] == sum(1 for s in a_tokens if s <= steps[0])
+    assert r["a"]["kv_state"] == "freed" and r["b"]["kv_pull_s"] == steps[0]
+    assert r["b"]["status"] == r["c"]["status"] == "finished"
+
+    t = c["first_scheduled_s"] + 1e-6  # in the step that prefills c's whole prompt: its KV is staged, and freed
+    r, _ = run_aborting(cfg, "c", t)
+    assert r["c"]["status"] == "failed" and r["c"]["fail_reason"] == "client went away"
+    assert r["c"]["finish_s"] == r["c"]["kv_staged_s"] == c["kv_staged_s"] and r["c"]["kv_state"] == "freed"
+    assert r["a"]["status"] == r["b"]["status"] == "finished"
+
+    chunked = disagg(tmp_path, sessions, p_blocks=26, d_blocks=14, scheduler={"max_num_batched_tokens": 64})
+    c = rows(run(chunked))["c"]
+    t = c["first_scheduled_s"] + 1e-6  # c's prompt in the first of its four 64-token chunks: the stage fails
+    r, _ = run_aborting(chunked, "c", t)
+    assert r["c"]["status"] == "failed" and r["c"]["fail_reason"] == "prefill: client went away"
+    assert r["c"]["kv_state"] == "failed" and math.isnan(r["c"]["kv_staged_s"])
+    assert r["c"]["finish_s"] < c["kv_staged_s"]

@@ -107,6 +107,41 @@ def test_request_above_max_model_len_fails_at_the_door(tmp_path):
         Simulation(sessions_config(tmp_path, sessions, engine={"max_model_len": 131_073}))
 
 
+def test_abort_drops_a_running_and_a_queued_request_at_the_next_step_boundary(tmp_path):
+    """One seat: a (100 + 50) runs, b waits. a is aborted mid-step at t: the step in progress still gives it
+    its token, then it leaves, its KV freed, and b is admitted at that boundary. b, aborted while queued,
+    leaves at the next boundary without ever running. Fast-forward on or off, the same."""
+    sessions = [Session(id=n, arrival_s=0.0, calls=(Call(append_tokens=100, output_tokens=50),)) for n in "ab"]
+    for ff in (True, False):
+        cfg = sessions_config(tmp_path, sessions, scheduler={"max_num_seqs": 1},
+                              metrics={"record_token_times": True}, run={"fast_forward": ff})
+        ref = run(cfg)
+        a_times = ref.token_times[0]
+        t = (a_times[10] + a_times[11]) / 2
+
+        def aborting(name, at_s):
+            sim = Simulation(cfg)
+
+            def aborter():
+                yield sim.env.timeout(round(at_s * 1e9))
+                req = next(r for r in sim.driver.requests if r.session == name)
+                sim.system.abort(req, "gone")
+
+            sim.env.process(aborter())
+            res = sim.run()
+            assert not sim.workers[0].sched.kv.req_blocks
+            return {r["session"]: r for r in res.requests}
+
+        r = aborting("a", t)
+        assert r["a"]["status"] == "failed" and r["a"]["fail_reason"] == "gone"
+        assert r["a"]["finish_s"] == a_times[11] and r["a"]["output_tokens"] == 12
+        assert r["b"]["first_scheduled_s"] == a_times[11] and r["b"]["status"] == "finished"
+        r = aborting("b", t)
+        assert r["b"]["status"] == "failed" and r["b"]["finish_s"] == a_times[11]
+        assert np.isnan(r["b"]["first_scheduled_s"]) and r["b"]["output_tokens"] == 0
+        assert r["a"]["finish_s"] == ref.requests["finish_s"][0]  # a never noticed
+
+
 def test_sub_agents_fork_the_parents_context_and_the_parent_joins_them(tmp_path):
     """p's call 0 (100 + 4) starts three sub-agents with its context forked (104 tokens): a (+30 = 134) and
     b (+20 = 124) hit its 6 full 16-token blocks (96 tokens; the 7th is partial); big can never fit and fails

@@ -109,3 +109,36 @@ def test_every_stream_ends_with_its_finish_reason_under_a_burst_of_clients(endpo
         reasons = [c["choices"][0]["finish_reason"] for c in chunks]
         assert reasons[-1] == "length" and set(reasons[:-1]) == {None}
         assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_client_that_disconnects_aborts_its_request(endpoint, stream):
+    """As vLLM aborts a request whose client goes away: a 20,000-token completion (minutes of simulated
+    decoding, seconds here) is dropped soon after its client closes the connection, with the reason, and its
+    KV blocks are freed; a client that stays is unaffected."""
+    import socket
+    import time
+    from urllib.parse import urlparse
+
+    from twin.request import Status
+
+    base, sim = endpoint
+    port = urlparse(base).port
+    body = json.dumps({"model": "m", "prompt": "a long answer please", "max_tokens": 20_000, "stream": stream})
+    conn = socket.create_connection(("127.0.0.1", port))
+    conn.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+    deadline = time.monotonic() + 10
+    while not sim.requests and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if stream:
+        assert conn.recv(64).startswith(b"HTTP/1.1 200")  # the stream has begun
+    conn.close()
+    req = sim.requests[0]
+    while not req.is_done and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert req.status is Status.FAILED and req.fail_reason.startswith("the client disconnected")
+    assert 0 <= req.num_output_tokens < 20_000
+    assert not sim.sim.workers[0].sched.kv.req_blocks
+    out = json.loads(post(f"{base}/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 3}))
+    assert out["usage"]["completion_tokens"] == 3
