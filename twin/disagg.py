@@ -203,6 +203,7 @@ class DisaggSystem:
         del self._stages[req.id]
         req.queued_ns, req.first_scheduled_ns = stage.queued_ns, stage.first_scheduled_ns
         req.cached_tokens = max(stage.cached_tokens, 0)
+        req.host_hit_tokens = stage.host_hit_tokens
         req.preemptions += stage.preemptions
         req.recomputed_tokens += stage.recomputed_tokens
         prefill = self.prefill[rec.prefill_worker]
@@ -224,6 +225,7 @@ class DisaggSystem:
             if self.config.metrics.record_token_times:
                 req.token_times_ns = [now]
             if req.max_output_tokens == 1:  # that token was the whole answer: nothing to decode
+                req.worker = prefill.wid
                 prefill.sched.kv.free(stage)
                 prefill.wake()
                 rec.to(KVState.FREED, now)
@@ -234,11 +236,11 @@ class DisaggSystem:
         decode: DecodeWorker = self.decode_router.choose(req, self.decode)  # type: ignore[arg-type,assignment]
         rec.decode_worker = decode.wid
         req.worker = decode.wid
-        if not decode.sched.fits_ever(req):
+        refusal = decode.sched.unservable(req)
+        if refusal is not None:
             prefill.sched.kv.free(stage)
             prefill.wake()
-            self._fail(req, f"needs {cdiv(req.total_tokens, self.block_size)} KV blocks but decode worker "
-                            f"{decode.wid} holds only {decode.sched.kv.num_blocks}", now)
+            self._fail(req, f"decode: {refusal}", now)
             return
         pending = _Pending(req, stage, prefill)
         if self.tcfg.kind == "push":
@@ -440,8 +442,7 @@ class DisaggSystem:
             req.finish_ns = now
             self.on_done(req)
             return
-        req.kv.reused_blocks = len(hits)
-        self._make_resident(req, decode)
+        self._make_resident(req, decode)  # (every block was sent: none counts as reused)
 
     def _lease_end(self, pending: _Pending, decode: DecodeWorker, _: simpy.Event) -> None:
         """A staged request's lease ran out (a timer's callback: a process per lease costs two events more)."""
@@ -455,6 +456,7 @@ class DisaggSystem:
         self._release_staged(pending)
         # Recompute fallback: the decode worker serves the request from scratch (its prefix cache still hits).
         if self.tcfg.first_token == "prefill":  # its first token is sampled again, and timed again
+            req.first_token_counted = True  # (by the prefill worker: the decode worker's does not count)
             req.num_output_tokens = 0
             req.first_token_ns = req.last_token_ns = NO_TIME
             req.token_times_ns = None
@@ -496,8 +498,7 @@ class DisaggSystem:
     def summary(self) -> dict[str, Any]:
         waits = [r.staged_wait_ns for r in self.records]
         staged = np.array([w / 1e9 for w in waits if w is not None])
-        moved = np.array([r.transfer_ns / 1e9 for r in self.records if r.state in (KVState.RESIDENT, KVState.FREED)
-                          and r.transfer_blocks + r.reused_blocks > 0])
+        moved = np.array([r.transfer_ns / 1e9 for r in self.records if r.transferred])
         return {"kv_transfer": {
             "kind": self.tcfg.kind, "pulls": self.pulls, "pushes": self.pushes, "bytes": self.bytes_moved,
             "blocks": sum(r.transfer_blocks for r in self.records),

@@ -82,6 +82,13 @@ class KVRecord:
         return float("nan") if t is None else t / 1e9
 
     @property
+    def transferred(self) -> bool:
+        """Whether a transfer of this KV ran to its end: it landed on a decode worker, or a push arrived
+        and was refused there. ``transfer_ns`` is its time, set-up included (even with no block to move)."""
+        times = self.times_ns
+        return KVState.RESIDENT in times or KVState.DROPPED in times
+
+    @property
     def staged_wait_ns(self) -> int | None:
         """Time the KV waited staged before its pull started (or its lease expired)."""
         times = self.times_ns

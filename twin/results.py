@@ -44,7 +44,7 @@ def _kv_columns(r: Request) -> tuple[object, ...]:
         nan = float("nan")
         return (-1, "", nan, nan, nan, nan, nan, nan, 0, 0)
     wait = kv.staged_wait_ns
-    moved = kv.transfer_blocks + kv.reused_blocks > 0 or KVState.RESIDENT in kv.times_ns
+    moved = kv.transferred
     return (kv.prefill_worker, kv.state.name.lower(), kv.time_s(KVState.STAGED), kv.time_s(KVState.PULLING),
             kv.time_s(KVState.RESIDENT), kv.time_s(KVState.EXPIRED), float("nan") if wait is None else wait / NS,
             kv.transfer_ns / NS if moved else float("nan"), kv.transfer_bytes, kv.reused_blocks)

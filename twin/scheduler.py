@@ -317,32 +317,38 @@ class Scheduler:
         reads every running request's output count at every admission."""
 
     # ----------------------------------------------------------------------------------------- intake
-    def fits_ever(self, req: Request) -> bool:
-        return cdiv(req.total_tokens, self.kv.block_size) <= self.kv.num_blocks
+    def unservable(self, req: Request) -> str | None:
+        """Why this worker could never hold ``req`` to its end, or None: the KV blocks of its prompt and
+        every output token, with a speculative decode's last verify step k - 1 slots beyond them (vLLM's
+        lookahead slots), are more than its pool; or SGLang's admission, which wants fewer tokens than are
+        free, could never pass even on an idle worker."""
+        size = self.kv.block_size
+        extra = self.drafter.k - 1 if self.drafter is not None else 0
+        need = cdiv(req.total_tokens + extra, size)
+        if need > self.kv.num_blocks:
+            spec = f" and {extra} more for the drafts of its last verify step" if extra else ""
+            return (f"needs {need} KV blocks ({req.prompt_tokens} prompt + {req.max_output_tokens} output tokens"
+                    f"{spec}) but worker {req.worker} holds only {self.kv.num_blocks}")
+        if self.limits.admission_reserve == "sglang":
+            pool = self.kv.num_blocks * size
+            if _sglang_need(req, 0) >= pool:
+                return (f"SGLang's admission needs fewer than the {pool} KV tokens worker {req.worker} holds "
+                        f"free for {req.num_tokens} prompt + {_sglang_need(req, 0) - req.num_tokens} output "
+                        f"tokens: it would never be admitted")
+        return None
 
     def add_request(self, req: Request, now: int) -> bool:
-        """Queue ``req``; a request the engine would refuse, or whose KV could never fit, fails at once with
-        its reason."""
+        """Queue ``req``; a request the engine would refuse, or that this worker could never hold, fails at
+        once with its reason."""
         limit = self.limits.max_model_len
         if limit is not None and req.total_tokens > limit:
             self.fail(req, now, f"asks for {req.total_tokens} tokens ({req.prompt_tokens} prompt + "
                                 f"{req.max_output_tokens} output), more than the engine's max_model_len {limit}")
             return False
-        if not self.fits_ever(req):
-            need = cdiv(req.total_tokens, self.kv.block_size)
-            self.fail(req, now, f"needs {need} KV blocks ({req.prompt_tokens} prompt + {req.max_output_tokens} "
-                                f"output tokens) but worker {req.worker} holds only {self.kv.num_blocks}")
+        reason = self.unservable(req)
+        if reason is not None:
+            self.fail(req, now, reason)
             return False
-        if self.limits.admission_reserve == "sglang":
-            # SGLang admits only while its need < the tokens it sees free (NO_TOKEN otherwise), so one that
-            # needs the whole pool of an idle worker would wait forever.
-            pool = self.kv.num_blocks * self.kv.block_size
-            if _sglang_need(req, 0) >= pool:
-                self.fail(req, now, f"SGLang's admission needs fewer than the {pool} KV tokens worker "
-                                    f"{req.worker} holds free for {req.num_tokens} prompt + "
-                                    f"{_sglang_need(req, 0) - req.num_tokens} output tokens: it would never be "
-                                    f"admitted")
-                return False
         if not self.limits.chunked_prefill and req.prompt_tokens > self.limits.max_num_batched_tokens:
             self.fail(req, now, f"needs {req.prompt_tokens} prompt tokens in one step (chunked prefill is off) "
                                 f"but max_num_batched_tokens is {self.limits.max_num_batched_tokens}")
@@ -809,6 +815,9 @@ class Scheduler:
             last = req.last_token_ns
             if last == NO_TIME:
                 req.first_token_ns = now
+                if req.first_token_counted:  # sampled again after its lease ran out: counted once
+                    req.first_token_counted = False
+                    sampled -= 1
             else:
                 gap = now - last
                 if req.measured:  # (one that arrived before run.warmup_s stays out of the ITL)

@@ -314,3 +314,56 @@ def test_abort_in_each_kv_state_frees_everything_and_lets_the_next_request_in(tm
     assert r["c"]["status"] == "failed" and r["c"]["fail_reason"] == "prefill: client went away"
     assert r["c"]["kv_state"] == "failed" and math.isnan(r["c"]["kv_staged_s"])
     assert r["c"]["finish_s"] < c["kv_staged_s"]
+
+
+def test_disaggregated_bookkeeping_found_by_fuzzing(tmp_path):
+    """Each of these disagreed with its definition:
+    * host hits found by the prefill stage never reached the request (host_hit_tokens stayed 0);
+    * a 1-token answer finished on the prefill worker kept worker -1;
+    * a push sends every block, yet counted the blocks the decode worker had cached as reused;
+    * a request with no block to move (1-token prompt) had a transfer time in the table, not the summary."""
+    shared = dict(prefix_group="sys", prefix_tokens=64)
+    sessions = [Session(id="a", arrival_s=0.0, calls=(Call(append_tokens=100, output_tokens=2),), **shared),
+                one_call("b", 1.0, 300, 2),
+                Session(id="c", arrival_s=2.0, calls=(Call(append_tokens=100, output_tokens=2),), **shared)]
+    r = rows(run(disagg(tmp_path, sessions, p_blocks=20, kv_cache={"host_memory_gib": 1.0})))
+    # b takes 19 of the prefill worker's 20 blocks: the 13 never used and 6 of a's 7 freed ones, tail first
+    # (freed tail first, they are evicted in that order, and demoted to host memory). c's 64-token prefix
+    # hits a's first block on the GPU and its next three in host memory.
+    assert (r["c"]["cached_tokens"], r["c"]["host_hit_tokens"]) == (64, 48)
+    assert r["a"]["host_hit_tokens"] == r["b"]["host_hit_tokens"] == 0
+
+    r = rows(run(disagg(tmp_path, [one_call("a", 0.0, 100, 1)], transfer={"first_token": "prefill"})))
+    assert r["a"]["worker"] == r["a"]["prefill_worker"] == 0
+
+    prefixed = [Session(id=n, arrival_s=float(i), calls=(Call(append_tokens=161, output_tokens=4),), **shared)
+                for i, n in enumerate("ab")]
+    res = run(disagg(tmp_path, prefixed, transfer={"kind": "push"}))
+    r = rows(res)
+    assert r["b"]["cached_tokens"] == 64 and r["b"]["reused_blocks"] == 0  # (its prefill hit; the push sent all)
+    # Prompt 64 + 161 = 225 tokens; all but the last, 224, are sent: 14 blocks each.
+    assert res.summary["kv_transfer"]["blocks"] == 2 * 14 and res.summary["kv_transfer"]["reused_blocks"] == 0
+
+    res = run(disagg(tmp_path, [one_call("a", 0.0, 1, 4)]))
+    assert res.requests["transfer_s"][0] == res.summary["kv_transfer"]["transfer_s"]["mean"] > 0
+
+
+def test_first_token_resampled_after_a_lease_runs_out_counts_once(tmp_path):
+    """first_token: prefill; b's lease runs out and the decode worker samples its first token again: that
+    token used to count twice in the workers' output counters (the time series' token rate)."""
+    sessions = [one_call("a", 0.0, 500, 200), one_call("b", 0.001, 200, 8)]
+    sim = Simulation(disagg(tmp_path, sessions, d_blocks=44, transfer={"lease_s": 0.05, "first_token": "prefill"}))
+    res = sim.run()
+    assert res.summary["kv_transfer"]["lease_expiries"] == 1
+    assert sum(w.sched.output_tokens for w in sim.workers) == int(res.requests["output_tokens"].sum()) == 208
+
+
+def test_sglang_decode_worker_refuses_what_its_admission_could_never_take(tmp_path):
+    """SGLang's admission wants fewer tokens than are free: a 50 + 100 request on a 150-token decode pool
+    was pulled, retracted and never admitted again (a stall). It fails at staging with the reason."""
+    res = run(disagg(tmp_path, [one_call("a", 0.0, 50, 100), one_call("b", 0.0, 50, 99)], d_blocks=150,
+                     engine={"name": "sglang"}, kv_cache={"prefix_caching": False}))
+    r = rows(res)
+    assert r["a"]["status"] == "failed" and r["a"]["fail_reason"].startswith(
+        "decode: SGLang's admission needs fewer than the 150 KV tokens worker 1 holds free")
+    assert r["b"]["status"] == "finished"

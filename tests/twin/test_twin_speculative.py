@@ -271,3 +271,18 @@ def test_a_step_budget_below_one_speculative_decode_is_an_error() -> None:
     with pytest.raises(ConfigError) as err:
         Simulation(cfg)
     assert err.value.path == "scheduler.max_num_batched_tokens" and "= 4 tokens" in str(err.value)
+
+
+@pytest.mark.parametrize("acceptance", [0.0, 1.0])
+def test_a_request_whose_last_verify_step_cannot_fit_fails_at_the_door(tmp_path, acceptance) -> None:
+    """10 blocks of 16 = 160 slots, k = 3. The last verify step of a 100 + n request computes its last
+    sampled token and 3 drafts over 100 + n - 2 earlier tokens: 100 + n + 2 slots. n = 58 fits exactly and
+    finishes; n = 59 used to preempt itself with the pool empty and stall; it fails when it arrives."""
+    path = tmp_path / "w.jsonl"
+    write_sessions(path, [Session(id=f"n{n}", arrival_s=0.0, calls=(Call(append_tokens=100, output_tokens=n),))
+                          for n in (58, 59)], source="test")
+    t = run(load_config({"model": {"name": MIMO}, "engine": spec(3, acceptance), "kv_cache": {"num_blocks": 10},
+                         "workload": {"kind": "sessions", "path": str(path)}})).requests
+    assert list(t["status"]) == ["finished", "failed"]
+    assert t["fail_reason"][1] == ("needs 11 KV blocks (100 prompt + 59 output tokens and 2 more for the drafts "
+                                   "of its last verify step) but worker 0 holds only 10")
