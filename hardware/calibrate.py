@@ -105,12 +105,12 @@ def roof_np(p: Sequence[float] | np.ndarray, flops: np.ndarray, nbytes: np.ndarr
     calibration.Roofline (m_cost_s present with per_m, k_half / n_half with the GEMM widths nk = (n, k))."""
     ce, mh, me, bh, fl = p[:5]
     per_row = p[5] if per_m else 0.0
-    rate = peak * ce * (m / (m + mh))
+    pad = np.ceil(m / tile) * tile / m if tile > 1 else 1.0
+    rate = peak * ce * (m * pad / (m * pad + mh))  # the rate of the padded rows (Roofline.time_s)
     if nk is not None:
         kh, nh = p[-2], p[-1]
         n, k = nk
         rate = rate * (k / (k + kh)) * (n / (n + nh))
-    pad = np.ceil(m / tile) * tile / m if tile > 1 else 1.0
     tc = flops * pad / rate
     tm = nbytes / (bw * me * (nbytes / (nbytes + bh)))
     return np.maximum(tc, tm) + fl + per_row * m

@@ -3,7 +3,9 @@
 Curve shapes (all efficiencies are fractions of a spec peak, never a fitted peak):
   compute efficiency  eff(m) = eff_max * m / (m + m_half)          (m: GEMM rows, or tokens per expert)
   memory efficiency   eff(B) = eff_max * B / (B + bytes_half)      (B: bytes the kernel moves)
-  time                t = max(FLOPs x tile_pad(m) / (peak x eff(m)), bytes / (BW x eff(B))) + floor_s + m x m_cost_s
+  time                t = max(FLOPs x tile_pad(m) / (peak x eff(r)), bytes / (BW x eff(B))) + floor_s + m x m_cost_s
+                      r: the rows the rate is read at, m x tile_pad(m) (the padded rows), or what a kernel
+                      says (prefill attention: kernels.prefill_rows)
 m_half = bytes_half = 0 gives a constant efficiency.
 """
 
@@ -80,11 +82,17 @@ class Roofline:
         return bw_Bps * self.mem_eff * (nbytes / (nbytes + self.bytes_half) if self.bytes_half else 1.0)
 
     def time_s(self, flops: float, nbytes: float, m: float, peak_flops: float, bw_Bps: float,
-               width_eff: float = 1.0) -> float:
-        """max(compute, memory) + floor + per-row cost; ``width_eff`` scales the compute rate (GEMM shapes)."""
+               width_eff: float = 1.0, rate_rows: float | None = None) -> float:
+        """max(compute, memory) + floor + per-row cost; ``width_eff`` scales the compute rate (GEMM shapes).
+        With tiles, the kernel computes whole tiles of rows: the padded work runs at the rate of the padded
+        row count (the rate at the rows asked for would charge the few-row loss twice: once as padding, once
+        as a low rate, e.g. 2,100 x the ideal time for one row on 128-row tiles). ``rate_rows``: the rows to
+        read the rate at instead (see kernels.prefill_rows)."""
         if flops <= 0 and nbytes <= 0:
             return 0.0
-        tc = flops * self.tile_factor(m) / (self.compute_Fps(peak_flops, m) * width_eff) if flops > 0 else 0.0
+        tile = self.tile_factor(m)
+        rows = m * tile if rate_rows is None else rate_rows
+        tc = flops * tile / (self.compute_Fps(peak_flops, rows) * width_eff) if flops > 0 else 0.0
         tm = nbytes / self.mem_Bps(bw_Bps, nbytes) if nbytes > 0 else 0.0
         return max(tc, tm) + self.floor_s + self.m_cost_s * m
 

@@ -329,8 +329,9 @@ class CostModel:
         if g.ffn is not None and g.ffn.kind == "moe":
             mean_rank = self._moe_s(g.ffn, M, cal, self._routing_mean)
             t["moe_experts"] += n * mean_rank
-            if d.ep > 1:
-                t["ep_imbalance"] += n * (self._moe_s(g.ffn, M, cal, self._routing_busiest) - mean_rank)
+            if d.ep > 1:  # (the rank the layer waits for is never faster than the mean one)
+                busiest = self._moe_s(g.ffn, M, cal, self._routing_busiest)
+                t["ep_imbalance"] += n * max(0.0, busiest - mean_rank)
             if g.moe_allreduce:
                 t["tp_allreduce"] += n * self._allreduce_s(msg * d.attn_dp, d.moe_tp)
             if d.attn_dp > 1 and d.ep > 1:
