@@ -99,13 +99,31 @@ def measure_twin(scn: Scenario, repeats: int) -> dict[str, Any]:
     return out
 
 
+def process_env(**extra: str) -> dict[str, str]:
+    """The environment of a timed whole process: this one's with Python's bytecode cache on. A
+    PYTHONDONTWRITEBYTECODE inherited from a sandbox makes every run compile its sources again, which no
+    installed package does (pip compiles them at install); it cost each simulator a share of its time."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(extra)
+    return env
+
+
+def warm_bytecode(python: str, *trees: Path) -> None:
+    """Compile the sources under ``trees`` to their bytecode cache once, as an install does, so that the
+    timed processes load it."""
+    subprocess.run([python, "-m", "compileall", "-q", *map(str, trees)], check=False, env=process_env(),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def twin_process_wall(scn: Scenario, paths: DataPaths, run: bool = True) -> float:
     """Whole-process wall time of one twin run of ``scn`` (fresh interpreter: start-up, imports, run); with
     ``run=False`` the same process stops once the simulation is built: its fixed cost."""
     cmd = [sys.executable, str(HERE / "speed.py"), "--child", scn.name,
            "--vidur-data", str(paths.vidur_data), "--trace", str(paths.azure_conv)] + ([] if run else ["--no-run"])
+    root = HERE.parent
+    warm_bytecode(sys.executable, root / "twin", root / "hardware", root / "workloads", HERE)
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=process_env())
     return time.perf_counter() - t0
 
 
@@ -143,7 +161,8 @@ def run_vidur(trace: Path, python: str, repo: Path, cache_dir: Path, attention: 
               log: Path | None = None) -> dict[str, Any]:
     """Vidur as a whole process on ``trace``; phases from the ``VIDUR_TIMINGS`` line of vidur_driver.py."""
     state = vidur_cache_state(cache_dir)
-    env = dict(os.environ, WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
+    warm_bytecode(python, repo)
+    env = process_env(WANDB_MODE="disabled", PYTHONUNBUFFERED="1")
     with tempfile.TemporaryDirectory(prefix="vidur-out-") as out_dir:
         cmd = [python, str(HERE / "vidur_driver.py"), str(repo), "--",
                *vidur_args(trace, Path(out_dir), cache_dir, attention)]
