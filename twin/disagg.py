@@ -212,13 +212,6 @@ class DisaggSystem:
             self._fail(req, f"prefill: {stage.fail_reason}", now)
             return
         rec.to(KVState.STAGED, now)
-        if aborted is not None:  # aborted during the step that ended its prefill: dropped now, staged KV freed
-            prefill.sched.kv.free(stage)
-            prefill.wake()
-            rec.to(KVState.FREED, now)
-            Scheduler.fail(req, now, aborted)
-            self.on_done(req)
-            return
         if self.tcfg.first_token == "prefill":
             req.first_token_ns = req.last_token_ns = now
             req.num_output_tokens = 1
@@ -233,6 +226,13 @@ class DisaggSystem:
                 req.finish_ns = now
                 self.on_done(req)
                 return
+        if aborted is not None:  # aborted during the step that ended its prefill (which gave it any first
+            prefill.sched.kv.free(stage)  # token it samples): dropped now, its staged KV freed
+            prefill.wake()
+            rec.to(KVState.FREED, now)
+            Scheduler.fail(req, now, aborted)
+            self.on_done(req)
+            return
         decode: DecodeWorker = self.decode_router.choose(req, self.decode)  # type: ignore[arg-type,assignment]
         rec.decode_worker = decode.wid
         req.worker = decode.wid

@@ -374,6 +374,9 @@ class Scheduler:
                 self.drafter.forget(req)
         else:
             return False
+        if req.first_token_counted:  # its first token, counted by a prefill worker, was voided (a lease ran
+            req.first_token_counted = False  # out) and will not be sampled again: it is no output
+            self.output_tokens -= 1
         self.kv.free(req)
         self.fail(req, now, reason)
         return True

@@ -236,6 +236,7 @@ class Worker:
         while True:
             if self._aborts:
                 self._apply_aborts()
+                prepared = False  # (what they freed may start pulls that before_schedule held back)
             if self.before_schedule is not None and not prepared:
                 self.before_schedule()
             prepared = False
@@ -245,6 +246,8 @@ class Worker:
             now = now_ns(env)
             out = sched.schedule(now)
             if out.empty:
+                if out.preempted:  # a request preempted itself and the pass ended: the engine steps again
+                    continue      # at once (each such pass preempts one more, so this ends)
                 self.blocked = True
                 yield from self._sleep()
                 self.blocked = False

@@ -2,6 +2,7 @@
 
 import math
 
+import attrs
 import simpy
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -367,3 +368,47 @@ def test_sglang_decode_worker_refuses_what_its_admission_could_never_take(tmp_pa
     assert r["a"]["status"] == "failed" and r["a"]["fail_reason"].startswith(
         "decode: SGLang's admission needs fewer than the 150 KV tokens worker 1 holds free")
     assert r["b"]["status"] == "finished"
+
+
+def test_an_abort_that_frees_the_decode_worker_lets_a_staged_request_be_pulled_fast_forward_or_not(tmp_path):
+    """a decodes alone on a 45-block decode worker (fast-forwarded), b's KV is staged and cannot fit yet;
+    a is aborted at the instant b is staged. At that boundary the aborts were applied after the pulls had
+    been tried, and with fast-forward on nothing tried them again: b stayed staged forever (StallError).
+    Fast-forward on and off now give the same rows, b pulled at a's abort boundary."""
+    sessions = [one_call("a", 0.0, 600, 100), one_call("b", 0.05, 200, 20)]
+    cfg = disagg(tmp_path, sessions, d_blocks=45)
+    b_staged = rows(run(cfg))["b"]["kv_staged_s"]
+    for ff in (True, False):
+        r, res = run_aborting(attrs.evolve(cfg, run=attrs.evolve(cfg.run, fast_forward=ff)), "a", b_staged)
+        assert r["a"]["status"] == "failed" and r["b"]["status"] == "finished"
+        assert r["b"]["kv_pull_s"] == r["a"]["finish_s"]
+        res.write(tmp_path / f"ff_{ff}")
+    on, off = (tmp_path / f"ff_{ff}" / "requests.csv" for ff in (True, False))
+    assert on.read_bytes() == off.read_bytes()
+
+
+def test_output_counters_match_the_table_when_first_token_prefill_requests_are_aborted(tmp_path):
+    """first_token: prefill. Aborted in the prefill step that stages it, a request still gets the first
+    token that step samples (its row said 0 while the counters had 1); aborted after its lease ran out and
+    before the decode worker samples again, its voided first token leaves the counters (they had 1, the
+    row 0)."""
+    cfg = disagg(tmp_path, [one_call("a", 0.0, 300, 10)], transfer={"first_token": "prefill"})
+    a = rows(run(cfg))["a"]
+    sim_rows, res = run_aborting(cfg, "a", a["first_scheduled_s"] + 1e-6)
+    assert sim_rows["a"]["output_tokens"] == 1 and sim_rows["a"]["first_token_s"] == a["first_token_s"]
+    assert sim_rows["a"]["status"] == "failed" and sim_rows["a"]["kv_state"] == "freed"
+
+    sessions = [one_call("a", 0.0, 500, 200), one_call("b", 0.001, 200, 8)]
+    cfg = disagg(tmp_path, sessions, d_blocks=44, transfer={"lease_s": 0.05, "first_token": "prefill"})
+    b = rows(run(cfg))["b"]
+    sim = Simulation(cfg)
+
+    def aborter():
+        yield sim.env.timeout(round(b["kv_expired_s"] * 1e9) + 1)  # requeued on the decode worker, not run
+        sim.system.abort(next(r for r in sim.driver.requests if r.session == "b"), "gone")
+
+    sim.env.process(aborter())
+    res = sim.run()
+    t = res.requests
+    assert list(t["status"]) == ["finished", "failed"] and list(t["output_tokens"]) == [200, 0]
+    assert sum(w.sched.output_tokens for w in sim.workers) == 200

@@ -142,6 +142,19 @@ def test_abort_drops_a_running_and_a_queued_request_at_the_next_step_boundary(tm
         assert r["a"]["finish_s"] == ref.requests["finish_s"][0]  # a never noticed
 
 
+def test_a_request_that_preempts_itself_under_the_priority_policy_does_not_stall_the_worker(tmp_path):
+    """Priority policy, 6 blocks of 4: a (low priority, admitted first, so first in the running order)
+    needs a block on a full pool and the victim, the lowest priority, is a itself: the pass ends with
+    nothing scheduled and one request preempted. The worker used to sleep on that empty step with nothing
+    to wake it (StallError); as vLLM's loop does, it schedules again at once, and b runs on."""
+    sessions = [Session(id="a", arrival_s=0.0, priority=1, calls=(Call(append_tokens=8, output_tokens=10),)),
+                Session(id="b", arrival_s=0.0001, priority=0, calls=(Call(append_tokens=8, output_tokens=10),))]
+    t = run(sessions_config(tmp_path, sessions, scheduler={"policy": "priority"},
+                            kv_cache={"block_size": 4, "num_blocks": 6})).requests
+    assert list(t["status"]) == ["finished", "finished"] and list(t["preemptions"]) == [1, 0]
+    assert t["finish_s"][1] < t["finish_s"][0]
+
+
 def test_sub_agents_fork_the_parents_context_and_the_parent_joins_them(tmp_path):
     """p's call 0 (100 + 4) starts three sub-agents with its context forked (104 tokens): a (+30 = 134) and
     b (+20 = 124) hit its 6 full 16-token blocks (96 tokens; the 7th is partial); big can never fit and fails
