@@ -433,12 +433,12 @@ class DisaggSystem:
         if not seats or not sched.kv.allocate_slots(req, known - len(hits) * self.block_size, hits, cache=False):
             now = now_ns(self.env)
             req.kv.to(KVState.DROPPED, now)
-            self._aborting.pop(req.id, None)
+            aborted = self._aborting.pop(req.id, None)  # (the client's abort came first: its reason stands)
             self.dropped += 1
             req.status = Status.FAILED
-            req.fail_reason = (f"pushed KV arrived at decode worker {decode.wid} with no room "
-                               + (f"({sched.kv.pool.num_free} free blocks)" if seats else
-                                  f"(all {sched.limits.max_num_seqs} sequence slots taken)"))
+            req.fail_reason = aborted or (f"pushed KV arrived at decode worker {decode.wid} with no room "
+                                          + (f"({sched.kv.pool.num_free} free blocks)" if seats else
+                                             f"(all {sched.limits.max_num_seqs} sequence slots taken)"))
             req.finish_ns = now
             self.on_done(req)
             return

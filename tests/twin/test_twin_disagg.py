@@ -127,6 +127,11 @@ def test_push_ablation_fails_what_the_pull_design_completes(tmp_path):
     assert r["a"]["status"] == "finished"
     assert r["b"]["status"] == "failed" and "no room" in r["b"]["fail_reason"] and r["b"]["kv_state"] == "dropped"
     assert pushed.summary["kv_transfer"]["dropped"] >= 1
+    # Aborted while its KV was pushed, b fails with the abort's reason, not with the drop's that followed.
+    cfg = disagg(tmp_path, sessions, p_blocks=26, d_blocks=14, transfer={"kind": "push"})
+    r, _ = run_aborting(cfg, "b", r["b"]["kv_staged_s"] + 1e-9)
+    assert r["b"]["status"] == "failed" and r["b"]["fail_reason"] == "client went away"
+    assert r["b"]["kv_state"] == "dropped"
 
 
 def test_first_token_from_prefill_worker_option(tmp_path):
