@@ -126,8 +126,6 @@ class DisaggSystem:
                                            retain_finished_kv=True), p_prices, self._prefill_done,
                    fast_forward_steps=fast_forward_steps(config))
             for i in range(spec.prefill.workers)]
-        for w in self.prefill:  # a token the decode worker samples again is no output of the prefill worker
-            w.sched.counts_outputs = self.tcfg.first_token == "prefill"
         base = spec.prefill.workers
         self.decode = [
             DecodeWorker(self, env, base + i,
@@ -219,27 +217,19 @@ class DisaggSystem:
                 req.token_times_ns = [now]
             if req.max_output_tokens == 1:  # that token was the whole answer: nothing to decode
                 req.worker = prefill.wid
-                prefill.sched.kv.free(stage)
-                prefill.wake()
-                rec.to(KVState.FREED, now)
-                req.status = Status.FINISHED
-                req.finish_ns = now
-                self.on_done(req)
+                self._end_staged(req, prefill, stage, now)
                 return
+        else:  # the decode worker samples the first token again
+            prefill.sched.drop_sampled()
         if aborted is not None:  # aborted during the step that ended its prefill (which gave it any first
-            prefill.sched.kv.free(stage)  # token it samples): dropped now, its staged KV freed
-            prefill.wake()
-            rec.to(KVState.FREED, now)
-            Scheduler.fail(req, now, aborted)
-            self.on_done(req)
+            self._end_staged(req, prefill, stage, now, aborted)  # token it samples)
             return
         decode: DecodeWorker = self.decode_router.choose(req, self.decode)  # type: ignore[arg-type,assignment]
         rec.decode_worker = decode.wid
         req.worker = decode.wid
         refusal = decode.sched.unservable(req)
         if refusal is not None:
-            prefill.sched.kv.free(stage)
-            prefill.wake()
+            self._release(prefill, stage)
             self._fail(req, f"decode: {refusal}", now)
             return
         pending = _Pending(req, stage, prefill)
@@ -267,11 +257,7 @@ class DisaggSystem:
             decode = self.decode[rec.decode_worker - len(self.prefill)]
             pending = next(p for p in decode.pull_queue if p.req is req)
             decode.pull_queue.remove(pending)
-            self._release_staged(pending)
-            now = now_ns(self.env)
-            rec.to(KVState.FREED, now)
-            Scheduler.fail(req, now, reason)
-            self.on_done(req)
+            self._end_staged(req, pending.prefill, pending.stage, now_ns(self.env), reason)
         elif state is KVState.PULLING or state is KVState.PUSHING:
             self._aborting[req.id] = reason
         else:  # resident on its decode worker, or queued there for recompute after its lease ran out
@@ -407,9 +393,28 @@ class DisaggSystem:
                 decode.abort(req, reason)
 
     def _release_staged(self, pending: _Pending) -> None:
-        pending.prefill.sync()
-        pending.prefill.sched.kv.free(pending.stage)
-        pending.prefill.wake()
+        self._release(pending.prefill, pending.stage)
+
+    @staticmethod
+    def _release(prefill: Worker, stage: Request) -> None:
+        """The prefill worker lets a stage's KV go (it may admit more prompts now)."""
+        prefill.sync()
+        prefill.sched.kv.free(stage)
+        prefill.wake()
+
+    def _end_staged(self, req: Request, prefill: Worker, stage: Request, now: int,
+                    reason: str | None = None) -> None:
+        """``req`` ends with its KV staged, which is freed (STAGED -> FREED): finished (the prefill worker
+        sampled its only token) or, with a reason, failed (aborted)."""
+        self._release(prefill, stage)
+        assert req.kv is not None
+        req.kv.to(KVState.FREED, now)
+        if reason is None:
+            req.status = Status.FINISHED
+            req.finish_ns = now
+        else:
+            Scheduler.fail(req, now, reason)
+        self.on_done(req)
 
     # -------------------------------------------------------------------------------- push, lease
     def _push(self, pending: _Pending, decode: DecodeWorker) -> None:
@@ -456,7 +461,7 @@ class DisaggSystem:
         self._release_staged(pending)
         # Recompute fallback: the decode worker serves the request from scratch (its prefix cache still hits).
         if self.tcfg.first_token == "prefill":  # its first token is sampled again, and timed again
-            req.first_token_counted = True  # (by the prefill worker: the decode worker's does not count)
+            pending.prefill.sched.drop_sampled()
             req.num_output_tokens = 0
             req.first_token_ns = req.last_token_ns = NO_TIME
             req.token_times_ns = None

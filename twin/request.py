@@ -34,7 +34,6 @@ class Request:
         "worker", "arrival_ns", "queued_ns", "enqueued_ns", "first_scheduled_ns", "first_token_ns", "last_token_ns",
         "finish_ns", "max_itl_ns", "cached_tokens", "recomputed_tokens", "preemptions", "fail_reason",
         "token_times_ns", "lost_tokens", "kv", "host_hit_tokens", "prefill_tokens", "measured",
-        "first_token_counted",
     )
 
     def __init__(
@@ -97,9 +96,6 @@ class Request:
         self.measured = True
         """Whether its inter-token gaps count in the run's ITL (False when it arrived before run.warmup_s,
         as the summary's other figures leave it out)."""
-        self.first_token_counted = False
-        """Its first token was counted as generated output already (sampled by a disaggregated prefill
-        worker, then sampled again by the decode worker when the lease ran out): not counted twice."""
         self.kv: KVRecord | None = None
         """The KV lifecycle record (disaggregated systems only)."""
 

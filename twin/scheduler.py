@@ -287,9 +287,7 @@ class Scheduler:
         self.preemptions = 0
         self.steps = 0
         self.output_tokens = 0
-        self.counts_outputs = True
-        """False on a disaggregated prefill worker whose sampled token is dropped (transfer.first_token:
-        decode; the decode worker samples the first token again): its steps add nothing to output_tokens."""
+        """Tokens its steps sampled, less those dropped since (:meth:`drop_sampled`)."""
         self.host_load_s = 0.0
         """Host-tier loads the step being scheduled must wait for (reset by :meth:`schedule`)."""
         self._last_step_end_ns = NO_TIME
@@ -374,12 +372,14 @@ class Scheduler:
                 self.drafter.forget(req)
         else:
             return False
-        if req.first_token_counted:  # its first token, counted by a prefill worker, was voided (a lease ran
-            req.first_token_counted = False  # out) and will not be sampled again: it is no output
-            self.output_tokens -= 1
         self.kv.free(req)
         self.fail(req, now, reason)
         return True
+
+    def drop_sampled(self) -> None:
+        """A token one of its steps sampled, and counted, was dropped: a disaggregated prefill worker's
+        first token that the decode worker samples again. It is no output."""
+        self.output_tokens -= 1
 
     @staticmethod
     def fail(req: Request, now: int, reason: str) -> None:
@@ -818,9 +818,6 @@ class Scheduler:
             last = req.last_token_ns
             if last == NO_TIME:
                 req.first_token_ns = now
-                if req.first_token_counted:  # sampled again after its lease ran out: counted once
-                    req.first_token_counted = False
-                    sampled -= 1
             else:
                 gap = now - last
                 if req.measured:  # (one that arrived before run.warmup_s stays out of the ITL)
@@ -840,8 +837,7 @@ class Scheduler:
         if same:
             gap = now - prev
             itl[gap] = itl.get(gap, 0) + same
-        if self.counts_outputs:
-            self.output_tokens += sampled
+        self.output_tokens += sampled
         self.mark_applied(self._step_start_ns, now)
         self.finish(finished, now)
         stats = out.stats

@@ -23,7 +23,7 @@ import threading
 import time
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Iterator, TypeVar
 
 import attrs
 import simpy
@@ -39,6 +39,7 @@ from workloads.tokens import approx_tokens
 FILLER = " tok"
 POLL_S = 0.002
 GONE = "the client disconnected (aborted, as vLLM aborts a request whose client goes away)"
+T = TypeVar("T")
 
 
 @register("workload", "external")
@@ -109,10 +110,11 @@ class SimulationServer:
         env = simpy.rt.RealtimeEnvironment(factor=time_scale / 1e9, strict=False)
         self.sim = Simulation(self.config, env=env)
         self.model_name = self.config.model.name
-        from hardware import load_model
-
-        self.context_length = self.config.engine.max_model_len or load_model(self.model_name).context_length
-        """Prompt + max_tokens above it is refused with a 400, as vLLM refuses it (max_model_len)."""
+        limit = self.sim.workers[0].sched.limits.max_model_len
+        assert limit is not None
+        self.context_length = limit
+        """Prompt + max_tokens above the engine's max_model_len (as the simulated engine enforces it) is
+        refused with a 400, as vLLM refuses it."""
         self.inbox: queue.Queue[ServedRequest] = queue.Queue()
         self.aborts: queue.Queue[tuple[ServedRequest, str]] = queue.Queue()
         """Requests whose clients went away, to be dropped as the engines abort them."""
@@ -147,11 +149,7 @@ class SimulationServer:
         assert block_size is not None
         poll_ns = max(1, to_ns(POLL_S / self.time_scale))
         while not self._stop.is_set():
-            while True:
-                try:
-                    served = self.inbox.get_nowait()
-                except queue.Empty:
-                    break
+            for served in _drain(self.inbox):
                 tokens: list[Any] = [*served.prompt_tokens, *([FILLER] * served.max_tokens)]
                 req = Request(id=len(self.requests), prompt_tokens=len(served.prompt_tokens),
                               max_output_tokens=served.max_tokens, block_keys=block_keys(tokens, block_size),
@@ -160,11 +158,7 @@ class SimulationServer:
                 served.req = req
                 self.requests.append(req)
                 self.sim.system.submit(req)
-            while True:
-                try:
-                    served, reason = self.aborts.get_nowait()
-                except queue.Empty:
-                    break
+            for served, reason in _drain(self.aborts):
                 if served.req is not None:
                     self.sim.system.abort(served.req, reason)
             yield env.timeout(poll_ns)
@@ -199,6 +193,15 @@ class SimulationServer:
         for name, kind, value in lines:
             out += [f"# TYPE {name} {kind}", f"{name}{{{label}}} {value}"]
         return "\n".join(out) + "\n"
+
+
+def _drain(inbox: queue.Queue[T]) -> Iterator[T]:
+    """What is in ``inbox`` now, taken out in order, without waiting."""
+    while True:
+        try:
+            yield inbox.get_nowait()
+        except queue.Empty:
+            return
 
 
 def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
