@@ -329,10 +329,11 @@ class Scheduler:
                     f"{spec}) but worker {req.worker} holds only {self.kv.num_blocks}")
         if self.limits.admission_reserve == "sglang":
             pool = self.kv.num_blocks * size
-            if _sglang_need(req, 0) >= pool:
+            sglang_need = _sglang_need(req, 0)
+            if sglang_need >= pool:
                 return (f"SGLang's admission needs fewer than the {pool} KV tokens worker {req.worker} holds "
-                        f"free for {req.num_tokens} prompt + {_sglang_need(req, 0) - req.num_tokens} output "
-                        f"tokens: it would never be admitted")
+                        f"free for {req.num_tokens} prompt + {sglang_need - req.num_tokens} output tokens: it "
+                        f"would never be admitted")
         return None
 
     def add_request(self, req: Request, now: int) -> bool:
