@@ -115,7 +115,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise TwinError("give a config file or --example, not both")
     source = Path(args.config) if args.config else example_path(args.example or "chat")
     config = load_config(source, list(args.set or []))
-    httpd, sim = serve(config, args.host, args.port, args.time_scale)
+    httpd, sim = serve(config, args.host, args.port, args.time_scale, args.served_model_name)
     print(f"serving {sim.model_name} ({config.system.kind}) on http://{args.host}:{httpd.server_port}/v1 "
           f"(one simulated second = {args.time_scale} s); Ctrl-C stops", flush=True)
     try:
@@ -179,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--time-scale", type=float, default=1.0,
                    help="wall seconds per simulated second (0.1 runs ten times faster than real time)")
+    p.add_argument("--served-model-name", metavar="NAME",
+                   help="the model name clients send (default: the config's model.name); others get a 404")
     p.add_argument("--set", action="append", metavar="PATH=VALUE", help="override a config field")
     p.set_defaults(func=cmd_serve)
 

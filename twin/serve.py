@@ -11,6 +11,14 @@ characters: within about 7 % of real counts on the SWE-bench trajectories, see `
 Equal text prefixes give equal token prefixes, so prefix caching sees multi-turn reuse. Chat messages are
 rendered with a fixed template that keeps turn k's prompt and reply a prefix of turn k+1's prompt. The
 reply is filler text of exactly ``max_tokens`` tokens (the simulated engine ignores EOS).
+
+As vLLM's V1 server: ``n`` > 1 runs n requests with the same prompt, added together (V1's parallel
+sampling fans a request out into n children; the later ones hit the prefix cache on the blocks the first
+is computing, as the engine does), answered as n choices with the prompt counted once in ``usage``; a
+``model`` other than the served name is a 404; ``best_of`` other than 1 is refused, as V1 refuses it.
+Options whose answer the twin cannot give (``logprobs``, ``top_logprobs``, ``echo``) are refused with a 400
+naming them rather than ignored. Sampling parameters (temperature, top_p, seed, stop ...) do not change
+the filler reply, and the sampler's cost follows the deployment (``engine.sampling``), not the request.
 """
 
 from __future__ import annotations
@@ -96,7 +104,7 @@ class ServedRequest:
 class SimulationServer:
     """The simulation thread: a real-time SimPy run that accepts requests from other threads."""
 
-    def __init__(self, config: TwinConfig, time_scale: float = 1.0) -> None:
+    def __init__(self, config: TwinConfig, time_scale: float = 1.0, served_model_name: str | None = None) -> None:
         from twin.config import load_config
         from twin.runner import Simulation
 
@@ -109,7 +117,8 @@ class SimulationServer:
         self.time_scale = time_scale
         env = simpy.rt.RealtimeEnvironment(factor=time_scale / 1e9, strict=False)
         self.sim = Simulation(self.config, env=env)
-        self.model_name = self.config.model.name
+        self.model_name = served_model_name or self.config.model.name
+        """The name clients address (``--served-model-name``, as vLLM's; by default the model's)."""
         limit = self.sim.workers[0].sched.limits.max_model_len
         assert limit is not None
         self.context_length = limit
@@ -219,8 +228,8 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def _error(self, code: int, message: str) -> None:
-            self._json(code, {"error": {"message": message, "type": "invalid_request_error", "code": code}})
+        def _error(self, code: int, message: str, kind: str = "invalid_request_error") -> None:
+            self._json(code, {"error": {"message": message, "type": kind, "code": code}})
 
         def do_GET(self) -> None:
             route = self.path.split("?", 1)[0].rstrip("/")  # a query string does not change the route
@@ -249,8 +258,14 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                 if not isinstance(body, dict):
                     raise ValueError("the body must be a JSON object")
                 chat = path.endswith("chat/completions")
+                model = body.get("model")
+                if model is not None and model != server.model_name:  # (vLLM's _check_model)
+                    self._error(404, f"The model `{model}` does not exist.", "NotFoundError")
+                    return
                 tokens = self._prompt(body, chat)
                 max_tokens = self._max_tokens(body, chat)
+                n = self._n(body)
+                self._refuse_unsimulated(body, chat)
                 options = body.get("stream_options") or {}
                 if not isinstance(options, dict):
                     raise ValueError("stream_options must be an object")
@@ -265,20 +280,22 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                 self._error(400, f"this model's maximum context length is {context} tokens: {len(tokens)} prompt "
                                  f"+ {max_tokens} max_tokens ask for more")
                 return
-            served = ServedRequest(tokens, max_tokens)
-            server.submit(served)
-            rid = f"{'chatcmpl' if chat else 'cmpl'}-{id(served):x}"
+            children = [ServedRequest(tokens, max_tokens) for _ in range(n)]
+            for served in children:  # one hand-over after another: the intake adds them at one instant
+                server.submit(served)
+            rid = f"{'chatcmpl' if chat else 'cmpl'}-{id(children[0]):x}"
             if body.get("stream"):
-                self._stream(served, rid, chat, bool(options.get("include_usage")))
+                self._stream(children, rid, chat, bool(options.get("include_usage")))
             else:
-                while not served.done.wait(0.05):
+                while not all(served.done.wait(0.05) for served in children):
                     if not server.thread.is_alive():
                         self._error(500, "the simulation thread stopped")
                         return
                     if self._gone():
-                        server.abort(served, GONE)
+                        for served in children:
+                            server.abort(served, GONE)
                         return
-                self._finish(served, rid, chat)
+                self._finish(children, rid, chat)
 
         def _gone(self) -> bool:
             """Whether the client closed its connection: its socket reads as ended (a client that sent
@@ -305,6 +322,32 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
             return 256 if chat else 16
 
         @staticmethod
+        def _n(body: dict[str, Any]) -> int:
+            """Completions asked for (``n``, default 1): a whole number >= 1."""
+            value = body.get("n")
+            if value is None:
+                return 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"n must be an integer >= 1, got {json.dumps(value)}")
+            return value
+
+        @staticmethod
+        def _refuse_unsimulated(body: dict[str, Any], chat: bool) -> None:
+            """Options the twin cannot answer are refused, naming them, rather than dropped; ``best_of`` as
+            vLLM's V1 engine refuses it (only 1 is accepted)."""
+            best_of = body.get("best_of")
+            if best_of is not None and best_of != 1:
+                raise ValueError(f"best_of is not supported (vLLM's V1 engine accepts only 1), got "
+                                 f"{json.dumps(best_of)}")
+            # (identity tests: a completions request's ``logprobs: 0`` asks for the chosen tokens' logprobs)
+            asked = [key for key in ("logprobs", "top_logprobs", "echo")
+                     if body.get(key) is not None and body.get(key) is not False
+                     and not (chat and key == "top_logprobs" and body.get(key) == 0)]
+            if asked:
+                raise ValueError(f"{', '.join(asked)} not simulated: the twin's replies are filler tokens "
+                                 f"with no probabilities or prompt text")
+
+        @staticmethod
         def _prompt(body: dict[str, Any], chat: bool) -> list[str] | list[int]:
             if chat:
                 messages = body["messages"]
@@ -322,27 +365,30 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                 raise ValueError("prompt must be a string or a list of token ids")
             return approx_tokens(prompt)
 
-        def _usage(self, served: ServedRequest) -> dict[str, int]:
-            req = served.req
-            out = req.num_output_tokens if req is not None else 0
-            return {"prompt_tokens": len(served.prompt_tokens), "completion_tokens": out,
-                    "total_tokens": len(served.prompt_tokens) + out}
+        @staticmethod
+        def _usage(children: list[ServedRequest]) -> dict[str, int]:
+            """The prompt once (the children share it) and every child's completion tokens, as vLLM counts."""
+            prompt = len(children[0].prompt_tokens)
+            out = sum(s.req.num_output_tokens for s in children if s.req is not None)
+            return {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out}
 
-        def _finish(self, served: ServedRequest, rid: str, chat: bool) -> None:
-            req = served.req
-            assert req is not None
-            if req.status is not Status.FINISHED:
-                self._error(503, f"request failed: {req.fail_reason}")
-                return
-            text = FILLER * req.num_output_tokens
-            choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant", "content": text},
-                                       "finish_reason": "length"} if chat else
-                                      {"index": 0, "text": text, "finish_reason": "length"})
+        def _finish(self, children: list[ServedRequest], rid: str, chat: bool) -> None:
+            choices: list[dict[str, Any]] = []
+            for index, served in enumerate(children):
+                req = served.req
+                assert req is not None
+                if req.status is not Status.FINISHED:
+                    self._error(503, f"request failed: {req.fail_reason}")
+                    return
+                text = FILLER * req.num_output_tokens
+                choices.append({"index": index, "message": {"role": "assistant", "content": text},
+                                "finish_reason": "length"} if chat else
+                               {"index": index, "text": text, "finish_reason": "length"})
             self._json(200, {"id": rid, "object": "chat.completion" if chat else "text_completion",
-                             "created": int(time.time()), "model": server.model_name, "choices": [choice],
-                             "usage": self._usage(served)})
+                             "created": int(time.time()), "model": server.model_name, "choices": choices,
+                             "usage": self._usage(children)})
 
-        def _stream(self, served: ServedRequest, rid: str, chat: bool, include_usage: bool) -> None:
+        def _stream(self, children: list[ServedRequest], rid: str, chat: bool, include_usage: bool) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
@@ -355,40 +401,49 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
 
-            def chunk(text: str, finish: str | None) -> str:
-                delta = {"role": "assistant", "content": text} if sent == 1 else {"content": text}
-                choice: dict[str, Any] = ({"index": 0, "delta": delta, "finish_reason": finish} if chat
-                                          else {"index": 0, "text": text, "finish_reason": finish})
+            def chunk(index: int, first: bool, finish: str | None) -> str:
+                delta = {"role": "assistant", "content": FILLER} if first else {"content": FILLER}
+                choice: dict[str, Any] = ({"index": index, "delta": delta, "finish_reason": finish} if chat
+                                          else {"index": index, "text": FILLER, "finish_reason": finish})
                 return json.dumps({"id": rid, "object": kind, "created": int(time.time()),
                                    "model": server.model_name, "choices": [choice]})
 
-            sent = 0
-            while True:
-                finished = served.done.wait(POLL_S)
-                if not finished and self._gone():
-                    server.abort(served, GONE)
-                    return
-                req = served.req
-                produced = req.num_output_tokens if req is not None else 0
-                # The last token waits for the request's end (the same simulated instant), so it carries
-                # the finish reason: read before the end, the count may already include it.
-                ready = produced if finished else min(produced, served.max_tokens - 1)
-                ok = finished and req is not None and req.status is Status.FINISHED
-                try:
-                    while sent < ready:
-                        sent += 1
-                        send(chunk(FILLER, "length" if ok and sent == produced else None))
-                except (BrokenPipeError, ConnectionResetError):
-                    if not finished:
+            def abort_all() -> None:
+                for served in children:
+                    if not served.done.is_set():
                         server.abort(served, GONE)
+
+            sent = [0] * len(children)
+            while True:
+                done = all(served.done.wait(POLL_S / len(children)) for served in children)
+                if not done and self._gone():
+                    abort_all()
                     return
-                if finished or not server.thread.is_alive():
+                try:
+                    for index, served in enumerate(children):
+                        finished = served.done.is_set()
+                        req = served.req
+                        produced = req.num_output_tokens if req is not None else 0
+                        # The last token waits for the request's end (the same simulated instant), so it
+                        # carries the finish reason: read before the end, the count may already include it.
+                        ready = produced if finished else min(produced, served.max_tokens - 1)
+                        ok = finished and req is not None and req.status is Status.FINISHED
+                        while sent[index] < ready:
+                            sent[index] += 1
+                            send(chunk(index, sent[index] == 1, "length" if ok and sent[index] == produced else None))
+                except (BrokenPipeError, ConnectionResetError):
+                    abort_all()
+                    return
+                if done or not server.thread.is_alive():
                     break
-            if req is not None and req.status is not Status.FINISHED:
-                send(json.dumps({"error": {"message": f"request failed: {req.fail_reason}"}}))
+            for served in children:
+                req = served.req
+                if req is not None and req.status is not Status.FINISHED:
+                    send(json.dumps({"error": {"message": f"request failed: {req.fail_reason}"}}))
+                    break
             if include_usage:
                 send(json.dumps({"id": rid, "object": kind, "created": int(time.time()), "model": server.model_name,
-                                 "choices": [], "usage": self._usage(served)}))
+                                 "choices": [], "usage": self._usage(children)}))
             send("[DONE]")
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
@@ -410,10 +465,10 @@ class _Server(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-def serve(config: TwinConfig, host: str = "127.0.0.1", port: int = 8000, time_scale: float = 1.0
-          ) -> tuple[ThreadingHTTPServer, SimulationServer]:
+def serve(config: TwinConfig, host: str = "127.0.0.1", port: int = 8000, time_scale: float = 1.0,
+          served_model_name: str | None = None) -> tuple[ThreadingHTTPServer, SimulationServer]:
     """Start the simulation thread and an HTTP server (not yet serving: call ``serve_forever``)."""
-    sim = SimulationServer(config, time_scale)
+    sim = SimulationServer(config, time_scale, served_model_name)
     httpd = _Server((host, port), make_handler(sim))
     httpd.daemon_threads = True
     sim.start()

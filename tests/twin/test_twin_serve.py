@@ -29,11 +29,11 @@ def post(url, body):
 
 def test_completion_counts_tokens_and_returns_usage(endpoint):
     base, sim = endpoint
-    out = json.loads(post(f"{base}/v1/completions", {"model": "m", "prompt": "Hello there, how are you?",
+    out = json.loads(post(f"{base}/v1/completions", {"prompt": "Hello there, how are you?",
                                                       "max_tokens": 7}))
     assert out["usage"] == {"prompt_tokens": 7, "completion_tokens": 7, "total_tokens": 14}
     assert out["choices"][0]["text"] == " tok" * 7 and out["choices"][0]["finish_reason"] == "length"
-    ids = json.loads(post(f"{base}/v1/completions", {"model": "m", "prompt": [1, 2, 3, 4], "max_tokens": 2}))
+    ids = json.loads(post(f"{base}/v1/completions", {"prompt": [1, 2, 3, 4], "max_tokens": 2}))
     assert ids["usage"]["prompt_tokens"] == 4
     models = json.loads(urllib.request.urlopen(f"{base}/v1/models", timeout=10).read())
     assert models["data"][0]["id"] == "meta-llama/Llama-3.1-8B"
@@ -44,7 +44,7 @@ def test_completion_counts_tokens_and_returns_usage(endpoint):
 def test_chat_stream_then_second_turn_hits_the_prefix_cache(endpoint):
     base, sim = endpoint
     history = [{"role": "system", "content": "You are terse. " * 60}, {"role": "user", "content": "Hi"}]
-    text = post(f"{base}/v1/chat/completions", {"model": "m", "messages": history, "max_tokens": 20, "stream": True,
+    text = post(f"{base}/v1/chat/completions", {"messages": history, "max_tokens": 20, "stream": True,
                                                  "stream_options": {"include_usage": True}})
     events = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
@@ -53,7 +53,7 @@ def test_chat_stream_then_second_turn_hits_the_prefix_cache(endpoint):
     assert content == " tok" * 20 and chunks[-1]["usage"]["completion_tokens"] == 20
     history += [{"role": "assistant", "content": content}, {"role": "user", "content": "More please"}]
     assert render_chat(history).startswith(render_chat(history[:2]) + content)
-    post(f"{base}/v1/chat/completions", {"model": "m", "messages": history, "max_tokens": 4})
+    post(f"{base}/v1/chat/completions", {"messages": history, "max_tokens": 4})
     metrics = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
     hits = next(line for line in metrics.splitlines() if line.startswith("vllm:prefix_cache_hits_total"))
     assert int(hits.rsplit(" ", 1)[1]) >= 16 * 8  # the first turn's prompt and reply blocks were reused
@@ -62,7 +62,7 @@ def test_chat_stream_then_second_turn_hits_the_prefix_cache(endpoint):
 def test_bad_request_is_a_400(endpoint):
     base, _ = endpoint
     with pytest.raises(urllib.error.HTTPError) as info:
-        post(f"{base}/v1/chat/completions", {"model": "m", "messages": []})
+        post(f"{base}/v1/chat/completions", {"messages": []})
     assert info.value.code == 400
 
 
@@ -81,7 +81,7 @@ def test_malformed_requests_get_a_400_naming_the_field(endpoint, body, message):
     base, _ = endpoint
     route = "chat/completions" if "messages" in body else "completions"
     with pytest.raises(urllib.error.HTTPError) as info:
-        post(f"{base}/v1/{route}", {"model": "m", **body})
+        post(f"{base}/v1/{route}", body)
     assert info.value.code == 400 and message in info.value.read().decode()
 
 
@@ -94,7 +94,7 @@ def test_every_stream_ends_with_its_finish_reason_under_a_burst_of_clients(endpo
     results: list[list[dict]] = []
 
     def one(i: int) -> None:
-        text = post(f"{base}/v1/chat/completions", {"model": "m", "max_tokens": 5 + i % 7, "stream": True,
+        text = post(f"{base}/v1/chat/completions", {"max_tokens": 5 + i % 7, "stream": True,
                                                      "messages": [{"role": "user", "content": f"question {i}"}]})
         results.append([json.loads(line[6:]) for line in text.splitlines()
                         if line.startswith("data: ") and line != "data: [DONE]"])
@@ -111,8 +111,8 @@ def test_every_stream_ends_with_its_finish_reason_under_a_burst_of_clients(endpo
         assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
 
 
-@pytest.mark.parametrize("stream", [True, False])
-def test_a_client_that_disconnects_aborts_its_request(endpoint, stream):
+@pytest.mark.parametrize("stream, n", [(True, 1), (False, 1), (True, 2), (False, 2)])
+def test_a_client_that_disconnects_aborts_its_request(endpoint, stream, n):
     """As vLLM aborts a request whose client goes away: a 20,000-token completion (minutes of simulated
     decoding, seconds here) is dropped soon after its client closes the connection, with the reason, and its
     KV blocks are freed; a client that stays is unaffected."""
@@ -124,21 +124,118 @@ def test_a_client_that_disconnects_aborts_its_request(endpoint, stream):
 
     base, sim = endpoint
     port = urlparse(base).port
-    body = json.dumps({"model": "m", "prompt": "a long answer please", "max_tokens": 20_000, "stream": stream})
+    body = json.dumps({"prompt": "a long answer please", "max_tokens": 20_000, "stream": stream, "n": n})
     conn = socket.create_connection(("127.0.0.1", port))
     conn.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                  f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
     deadline = time.monotonic() + 10
-    while not sim.requests and time.monotonic() < deadline:
+    while len(sim.requests) < n and time.monotonic() < deadline:
         time.sleep(0.01)
     if stream:
         assert conn.recv(64).startswith(b"HTTP/1.1 200")  # the stream has begun
     conn.close()
-    req = sim.requests[0]
-    while not req.is_done and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert req.status is Status.FAILED and req.fail_reason.startswith("the client disconnected")
-    assert 0 <= req.num_output_tokens < 20_000
+    assert len(sim.requests) == n
+    for req in sim.requests:  # (with n = 2 both children)
+        while not req.is_done and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert req.status is Status.FAILED and req.fail_reason.startswith("the client disconnected")
+        assert 0 <= req.num_output_tokens < 20_000
     assert not sim.sim.workers[0].sched.kv.req_blocks
-    out = json.loads(post(f"{base}/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 3}))
+    out = json.loads(post(f"{base}/v1/completions", {"prompt": "hi", "max_tokens": 3}))
     assert out["usage"]["completion_tokens"] == 3
+
+
+def test_the_model_must_be_the_served_one_as_vllm_checks_it(endpoint):
+    base, sim = endpoint
+    assert sim.model_name == "meta-llama/Llama-3.1-8B"
+    ok = json.loads(post(f"{base}/v1/completions", {"model": sim.model_name, "prompt": "hi", "max_tokens": 2}))
+    assert ok["model"] == sim.model_name and ok["usage"]["completion_tokens"] == 2
+    with pytest.raises(urllib.error.HTTPError) as info:  # used to be answered as if it were the served model
+        post(f"{base}/v1/completions", {"model": "m", "prompt": "hi", "max_tokens": 2})
+    error = json.loads(info.value.read())["error"]
+    assert info.value.code == 404 and error == {"message": "The model `m` does not exist.", "type": "NotFoundError",
+                                                "code": 404}
+    assert len(sim.requests) == 1  # nothing was simulated for it
+
+
+def test_a_served_model_name_replaces_the_models_own():
+    httpd, sim = serve(load_config(None), port=0, time_scale=0.01, served_model_name="alias")
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{httpd.server_port}"
+        models = json.loads(urllib.request.urlopen(f"{base}/v1/models", timeout=10).read())
+        assert [m["id"] for m in models["data"]] == ["alias"]
+        out = json.loads(post(f"{base}/v1/completions", {"model": "alias", "prompt": "hi", "max_tokens": 1}))
+        assert out["model"] == "alias"
+        with pytest.raises(urllib.error.HTTPError) as info:
+            post(f"{base}/v1/completions", {"model": "meta-llama/Llama-3.1-8B", "prompt": "hi", "max_tokens": 1})
+        assert info.value.code == 404
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        sim.stop()
+
+
+def test_n_completions_run_as_n_requests_sharing_the_prompt(endpoint):
+    """vLLM's V1 parallel sampling: n requests with the prompt, whose later ones hit the prefix cache on the
+    first one's prompt blocks (used to be answered with one choice, n ignored). A 100-token prompt of 16-token
+    blocks: 6 full blocks = 96 cached tokens for each of the two later requests."""
+    base, sim = endpoint
+    out = json.loads(post(f"{base}/v1/completions", {"prompt": list(range(100)), "max_tokens": 5, "n": 3}))
+    assert [c["index"] for c in out["choices"]] == [0, 1, 2]
+    assert all(c["text"] == " tok" * 5 and c["finish_reason"] == "length" for c in out["choices"])
+    assert out["usage"] == {"prompt_tokens": 100, "completion_tokens": 15, "total_tokens": 115}
+    reqs = sim.requests
+    assert len(reqs) == 3 and len({tuple(r.block_keys) for r in reqs}) == 1
+    assert [r.cached_tokens for r in reqs] == [0, 96, 96]
+
+
+def test_n_streamed_chat_choices_each_end_with_their_finish_reason(endpoint):
+    base, _ = endpoint
+    text = post(f"{base}/v1/chat/completions", {"messages": [{"role": "user", "content": "two answers"}],
+                                                 "max_tokens": 4, "n": 2, "stream": True,
+                                                 "stream_options": {"include_usage": True}})
+    chunks = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ") and line != "data: [DONE]"]
+    by_index: dict[int, list[dict]] = {0: [], 1: []}
+    for c in chunks[:-1]:
+        (choice,) = c["choices"]
+        by_index[choice["index"]].append(choice)
+    for choices in by_index.values():
+        assert "".join(c["delta"]["content"] for c in choices) == " tok" * 4
+        assert choices[0]["delta"]["role"] == "assistant" and all("role" not in c["delta"] for c in choices[1:])
+        assert [c["finish_reason"] for c in choices] == [None, None, None, "length"]
+    usage = chunks[-1]["usage"]
+    assert chunks[-1]["choices"] == [] and usage["completion_tokens"] == 8
+    assert usage["total_tokens"] == usage["prompt_tokens"] + 8
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"prompt": "hi", "n": 0}, "n must be an integer >= 1, got 0"),
+    ({"prompt": "hi", "n": 1.5}, "n must be an integer >= 1, got 1.5"),
+    ({"prompt": "hi", "n": True}, "n must be an integer >= 1, got true"),
+    ({"prompt": "hi", "best_of": 2}, "best_of is not supported (vLLM's V1 engine accepts only 1), got 2"),
+    ({"prompt": "hi", "logprobs": 1}, "logprobs not simulated"),
+    ({"prompt": "hi", "echo": True, "logprobs": 0}, "logprobs, echo not simulated"),
+    ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 3},
+     "logprobs, top_logprobs not simulated"),
+])
+def test_options_the_twin_cannot_answer_are_refused_by_name(endpoint, body, message):
+    """Used to be dropped silently: a client asking for logprobs or echo got a reply without them."""
+    base, sim = endpoint
+    route = "chat/completions" if "messages" in body else "completions"
+    with pytest.raises(urllib.error.HTTPError) as info:
+        post(f"{base}/v1/{route}", {"max_tokens": 2, **body})
+    assert info.value.code == 400 and message in info.value.read().decode()
+    assert not sim.requests
+
+
+def test_defaults_of_refused_options_are_accepted(endpoint):
+    """What benchmark clients send when they want none of them (vLLM's bench: best_of 1, logprobs null)."""
+    base, _ = endpoint
+    out = json.loads(post(f"{base}/v1/completions", {"prompt": "hi", "max_tokens": 2, "best_of": 1, "logprobs": None,
+                                                      "echo": False, "n": 1}))
+    assert len(out["choices"]) == 1
+    chat = json.loads(post(f"{base}/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                                           "max_tokens": 2, "logprobs": False, "top_logprobs": 0}))
+    assert chat["choices"][0]["message"]["content"] == " tok" * 2
