@@ -20,7 +20,7 @@ from hardware.dtypes import COMPUTE_DTYPE
 from hardware.engine import FULL_GRAPH_MODES, GRAPH_MODES
 from hardware.kernels import BUSIEST_RANK
 from hardware.layers import FfnSpec, MixerSpec
-from hardware.shape import BatchShape
+from hardware.shape import BatchShape, decode_rate_rows
 
 OWNER_GPU_MODEL = "gpu+model"
 OWNER_ENGINE = "engine"
@@ -375,49 +375,56 @@ class CostModel:
         graph = self._attention_graphed(s)
         D = s.num_decode
         d_kv = s.decode_kv
+        d_max = s.decode_max_kv
         q = s.decode_q
         if q == 1:
             return self._attention_time(graph, D, d_kv, s.new_tokens - D, s.num_reqs - D, s.sum_kv - d_kv,
-                                        s.attention_pairs - d_kv, 1, groups)
+                                        s.attention_pairs - d_kv, 1, groups, d_max)
         # A speculative decode scores its q tokens against its context (the last q keys causally).
         pairs = q * d_kv - D * q * (q - 1) // 2
         return self._attention_time(graph, D, d_kv, s.new_tokens - D * q, s.num_reqs - D, s.sum_kv - d_kv,
-                                    s.attention_pairs - pairs, q, groups)
+                                    s.attention_pairs - pairs, q, groups, d_max)
 
     def _attention_time(self, graph: bool, D: int, d_kv: int, p_tokens: int, p_reqs: int, p_kv: int,
                         p_pairs: int, dq: int = 1,
-                        groups: tuple[tuple[int, MixerSpec, int, int], ...] | None = None) -> float:
-        """Attention of D decode requests over d_kv keys plus p_tokens prefill tokens of p_reqs requests
-        (p_kv keys, p_pairs causal pairs), summed over the attention layers (or ``groups``). A decode
-        request carries dq queries (1 + drafts when speculative): the decode kernel reads its context once
-        for all of them, as FlashMLA / FlashInfer fold the query length into the head dimension."""
+                        groups: tuple[tuple[int, MixerSpec, int, int], ...] | None = None,
+                        d_max: int = -1) -> float:
+        """Attention of D decode requests over d_kv keys (the longest d_max; -1: unknown, taken as equal
+        contexts) plus p_tokens prefill tokens of p_reqs requests (p_kv keys, p_pairs causal pairs), summed
+        over the attention layers (or ``groups``). A decode request carries dq queries (1 + drafts when
+        speculative): the decode kernel reads its context once for all of them, as FlashMLA / FlashInfer
+        fold the query length into the head dimension. The decode kernel's rate is read at
+        d_kv / d_max requests (BatchShape.decode_rows); a layer that attends a window (or DSA's top-k keys)
+        reads at most that many keys per request, so its longest request reads min(d_max, window)."""
         cal = self.gcal if graph else self.cal
         kvb, peak, bw = self._kv_bytes, self._peak_bf16, self._hbm_Bps
         total = 0.0
         for count, mx, heads, kvh in self._attn_groups if groups is None else groups:
             if mx.kind == "gqa":
-                dk, pk, pp = d_kv, p_kv, p_pairs
+                dk, pk, pp, dm = d_kv, p_kv, p_pairs, d_max
                 if mx.window:
                     dk = min(dk, D * mx.window)
                     pk = min(pk, p_reqs * mx.window + p_tokens)
                     pp = min(pp, p_tokens * mx.window)
+                    dm = min(dm, mx.window)
                 # Each kernel costs 0.0 without its requests: skipping the call adds nothing (exact).
                 t = 0.0
                 if D > 0:
                     t = kernels.gqa_decode_s(cal.gqa_decode(kvb), reqs=D, sum_kv=dk, heads=heads * dq,
                                              kv_heads=kvh, head_dim=mx.head_dim, v_head_dim=mx.vdim,
-                                             kv_bytes=kvb, peak_flops=peak, bw_Bps=bw)
+                                             kv_bytes=kvb, peak_flops=peak, bw_Bps=bw,
+                                             rate_rows=decode_rate_rows(D, dk, dm))
                 if p_tokens > 0:
                     t += kernels.gqa_prefill_s(cal.attn_prefill, tokens=p_tokens, sum_kv=pk, pairs=pp,
                                                heads=heads, kv_heads=kvh, head_dim=mx.head_dim,
                                                v_head_dim=mx.vdim, kv_bytes=kvb, peak_flops=peak, bw_Bps=bw)
             else:
-                t = self._mla_s(mx, heads, D, d_kv, p_tokens, p_kv, p_pairs, peak, bw, cal, dq)
+                t = self._mla_s(mx, heads, D, d_kv, p_tokens, p_kv, p_pairs, peak, bw, cal, dq, d_max)
             total += count * t
         return total
 
     def _mla_s(self, mx: MixerSpec, heads: int, D: int, d_kv: int, p_tokens: int, p_kv: int, p_pairs: int,
-               peak: float, bw: float, cal: Calibration, dq: int = 1) -> float:
+               peak: float, bw: float, cal: Calibration, dq: int = 1, d_max: int = -1) -> float:
         """MLA: absorbed latent attention for decode (W_UK / W_UV as batched GEMMs around an MQA kernel over
         the 576-wide latent); MHA form for prefill (kv_b up-projection of the context, then attention)."""
         d = self.dep
@@ -428,18 +435,20 @@ class CostModel:
         proj_peak = d.gpu.flops_for(COMPUTE_DTYPE[d.weight_dtype] if quant else "bf16")
         t = 0.0
         idx_flops, idx_bytes = 0.0, 0.0
-        dk, pk, pp = d_kv, p_kv, p_pairs
+        dk, pk, pp, dm = d_kv, p_kv, p_pairs, d_max
         if mx.index_topk:       # DSA: an FP8 indexer scores every pair, attention reads top-k keys only
             idx_flops = 2.0 * (d_kv * dq + p_pairs) * mx.index_n_heads * mx.index_head_dim
             idx_bytes = (d_kv + p_kv) * (mx.index_head_dim + 4)
             dk, pp = min(dk, D * mx.index_topk), min(pp, p_tokens * mx.index_topk)
             pk = min(pk, p_tokens * mx.index_topk)
+            dm = min(dm, mx.index_topk)
         if D:
             Dq = D * dq  # decode query tokens
             t += proj.time_s(Dq * heads * 2.0 * (nope * lat + lat * v),
                              kv_b_bytes + Dq * heads * (nope + lat + lat + v) * ACT_BYTES, Dq, proj_peak, bw)
             t += kernels.mla_decode_s(cal.mla_decode, reqs=D, sum_kv=dk, heads=heads * dq, kv_lora_rank=lat,
-                                      rope_dim=rope, kv_bytes=d.kv_bytes_per_elem, peak_flops=peak, bw_Bps=bw)
+                                      rope_dim=rope, kv_bytes=d.kv_bytes_per_elem, peak_flops=peak, bw_Bps=bw,
+                                      rate_rows=decode_rate_rows(D, dk, dm))
         if p_tokens:
             t += proj.time_s(2.0 * pk * lat * heads * (nope + v),
                              kv_b_bytes + pk * (lat + heads * (nope + v)) * ACT_BYTES, pk, proj_peak, bw)
@@ -582,7 +591,8 @@ class CostModel:
             return -(-x // b) * b
 
         return attrs.evolve(s, sum_kv=up(s.sum_kv), sum_q_kv=max(up(s.sum_q_kv), s.sum_q_sq),
-                            decode_sum_kv=up(s.decode_sum_kv) if s.decode_sum_kv >= 0 else -1)
+                            decode_sum_kv=up(s.decode_sum_kv) if s.decode_sum_kv >= 0 else -1,
+                            decode_max_kv=up(s.decode_max_kv) if s.decode_max_kv >= 0 else -1)
 
     def _launch_s(self, s: BatchShape) -> float:
         """CPU launch time of kernels not covered by a CUDA graph.
@@ -617,9 +627,10 @@ class CostModel:
         self._cache[shape] = out
         return out
 
-    def decode_step(self, n: int, sum_kv: int) -> tuple[list[float], int]:
-        """A pure-decode step of ``n`` requests attending ``sum_kv`` tokens in all: the values of
-        ``term_names`` and the total in ns, the very floats ``step`` gives for that batch's shape.
+    def decode_step(self, n: int, sum_kv: int, max_kv: int = -1) -> tuple[list[float], int]:
+        """A pure-decode step of ``n`` requests attending ``sum_kv`` tokens in all, the longest ``max_kv``
+        (-1: unknown, taken as equal): the values of ``term_names`` and the total in ns, the very floats
+        ``step`` gives for that batch's shape.
 
         The fast path of decode stretches, whose context grows every step: what depends on ``n`` alone is
         prepared once per ``n``; only attention and the context terms are computed per call, by the same
@@ -635,9 +646,12 @@ class CostModel:
         if self.kv_bucket_tokens > 0:
             b = self.kv_bucket_tokens
             sum_kv = -(-sum_kv // b) * b
+            if max_kv >= 0:
+                max_kv = -(-max_kv // b) * b
         t = fixed.copy()
-        # BatchShape(n, n, n, sum_kv, sum_kv, n): every request decodes, so no prefill part.
-        t["attention"] = attn = self._attention_time(graph, n, sum_kv, 0, 0, 0, 0)
+        # BatchShape(n, n, n, sum_kv, sum_kv, n, decode_sum_kv=sum_kv, decode_max_kv=max_kv): every request
+        # decodes, so no prefill part.
+        t["attention"] = attn = self._attention_time(graph, n, sum_kv, 0, 0, 0, 0, d_max=max_kv)
         self._fill_context_terms(t, sum_kv, n, attn, eager)
         out = [t[name] for name in self._enabled]
         return out, max(1, round(sum(out) * 1e9))

@@ -39,18 +39,22 @@ def decode_attention_work(sum_kv: float, heads: float, kv_heads: float, width: f
 
 
 def gqa_decode_s(roof: Roofline, *, reqs: int, sum_kv: float, heads: int, kv_heads: int, head_dim: int,
-                 v_head_dim: int, kv_bytes: float, peak_flops: float, bw_Bps: float) -> float:
+                 v_head_dim: int, kv_bytes: float, peak_flops: float, bw_Bps: float,
+                 rate_rows: float | None = None) -> float:
     """One query per request over sum_kv cached keys: read K and V once, write the new token's K and V.
 
     The compute side is the attention FLOPs over a BF16 cache; over a quantised cache (``kv_bytes`` < 2) it
     is the dequantisation, two operations (convert, scale) per cached K / V element, which the kernels do on
-    the CUDA cores in their inner loop (decode_attention_work)."""
+    the CUDA cores in their inner loop (decode_attention_work). ``rate_rows``: the requests the rate is read
+    at when their contexts differ (BatchShape.decode_rows; default ``reqs``, as the curves were fitted on
+    batches of equal contexts)."""
     if reqs <= 0:
         return 0.0
     tok_kv = kv_heads * (head_dim + v_head_dim) * kv_bytes
     qo = heads * (head_dim + v_head_dim) * ACT_BYTES
     flops = decode_attention_work(sum_kv, heads, kv_heads, head_dim + v_head_dim, kv_bytes)
-    return roof.time_s(flops, sum_kv * tok_kv + reqs * (qo + tok_kv), reqs, peak_flops, bw_Bps)
+    return roof.time_s(flops, sum_kv * tok_kv + reqs * (qo + tok_kv), reqs, peak_flops, bw_Bps,
+                       rate_rows=rate_rows)
 
 
 def prefill_rows(tokens: int, pairs: float) -> float:
@@ -292,14 +296,15 @@ def allreduce_s(coll: Collective, *, nbytes: float, gpus: int, link_Bps: float, 
 
 
 def mla_decode_s(roof: Roofline, *, reqs: int, sum_kv: float, heads: int, kv_lora_rank: int, rope_dim: int,
-                 kv_bytes: float, peak_flops: float, bw_Bps: float) -> float:
-    """Absorbed MLA decode kernel: MQA of `heads` queries over the (kv_lora_rank + rope) latent cache."""
+                 kv_bytes: float, peak_flops: float, bw_Bps: float, rate_rows: float | None = None) -> float:
+    """Absorbed MLA decode kernel: MQA of `heads` queries over the (kv_lora_rank + rope) latent cache
+    (``rate_rows`` as for gqa_decode_s)."""
     if reqs <= 0:
         return 0.0
     width = kv_lora_rank + rope_dim + kv_lora_rank           # scores over latent+rope, values over latent
     return roof.time_s(sum_kv * heads * 2.0 * width,
                        sum_kv * (kv_lora_rank + rope_dim) * kv_bytes + reqs * heads * width * ACT_BYTES,
-                       reqs, peak_flops, bw_Bps)
+                       reqs, peak_flops, bw_Bps, rate_rows=rate_rows)
 
 
 def mla_prefill_s(roof: Roofline, *, tokens: int, sum_kv: float, pairs: float, heads: int, qk_dim: int,

@@ -13,7 +13,9 @@ class BatchShape:
 
     sum_kv = sum kv_i, sum_q_kv = sum q_i*kv_i, sum_q_sq = sum q_i^2, new_tokens = sum q_i,
     num_decode = number of decode requests: q_i == 1, or q_i == decode_q when a speculative decode verifies
-    decode_q = 1 + k tokens (the last sampled one and k drafts) against its context.
+    decode_q = 1 + k tokens (the last sampled one and k drafts) against its context; decode_sum_kv and
+    decode_max_kv = the sum and the largest of kv_i over the decode requests (the decode attention kernel's
+    work and the request that sets its parallelism, see :attr:`decode_rows`).
     """
 
     num_reqs: int
@@ -24,6 +26,7 @@ class BatchShape:
     sum_q_sq: int
     decode_sum_kv: int = -1     # sum kv_i over the decode requests; -1 = unknown (estimated pro rata)
     decode_q: int = 1           # query tokens of each decode request (1 + draft tokens when speculative)
+    decode_max_kv: int = -1     # largest kv_i over the decode requests; -1 = unknown (taken as uniform)
 
     def __attrs_post_init__(self) -> None:
         if self.decode_q < 1:
@@ -39,6 +42,13 @@ class BatchShape:
                              f"got {self}")
         if self.decode_sum_kv > self.sum_kv or (self.decode_sum_kv >= 0 and self.decode_sum_kv < self.num_decode):
             raise ValueError(f"BatchShape: need num_decode <= decode_sum_kv <= sum_kv, got {self}")
+        if self.decode_max_kv >= 0:
+            if self.decode_sum_kv < 0:
+                raise ValueError(f"BatchShape: decode_max_kv needs decode_sum_kv, got {self}")
+            if not (self.decode_max_kv <= self.decode_sum_kv <= self.decode_max_kv * self.num_decode
+                    and (self.decode_max_kv > 0) == (self.num_decode > 0)):
+                raise ValueError(f"BatchShape: need decode_max_kv <= decode_sum_kv <= decode_max_kv x num_decode "
+                                 f"(0 without decodes), got {self}")
 
     @classmethod
     def from_requests(cls, q: Sequence[int], kv: Sequence[int]) -> "BatchShape":
@@ -53,6 +63,7 @@ class BatchShape:
             sum_q_kv=sum(a * b for a, b in zip(q, kv)),
             sum_q_sq=sum(a * a for a in q),
             decode_sum_kv=sum(b for a, b in zip(q, kv) if a == 1),
+            decode_max_kv=max((b for a, b in zip(q, kv) if a == 1), default=0),
         )
 
     @property
@@ -72,9 +83,26 @@ class BatchShape:
         return max(self.num_decode, self.sum_kv * self.num_decode // self.num_reqs)
 
     @property
+    def decode_rows(self) -> float:
+        """The decode requests the decode attention kernel's rate is read at: their context over the longest
+        one's, decode_kv / decode_max_kv (the request count of a batch whose contexts are equal, and without
+        decode_max_kv). A split-KV decode kernel finishes with the longest request's splits, so a batch
+        runs as decode_kv / decode_max_kv requests of the longest length would: read at the request count,
+        a short request beside a long one made the step cheaper than the long one alone
+        (hardware/STATUS.md, stop 27)."""
+        return decode_rate_rows(self.num_decode, self.decode_kv, self.decode_max_kv)
+
+    @property
     def is_pure_decode(self) -> bool:
         return self.num_reqs > 0 and self.num_decode == self.num_reqs
 
     def key(self) -> tuple[int, ...]:
         return (self.num_reqs, self.num_decode, self.new_tokens, self.sum_kv, self.sum_q_kv, self.sum_q_sq,
-                self.decode_sum_kv, self.decode_q)
+                self.decode_sum_kv, self.decode_q, self.decode_max_kv)
+
+
+def decode_rate_rows(num_decode: int, decode_kv: int, decode_max_kv: int) -> float:
+    """:attr:`BatchShape.decode_rows` from its three numbers (the decode fast path prices without a shape)."""
+    if decode_max_kv <= 0:
+        return float(num_decode)
+    return decode_kv / decode_max_kv

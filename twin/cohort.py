@@ -63,6 +63,8 @@ class DecodeCohort:
         self._finishes: dict[int, list[_Member]] = {}
         """Update count -> members that sample their last token in that update."""
         self._base_sum = 0
+        self._base_max: int | None = None
+        """The largest member base, None when it must be found again (its member left)."""
         self._seq = 0
         self.measured = 0
         """Members whose gaps count in the ITL (Request.measured)."""
@@ -73,6 +75,15 @@ class DecodeCohort:
     def context(self) -> int:
         """Context the members attend in the step being scheduled: the sum of computed tokens + 1."""
         return self._base_sum + len(self.members) * (self.updates + 1)
+
+    def max_context(self) -> int:
+        """The longest context a member attends in the step being scheduled (0 without members)."""
+        if not self.members:
+            return 0
+        top = self._base_max
+        if top is None:
+            top = self._base_max = max(m.base for m in self.members.values())
+        return top + self.updates + 1
 
     # ------------------------------------------------------------------------------------- membership
     def join(self, running: list[Request], prev_end: int, budget: int) -> None:
@@ -101,6 +112,10 @@ class DecodeCohort:
             members[req] = m
             self.measured += req.measured
             self._base_sum += base
+            if n == 0:
+                self._base_max = base
+            elif self._base_max is not None and base > self._base_max:
+                self._base_max = base
             phases[base % size].append(m)
             at = u + req.max_output_tokens - req.num_output_tokens
             entry = finishes.get(at)
@@ -161,6 +176,8 @@ class DecodeCohort:
             del self.members[m.req]
             self.measured -= m.req.measured
             self._base_sum -= m.base
+            if m.base == self._base_max:
+                self._base_max = None
             self._phases[m.base % size].remove(m)
         if not self.members:
             self._reset()
@@ -207,6 +224,8 @@ class DecodeCohort:
             m.base += u
             m.synced = 0
         self._base_sum += u * len(self.members)
+        if self._base_max is not None:
+            self._base_max += u
         # A member's phase (base % size) moves by u: the list of phase p becomes that of (p + u) % size.
         shift = u % size
         self._phases = self._phases[-shift:] + self._phases[:-shift] if shift else self._phases
@@ -223,6 +242,7 @@ class DecodeCohort:
             phase.clear()
         self._finishes.clear()
         self._base_sum = 0
+        self._base_max = None
         self.measured = 0
 
 

@@ -32,7 +32,7 @@ _NEVER = 1 << 62
 class Pricer(Protocol):
     """What a run asks of its worker: the prices (term vector, ns) of pure-decode steps."""
 
-    def decode_costs(self, n: int, sum_kvs: Iterable[int]) -> list[tuple[np.ndarray, int]]: ...
+    def decode_costs(self, n: int, sum_kv: int, max_kv: int, steps: range) -> list[tuple[np.ndarray, int]]: ...
 
 
 class DecodeRun:
@@ -85,12 +85,12 @@ class DecodeRun:
         if m <= done:
             return done
         n = len(self.reqs)
-        sum_kv = self.first.sum_kv
+        first = self.first
         t = self.ends[-1] if self.ends else self.start_ns
-        # Step i + 1 (i from 0) attends sum_kv + i * n tokens. Step 1 too is a pure-decode step (every
-        # request scheduled one token: plan_decode_run checks it), whose decode price is bit for bit the
-        # price of its full shape (CostModel.decode_step).
-        prices = self.pricer.decode_costs(n, range(sum_kv + done * n, sum_kv + m * n, n))
+        # Step i + 1 (i from 0) attends sum_kv + i * n tokens, the longest request max_kv + i. Step 1 too is
+        # a pure-decode step (every request scheduled one token: plan_decode_run checks it), whose decode
+        # price is bit for bit the price of its full shape (CostModel.decode_step).
+        prices = self.pricer.decode_costs(n, first.sum_kv, first.decode_max_kv, range(done, m))
         ends = self.ends
         terms_list = self.terms
         ns_list = self.ns

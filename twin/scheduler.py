@@ -416,7 +416,7 @@ class Scheduler:
         size = kv.block_size
         caching = kv.enable_prefix_caching
         defer = kv.decode_cached_at_finish  # only then can a full block wait (KVCacheManager.registers_now)
-        fast_n = fast_kv = 0  # decodes of the fast path, summed here for the batch shape
+        fast_n = fast_kv = fast_max = 0  # decodes of the fast path, summed here for the batch shape
         others: list[tuple[Request, int]] = []  # every other entry of `scheduled`, in order
         drafter = self.drafter
         drafts: dict[Request, int] = {}  # speculative decodes -> drafts accepted
@@ -426,7 +426,7 @@ class Scheduler:
         lazy = self._schedule_cohort(budget) if self.cohort is not None else 0
         if lazy:
             assert self.cohort is not None
-            fast_n, fast_kv = lazy, self.cohort.context()
+            fast_n, fast_kv, fast_max = lazy, self.cohort.context(), self.cohort.max_context()
             budget -= lazy
             i = lazy
         while i < n_running and budget > 0:
@@ -440,6 +440,8 @@ class Scheduler:
                 scheduled[req] = 1
                 fast_n += 1
                 fast_kv += computed + 1
+                if computed >= fast_max:
+                    fast_max = computed + 1
                 budget -= 1
                 i += 1
                 continue
@@ -497,7 +499,8 @@ class Scheduler:
                 # Nothing was in the step formed ahead: the engine idles one loop turn and then sees them.
                 self._admit(scheduled, budget, now, _NO_CUTOFF)
             others.extend(itertools.islice(scheduled.items(), n_before, None))
-            stats = self._stats(others, fast_n, fast_kv) if not drafts else self._verify_stats(others, drafts)
+            stats = (self._stats(others, fast_n, fast_kv, fast_max) if not drafts
+                     else self._verify_stats(others, drafts))
         if stats.new_tokens > limits.max_num_batched_tokens or len(running) > limits.max_num_seqs:
             raise InvariantError(f"step over limits: {stats.new_tokens} tokens, {len(running)} running")
         if lazy and not scheduled and not len(self.waiting):
@@ -738,34 +741,38 @@ class Scheduler:
         self.waiting.prepend(req)
 
     @staticmethod
-    def _stats(scheduled: Iterable[tuple[Request, int]], num_decode: int = 0, decode_kv: int = 0) -> BatchShape:
+    def _stats(scheduled: Iterable[tuple[Request, int]], num_decode: int = 0, decode_kv: int = 0,
+               decode_max: int = 0) -> BatchShape:
         """The batch shape of ``scheduled`` (request, new tokens) plus ``num_decode`` more decodes attending
-        ``decode_kv`` tokens (context after the step) in all; integer sums, so any split is exact."""
+        ``decode_kv`` tokens (context after the step) in all, at most ``decode_max`` each; integer sums, so
+        any split is exact, and the decodes' own context and longest context are given to the shape (without
+        them a mixed step's decode context was a pro-rata share of the whole batch's)."""
         num_reqs = num_decode
-        sum_kv = sum_q_kv = decode_kv
-        sum_q_sq = new_tokens = 0
+        d_kv = decode_kv
+        d_max = decode_max
+        sum_kv = sum_q_kv = sum_q_sq = new_tokens = 0
         for req, q in scheduled:
             num_reqs += 1
             kv_len = req.num_computed_tokens + q
             if q == 1:
                 num_decode += 1
-                sum_kv += kv_len
-                sum_q_kv += kv_len
+                d_kv += kv_len
+                if kv_len > d_max:
+                    d_max = kv_len
             else:
                 sum_kv += kv_len
                 sum_q_kv += q * kv_len
                 sum_q_sq += q * q
                 new_tokens += q
-        new_tokens += num_decode
-        sum_q_sq += num_decode
-        return BatchShape(num_reqs=num_reqs, num_decode=num_decode, new_tokens=new_tokens,
-                          sum_kv=sum_kv, sum_q_kv=sum_q_kv, sum_q_sq=sum_q_sq)
+        return BatchShape(num_reqs=num_reqs, num_decode=num_decode, new_tokens=new_tokens + num_decode,
+                          sum_kv=sum_kv + d_kv, sum_q_kv=sum_q_kv + d_kv, sum_q_sq=sum_q_sq + num_decode,
+                          decode_sum_kv=d_kv, decode_max_kv=d_max)
 
     def _verify_stats(self, scheduled: Iterable[tuple[Request, int]], drafts: dict[Request, int]) -> BatchShape:
         """The batch shape of a step with speculative decodes: each one a decode of 1 + k query tokens
         (``decode_q``) over its context, the others (prefill chunks) as in :meth:`_stats`."""
         assert self.drafter is not None
-        num_reqs = num_decode = new_tokens = sum_kv = sum_q_kv = sum_q_sq = decode_kv = 0
+        num_reqs = num_decode = new_tokens = sum_kv = sum_q_kv = sum_q_sq = decode_kv = decode_max = 0
         for req, q in scheduled:
             kv_len = req.num_computed_tokens + q
             num_reqs += 1
@@ -776,9 +783,11 @@ class Scheduler:
             if req in drafts:
                 num_decode += 1
                 decode_kv += kv_len
+                if kv_len > decode_max:
+                    decode_max = kv_len
         return BatchShape(num_reqs=num_reqs, num_decode=num_decode, new_tokens=new_tokens, sum_kv=sum_kv,
                           sum_q_kv=sum_q_kv, sum_q_sq=sum_q_sq, decode_sum_kv=decode_kv,
-                          decode_q=1 + self.drafter.k)
+                          decode_q=1 + self.drafter.k, decode_max_kv=decode_max)
 
     # ----------------------------------------------------------------------------------------- update
     def update(self, out: SchedulerOutput, now: int) -> list[Request]:

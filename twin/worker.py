@@ -91,8 +91,8 @@ class StepPrices:
     def __init__(self, cost_model: CostModel) -> None:
         self.cost_model = cost_model
         self._prices: dict[BatchShape, StepPrice] = {}
-        self._decode_prices: dict[int, dict[int, StepPrice]] = {}
-        """Decode step prices by batch size, then by context tokens (see :meth:`decode_costs`)."""
+        self._decode_prices: dict[int, dict[tuple[int, int], StepPrice]] = {}
+        """Decode step prices by batch size, then by (context tokens, longest context) (:meth:`decode_costs`)."""
         self._num_decode_prices = 0
 
     def step_cost(self, shape: BatchShape) -> StepPrice:
@@ -106,23 +106,25 @@ class StepPrices:
             self._prices[shape] = hit
         return hit
 
-    def decode_costs(self, n: int, sum_kvs: Iterable[int]) -> list[StepPrice]:
-        """Pure-decode steps of ``n`` requests attending each of ``sum_kvs`` tokens (by ``n``, then by
-        context: a decode stretch asks for context sizes ``n`` apart, and workers revisit the same ones)."""
+    def decode_costs(self, n: int, sum_kv: int, max_kv: int, steps: range) -> list[StepPrice]:
+        """Pure-decode steps of ``n`` requests: step i of ``steps`` attends ``sum_kv + i * n`` tokens, the
+        longest request ``max_kv + i`` (every request adds a token a step). By ``n``, then by context: a
+        decode stretch asks for context sizes ``n`` apart, and workers revisit the same ones."""
         memo = self._decode_prices.get(n)
         if memo is None:
             memo = self._decode_prices[n] = {}
         out = []
-        for sum_kv in sum_kvs:
-            hit = memo.get(sum_kv)
+        for i in steps:
+            key = (sum_kv + i * n, max_kv + i)
+            hit = memo.get(key)
             if hit is None:
-                terms, ns = self.cost_model.decode_step(n, sum_kv)
+                terms, ns = self.cost_model.decode_step(n, key[0], key[1])
                 hit = (np.array(terms, dtype=np.float64), ns)
                 if self._num_decode_prices >= _MEMO_LIMIT:
                     self._decode_prices = {n: memo}
                     memo.clear()
                     self._num_decode_prices = 0
-                memo[sum_kv] = hit
+                memo[key] = hit
                 self._num_decode_prices += 1
             out.append(hit)
         return out

@@ -46,7 +46,7 @@ def roofline(flops: float, nbytes: float, r: Roofline) -> float:
 Q = [512, 1, 1]
 KV = [612, 300, 1000]
 SHAPE = BatchShape(num_reqs=3, num_decode=2, new_tokens=514, sum_kv=612 + 300 + 1000,
-                   sum_q_kv=512 * 612 + 300 + 1000, sum_q_sq=512 * 512 + 2, decode_sum_kv=1300)
+                   sum_q_kv=512 * 612 + 300 + 1000, sum_q_sq=512 * 512 + 2, decode_sum_kv=1300, decode_max_kv=1000)
 
 
 def moe_ledger(gpu: str, model: str, cal: Calibration, kernel: str, **dep_kw: object) -> CostModel:
@@ -150,6 +150,49 @@ def test_fp8_kv_decode_attention_uses_its_own_curve_and_dequant_work_by_hand() -
     assert CAL.graph_mode(3e-6).attn_decode_fp8kv is None
     graph_fp8 = cal.graph_mode(3e-6).attn_decode_fp8kv
     assert graph_fp8 is not None and graph_fp8.floor_s == pytest.approx(3 * 3e-6)
+
+
+def test_decode_attention_rate_is_read_at_the_decodes_context_over_the_longest_by_hand() -> None:
+    """A curve with m_half = 4 requests: eff(r) = 0.4 x r / (r + 4). Two decodes of 1,000 and 3,000 tokens
+    run as 4,000 / 3,000 requests of the longest length would (a split-KV kernel waits for the longest
+    request's splits), not as 2. Eager, per layer: attention FLOPs 2 x 32 x 256 x 4,000 over BF16 K / V."""
+    curve = Roofline(compute_eff=0.4, m_half=4.0, mem_eff=0.9, floor_s=13e-6)
+    model = CostModel(dep(), calibration=attrs.evolve(CAL, attn_decode=curve), cuda_graph=False)
+    s = BatchShape.from_requests([1, 1], [1000, 3000])
+    assert s.decode_rows == 4000 / 3000
+    flops = 2.0 * NH * 2 * HD * 4000
+    nbytes = 4000 * NKV * 2 * HD * 2 + 2 * (NH * 2 * HD * 2 + NKV * 2 * HD * 2)
+    rows = 4000 / 3000
+    want = max(flops / (PEAK_BF16 * 0.4 * rows / (rows + 4.0)), nbytes / (HBM * 0.9)) + 13e-6
+    assert model.step_cost(s).terms["attention"] == pytest.approx(L * want, rel=1e-12)
+    # Equal contexts (or a shape that does not say) read it at the request count, as the curves were fitted.
+    equal = BatchShape.from_requests([1, 1], [2000, 2000])
+    assert equal.decode_rows == 2.0
+    unknown = attrs.evolve(equal, decode_max_kv=-1)
+    assert model.step_cost(equal).terms["attention"] == model.step_cost(unknown).terms["attention"]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+@pytest.mark.parametrize("model_name, tp", [("meta-llama/Llama-3.1-8B", 1), ("Qwen/Qwen3-32B", 1),
+                                            ("Qwen/Qwen3-235B-A22B", 8), ("deepseek-ai/DeepSeek-V3", 8)])
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
+def test_more_decode_work_never_makes_decode_attention_cheaper(engine: str, model_name: str, tp: int,
+                                                               kv_dtype: str) -> None:
+    """With the shipped curves: a request joining a decode batch, or a context growing, never lowers the
+    step's attention (read at the request count, a 1,000-token decode beside a 60,000-token one made the
+    pair cheaper than the long one alone: SGLang, Qwen3-32B on H200, 190 -> 104 us per layer)."""
+    d = Deployment(gpu=load_gpu("h200_sxm"), model=load_model(model_name), engine=load_engine(engine), tp=tp,
+                   kv_dtype=kv_dtype)
+    model = CostModel(d, cuda_graph=False)
+
+    def attention(contexts: list[int]) -> float:
+        return model.step_cost(BatchShape.from_requests([1] * len(contexts), contexts)).terms["attention"]
+
+    for batch in ([60_000], [8_000], [2_000, 30_000], [500] * 7 + [100_000]):
+        base = attention(batch)
+        for extra in (1, 1_000, max(batch), 2 * max(batch)):
+            assert attention(batch + [extra]) >= base, (batch, extra)
+        assert attention([c + 1000 for c in batch]) >= base
 
 
 def test_gemm_width_and_per_row_terms_by_hand() -> None:
@@ -356,11 +399,14 @@ def test_decode_step_is_step_of_the_pure_decode_shape(model: str, gpu: str, engi
     model_ = CostModel(d, **kw)  # type: ignore[arg-type]
     for n in (1, 2, 3, 7, 8, 31, 64, 100, 257, 512, 600):
         for sum_kv in (n, n + 1, 17 * n, 1000 * n + 13, 128_000 * n):
-            terms, ns = model_.decode_step(n, sum_kv)
-            ref_terms, ref_ns = model_.step(BatchShape(num_reqs=n, num_decode=n, new_tokens=n, sum_kv=sum_kv,
-                                                       sum_q_kv=sum_kv, sum_q_sq=n))
-            assert terms == list(ref_terms.values()) and ns == ref_ns, (n, sum_kv)
-            assert [t.hex() for t in terms] == [t.hex() for t in ref_terms.values()]
+            # contexts equal (or unknown: -1), and the longest of them as long as the sum allows
+            for max_kv in {-1, -(-sum_kv // n), sum_kv - (n - 1)}:
+                terms, ns = model_.decode_step(n, sum_kv, max_kv)
+                ref_terms, ref_ns = model_.step(BatchShape(
+                    num_reqs=n, num_decode=n, new_tokens=n, sum_kv=sum_kv, sum_q_kv=sum_kv, sum_q_sq=n,
+                    decode_sum_kv=sum_kv if max_kv >= 0 else -1, decode_max_kv=max_kv))
+                assert terms == list(ref_terms.values()) and ns == ref_ns, (n, sum_kv, max_kv)
+                assert [t.hex() for t in terms] == [t.hex() for t in ref_terms.values()]
 
 
 def test_mixed_steps_sharing_token_counts_are_priced_as_by_a_fresh_model() -> None:

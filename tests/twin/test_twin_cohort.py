@@ -18,19 +18,23 @@ def _config(**sections):
     return load_config(base)
 
 
-def _run(cfg, out, cohort: bool, lazy_steps: list[int] | None = None):
-    """Run ``cfg`` with every worker's cohort on or off (``lazy_steps`` collects each step's cohort size)."""
+def _run(cfg, out, cohort: bool, lazy_steps: list[int] | None = None, shapes: list | None = None):
+    """Run ``cfg`` with every worker's cohort on or off (``lazy_steps`` collects each step's cohort size,
+    ``shapes`` each step's batch shape with its worker)."""
     sim = Simulation(cfg)
     for w in sim.workers:
         sched = w.sched
         sched.cohort = DecodeCohort(sched.kv, sched.record_token_times) if cohort else None
-        if lazy_steps is not None:
-            def counting(now, schedule=sched.schedule):
-                result = schedule(now)
-                lazy_steps.append(result.lazy)
-                return result
 
-            sched.schedule = counting
+        def counting(now, schedule=sched.schedule, wid=w.wid):
+            result = schedule(now)
+            if lazy_steps is not None:
+                lazy_steps.append(result.lazy)
+            if shapes is not None:
+                shapes.append((wid, result.stats))
+            return result
+
+        sched.schedule = counting
     res = sim.run()
     res.write(out)
     return res
@@ -55,12 +59,18 @@ def _run(cfg, out, cohort: bool, lazy_steps: list[int] | None = None):
                   "shared_system_prompt": 120, "user_history_prompt": 300, "answer_len": 60}},
 ])
 def test_cohort_gives_byte_identical_results(tmp_path, sections):
+    """And every step's batch shape is the same, its decodes' context and longest context included (the
+    cohort sums its members' context and keeps their longest, BatchShape.decode_rows)."""
     cfg = _config(**sections)
     lazy: list[int] = []
-    on = _run(cfg, tmp_path / "on", True, lazy)
+    shapes_on: list = []
+    shapes_off: list = []
+    on = _run(cfg, tmp_path / "on", True, lazy, shapes_on)
     if "system" not in sections:  # decode workers run pure-decode steps, which leave the cohort out
         assert max(lazy) > 1  # the cohort carried decodes
-    off = _run(cfg, tmp_path / "off", False)
+    off = _run(cfg, tmp_path / "off", False, shapes=shapes_off)
+    assert shapes_on == shapes_off
+    assert any(s.decode_max_kv * s.num_decode > s.decode_kv for _, s in shapes_on)  # unequal contexts
     for name in ("requests.csv", "timeseries.csv", "token_times.json"):
         assert (tmp_path / "on" / name).read_bytes() == (tmp_path / "off" / name).read_bytes(), name
     assert on.summary["itl_s"] == off.summary["itl_s"]
@@ -85,8 +95,11 @@ def test_cohort_rebasing_its_update_count_changes_nothing(tmp_path, monkeypatch)
 
     monkeypatch.setattr(twin.cohort, "_REBASE_AFTER", 5)  # rebase every few steps instead of every 65,536
     cfg = _config(run={"fast_forward": False})
-    on = _run(cfg, tmp_path / "on", True)
-    off = _run(cfg, tmp_path / "off", False)
+    shapes_on: list = []
+    shapes_off: list = []
+    on = _run(cfg, tmp_path / "on", True, shapes=shapes_on)
+    off = _run(cfg, tmp_path / "off", False, shapes=shapes_off)
+    assert shapes_on == shapes_off  # the longest member's context too, across rebases
     for name in ("requests.csv", "timeseries.csv", "token_times.json"):
         assert (tmp_path / "on" / name).read_bytes() == (tmp_path / "off" / name).read_bytes(), name
     assert on.ledger == off.ledger

@@ -392,8 +392,8 @@ def test_fast_forward_runs_resume_past_pull_starts(tmp_path, monkeypatch):
 class _FlatPrices:
     """Every pure-decode step costs 1 us (a fast-forward run's block events do not depend on prices)."""
 
-    def decode_costs(self, n, sum_kvs):
-        return [(np.zeros(1), 1000) for _ in sum_kvs]
+    def decode_costs(self, n, sum_kv, max_kv, steps):
+        return [(np.zeros(1), 1000) for _ in steps]
 
 
 @pytest.mark.parametrize("same_content", [False, True])

@@ -430,3 +430,26 @@ def test_batch_shape_summed_in_parts_equals_the_whole(policy: str) -> None:
         preempted += len(out.preempted)
         sched.update(out, t + 1)
     assert not sched.has_work and preempted
+
+
+def test_every_steps_shape_is_that_of_its_requests_decodes_counted_exactly():
+    """The batch shape a step is priced on is BatchShape.from_requests of what it scheduled: the decodes'
+    own context and their longest one included. A mixed step used to leave the decodes' context out, and
+    the ledger took a pro-rata share of the whole batch's (here a 24-token chunk on a 200-token prompt
+    beside decodes of 30-60 tokens: about twice their real context)."""
+    from hardware import BatchShape
+
+    sched = make_scheduler(num_blocks=400, max_num_batched_tokens=28, max_num_seqs=8)
+    for rid, (prompt, out) in enumerate([(30, 40), (45, 40), (60, 40), (200, 5)]):
+        sched.add_request(make_request(rid, prompt, out), 0)
+    now = 0
+    mixed = 0
+    while sched.has_work:
+        out = sched.schedule(now)
+        q = [n for _, n in out.scheduled]
+        kv = [r.num_computed_tokens + n for r, n in out.scheduled]
+        assert out.stats == BatchShape.from_requests(q, kv), now
+        mixed += 1 < max(q) and 1 in q
+        sched.update(out, now + 1)
+        now += 1
+    assert mixed >= 5

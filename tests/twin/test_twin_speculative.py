@@ -36,7 +36,8 @@ def verify_shape(contexts: list[int], q: int) -> BatchShape:
     """Speculative decodes of q tokens each, attending ``contexts`` tokens after the step."""
     kv = sum(contexts)
     return BatchShape(num_reqs=len(contexts), num_decode=len(contexts), new_tokens=q * len(contexts), sum_kv=kv,
-                      sum_q_kv=q * kv, sum_q_sq=q * q * len(contexts), decode_sum_kv=kv, decode_q=q)
+                      sum_q_kv=q * kv, sum_q_sq=q * q * len(contexts), decode_sum_kv=kv, decode_q=q,
+                      decode_max_kv=max(contexts))
 
 
 # ------------------------------------------------------------------------------------------- scheduler
@@ -189,14 +190,15 @@ def test_draft_term_by_hand() -> None:
 
 def test_verify_attention_reads_each_context_once_for_all_queries() -> None:
     """A decode of q = 1 + k queries is a decode kernel with q x the query heads (FlashMLA / FlashInfer
-    fold the query length into the heads), not a prefill."""
+    fold the query length into the heads), not a prefill; its rate is read at 306 / 203 requests (the
+    contexts over the longest one, BatchShape.decode_rows)."""
     cm = CostModel(spec_deployment(3))
     dep = spec_deployment(3)
     mx = dep.model.layers[0][0]
     assert mx is not None
     want = 36 * kernels.gqa_decode_s(cm.gcal.attn_decode, reqs=2, sum_kv=306, heads=32 * 4, kv_heads=8,
                                      head_dim=128, v_head_dim=128, kv_bytes=2, peak_flops=load_gpu("h100_sxm").flops_for("bf16"),
-                                     bw_Bps=load_gpu("h100_sxm").hbm_bw_Bps)
+                                     bw_Bps=load_gpu("h100_sxm").hbm_bw_Bps, rate_rows=306 / 203)
     assert cm.step_cost(verify_shape([103, 203], 4)).terms["attention"] == pytest.approx(want, rel=1e-12)
 
 
