@@ -77,6 +77,11 @@ class EngineProfile:
     SchedulerLimits.preemption): vllm (the newest, to the front of the queue) or sglang (the fewest outputs,
     then the longest prompt, to the back)."""
     runtime_reserve_bytes: int = 1 << 30
+    cache_duplicate_blocks: bool = False
+    """Whether the prefix cache keeps a block computed with the content of a block it already holds, as a
+    further copy that takes over when the first is evicted (vLLM: BlockHashToBlockMap keeps every block
+    under a hash, v1/core/block_pool.py), or leaves it uncached (SGLang's radix cache and TensorRT-LLM's
+    block tree keep the block stored first; twin.kv_cache.PyBlockPool.keep_duplicates)."""
 
     def __attrs_post_init__(self) -> None:
         for field, valid in (("capture_rule", CAPTURE_RULES), ("batch_rule", CAPTURE_RULES),

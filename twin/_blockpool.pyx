@@ -29,11 +29,15 @@ cdef class BlockPool:
     cdef Py_ssize_t _num_queued
     cdef public list block_key
     cdef public dict cached
+    cdef public dict dups
+    cdef readonly bint keep_duplicates
+    cdef char* _dup
+    cdef Py_ssize_t _num_dups
     cdef public object on_evict
     cdef public long long evictions
     cdef public Py_ssize_t compact_slack
 
-    def __cinit__(self, Py_ssize_t num_blocks, on_evict=None):
+    def __cinit__(self, Py_ssize_t num_blocks, on_evict=None, bint keep_duplicates=False):
         if num_blocks < 1:
             raise ValueError(f"a block pool needs at least one block, got {num_blocks}")
         if num_blocks > 2_000_000_000:
@@ -44,8 +48,13 @@ cdef class BlockPool:
         self._nxt = <int*>malloc(num_blocks * sizeof(int))
         self._qcap = 1024
         self._queue = <int*>malloc(self._qcap * sizeof(int))
-        if not self._ref or not self._dead or not self._nxt or not self._queue:
+        self._dup = <char*>malloc(num_blocks * sizeof(char))
+        if not self._ref or not self._dead or not self._nxt or not self._queue or not self._dup:
             raise MemoryError()
+        memset(self._dup, 0, num_blocks * sizeof(char))
+        self.keep_duplicates = keep_duplicates
+        self.dups = {}
+        self._num_dups = 0
         memset(self._ref, 0, num_blocks * sizeof(int))
         memset(self._dead, 0, num_blocks * sizeof(int))
         memset(self._nxt, 0, num_blocks * sizeof(int))
@@ -64,6 +73,7 @@ cdef class BlockPool:
         free(self._dead)
         free(self._nxt)
         free(self._queue)
+        free(self._dup)
 
     # ------------------------------------------------------------------------------------ state
     cdef inline Py_ssize_t _num_free(self):
@@ -79,7 +89,11 @@ cdef class BlockPool:
 
     @property
     def num_cached(self) -> int:
-        return len(self.cached)
+        return len(self.cached) + self._num_dups
+
+    def copies(self) -> list:
+        """The blocks flagged as further copies of a cached key (for check_pool)."""
+        return [b for b in range(self.num_blocks) if self._dup[b]]
 
     @property
     def ref_cnt(self) -> list:
@@ -154,15 +168,41 @@ cdef class BlockPool:
         return 0
 
     cdef int _evict(self, int block) except -1:
-        """Drop the cached key a reused block holds, if any; 1 when there was one."""
+        """Drop the cached key a reused block holds, if any; 1 when there was one. A key with further
+        copies stays cached (nothing is demoted); the oldest copy takes over where a lookup found ``block``."""
         key = self.block_key[block]
         if key is None:
             return 0
         self.block_key[block] = None
+        cdef list copies
+        if self._num_dups and key in self.dups:
+            copies = self.dups[key]
+            if self._dup[block]:
+                self._dup[block] = 0
+                copies.remove(block)
+            else:
+                first = copies.pop(0)
+                self.cached[key] = first
+                self._dup[<Py_ssize_t>first] = 0
+            self._num_dups -= 1
+            if not copies:
+                del self.dups[key]
+            return 1
         del self.cached[key]
         if self.on_evict is not None:
             self.on_evict(block, key)
         return 1
+
+    cdef int _add_copy(self, Py_ssize_t b, block, key) except -1:
+        self.block_key[b] = key
+        copies = self.dups.get(key)
+        if copies is None:
+            self.dups[key] = [block]
+        else:
+            copies.append(block)
+        self._dup[b] = 1
+        self._num_dups += 1
+        return 0
 
     def allocate(self, Py_ssize_t n) -> list:
         cdef Py_ssize_t num_free = self._num_free()
@@ -255,8 +295,11 @@ cdef class BlockPool:
     # ----------------------------------------------------------------------------- prefix cache
     def cache(self, block, key) -> None:
         cdef Py_ssize_t b = self._index(block)
-        if self.block_key[b] is None and self.cached.setdefault(key, block) is block:
-            self.block_key[b] = key
+        if self.block_key[b] is None:
+            if self.cached.setdefault(key, block) is block:
+                self.block_key[b] = key
+            elif self.keep_duplicates:
+                self._add_copy(b, block, key)
 
     def cache_run(self, keys, blocks) -> None:
         cdef Py_ssize_t b
@@ -264,8 +307,11 @@ cdef class BlockPool:
         cdef dict cached = self.cached
         for key, block in zip(keys, blocks):
             b = self._index(block)
-            if block_key[b] is None and cached.setdefault(key, block) is block:
-                block_key[b] = key
+            if block_key[b] is None:
+                if cached.setdefault(key, block) is block:
+                    block_key[b] = key
+                elif self.keep_duplicates:
+                    self._add_copy(b, block, key)
 
     def match_prefix(self, keys, Py_ssize_t limit) -> list:
         if limit <= 0:
@@ -283,7 +329,7 @@ cdef class BlockPool:
             key = keys[i]
             nxt = self._nxt[block]
             held = block_key[nxt]
-            if held is not key and held != key:
+            if (held is not key and held != key) or self._dup[nxt]:
                 looked = cached.get(key)
                 if looked is None:
                     break

@@ -41,13 +41,27 @@ class PyBlockPool:
     compact_slack = 1024
     """Dead entries tolerated in the free queue beyond the live ones before it is compacted."""
 
-    def __init__(self, num_blocks: int, on_evict: Callable[[int, int], None] | None = None) -> None:
+    def __init__(self, num_blocks: int, on_evict: Callable[[int, int], None] | None = None,
+                 keep_duplicates: bool = False) -> None:
         if num_blocks < 1:
             raise ValueError(f"a block pool needs at least one block, got {num_blocks}")
         self.num_blocks = num_blocks
         self.ref_cnt = [0] * num_blocks
         self.block_key: list[int | None] = [None] * num_blocks
         self.cached: dict[int, int] = {}
+        """Key -> the block a lookup finds."""
+        self.keep_duplicates = keep_duplicates
+        """Whether a block computed with the content of a key already cached is registered too (vLLM's
+        BlockHashToBlockMap keeps every copy, v1/core/block_pool.py: a block's id never changes once handed
+        out, so two requests that computed the same block keep theirs, and a lookup finds the oldest copy
+        left), or left uncached (a tree of blocks: SGLang's radix cache, TensorRT-LLM's storeBlocks, which
+        keep the block first stored)."""
+        self.dups: dict[int, list[int]] = {}
+        """Key -> its further copies, oldest first (only with ``keep_duplicates``); when the copy a lookup
+        finds is evicted, the oldest of these takes its place."""
+        self._dup = bytearray(num_blocks)
+        """Per block: 1 when it is one of ``dups`` (it holds its key, but a lookup finds another block)."""
+        self._num_dups = 0
         self._fresh = 0
         """Blocks from here on were never allocated: they head the free queue, in id order (kept implicit,
         so a pool of a million blocks costs nothing until it is used)."""
@@ -94,7 +108,8 @@ class PyBlockPool:
 
     @property
     def num_cached(self) -> int:
-        return len(self.cached)
+        """Blocks holding a key (every copy)."""
+        return len(self.cached) + self._num_dups
 
     def unreferenced(self, blocks: Iterable[int]) -> int:
         """How many of ``blocks`` have no reference (free blocks a cache hit would take out of the queue)."""
@@ -127,7 +142,7 @@ class PyBlockPool:
         cached = self.cached
         on_evict = self.on_evict
         append = out.append
-        num_cached = len(cached)
+        evicted = 0
         while need:
             # The next `need` entries at once; dead ones among them leave as many to take in another round.
             chunk = queue[head:head + need]
@@ -139,14 +154,18 @@ class PyBlockPool:
                 key = block_key[block]
                 if key is not None:
                     block_key[block] = None
-                    del cached[key]
-                    if on_evict is not None:
-                        on_evict(block, key)
+                    evicted += 1
+                    if self._num_dups and key in self.dups:
+                        self._drop_copy(block, key)
+                    else:
+                        del cached[key]
+                        if on_evict is not None:
+                            on_evict(block, key)
                 ref[block] = 1
                 append(block)
             need = n - len(out)
         self._advance(head)
-        self.evictions += num_cached - len(cached)  # the keys this allocation evicted
+        self.evictions += evicted
         return out
 
     def allocate_one(self) -> int:
@@ -171,12 +190,29 @@ class PyBlockPool:
         key = self.block_key[block]
         if key is not None:  # evicted as in allocate
             self.block_key[block] = None
-            del self.cached[key]
             self.evictions += 1
-            if self.on_evict is not None:
-                self.on_evict(block, key)
+            if self._num_dups and key in self.dups:
+                self._drop_copy(block, key)
+            else:
+                del self.cached[key]
+                if self.on_evict is not None:
+                    self.on_evict(block, key)
         self.ref_cnt[block] = 1
         return block
+
+    def _drop_copy(self, block: int, key: int) -> None:
+        """``block`` is evicted from a key with copies: the key stays cached (its content is still on the
+        GPU, so nothing is demoted); if a lookup found ``block``, the oldest other copy takes its place."""
+        copies = self.dups[key]
+        if self._dup[block]:
+            self._dup[block] = 0
+            copies.remove(block)
+        else:
+            first = self.cached[key] = copies.pop(0)
+            self._dup[first] = 0
+        self._num_dups -= 1
+        if not copies:
+            del self.dups[key]
 
     def touch(self, blocks: Iterable[int]) -> None:
         """Take a reference on cache-hit blocks, pulling free ones out of the free queue."""
@@ -221,22 +257,41 @@ class PyBlockPool:
         self._num_queued += len(freed)
 
     def cache(self, block: int, key: int) -> None:
-        """Register a computed full block under its key (a block already holding the key wins).
+        """Register a computed full block under its key. Where another block holds the key already, that
+        one stays the block a lookup finds, and ``block`` is kept as a further copy (``keep_duplicates``)
+        or left uncached.
 
         One dictionary access for "not cached yet, so cache it": setdefault stores ``block`` and returns
         that very object only when ``key`` was absent. (Were ``key`` held by a block equal to ``block``,
         that block would hold ``key``; but ``block`` holds no key.)"""
-        if self.block_key[block] is None and self.cached.setdefault(key, block) is block:
-            self.block_key[block] = key
+        if self.block_key[block] is None:
+            if self.cached.setdefault(key, block) is block:
+                self.block_key[block] = key
+            elif self.keep_duplicates:
+                self._add_copy(block, key)
 
     def cache_run(self, keys: Iterable[int], blocks: Iterable[int]) -> None:
         """:meth:`cache` for each (key, block) pair in turn, inlined: a request registers its full blocks in
         runs, once per prompt block."""
         block_key = self.block_key
         setdefault = self.cached.setdefault
+        keep = self.keep_duplicates
         for key, block in zip(keys, blocks):
-            if block_key[block] is None and setdefault(key, block) is block:
-                block_key[block] = key
+            if block_key[block] is None:
+                if setdefault(key, block) is block:
+                    block_key[block] = key
+                elif keep:
+                    self._add_copy(block, key)
+
+    def _add_copy(self, block: int, key: int) -> None:
+        self.block_key[block] = key
+        copies = self.dups.get(key)
+        if copies is None:
+            self.dups[key] = [block]
+        else:
+            copies.append(block)
+        self._dup[block] = 1
+        self._num_dups += 1
 
     def match_prefix(self, keys: Sequence[int], limit: int) -> list[int]:
         """Blocks holding ``keys[0]``, ``keys[1]`` ... for as long as every key is cached (at most ``limit``).
@@ -244,8 +299,9 @@ class PyBlockPool:
         The same blocks as looking every key up in ``cached``, at a fraction of the cost: lookups in a
         large dictionary miss the CPU caches, so each block remembers the block that followed it in the
         last match through it (``_next``), and the dictionary is consulted only where that successor does
-        not hold the next key. Since ``cached[key] == block`` exactly when ``block_key[block] == key``, a
-        successor holding the key is the block the dictionary would return.
+        not hold the next key or is not the copy a lookup finds. Since ``cached[key] == block`` exactly
+        when ``block_key[block] == key`` and ``block`` is no further copy, such a successor is the block the
+        dictionary would return.
         """
         if limit <= 0:
             return []
@@ -255,11 +311,12 @@ class PyBlockPool:
             return []
         block_key = self.block_key
         hint = self._next
+        dup = self._dup
         found = [block]
         for key in itertools.islice(keys, 1, limit):
             nxt = hint[block]
             held = block_key[nxt]
-            if held is not key and held != key:
+            if (held is not key and held != key) or dup[nxt]:
                 looked = get(key)
                 if looked is None:
                     break
@@ -271,6 +328,10 @@ class PyBlockPool:
     def check(self) -> None:
         """Every block is either referenced or free, never both; cached keys point at blocks holding them."""
         check_pool(self, self._fresh, self._num_queued, self._live_queue())
+
+    def copies(self) -> list[int]:
+        """The blocks flagged as further copies of a cached key (for :func:`check_pool`)."""
+        return [b for b, flag in enumerate(self._dup) if flag]
 
 
 def check_pool(pool: PyBlockPool, fresh: int, num_queued: int, live: list[int]) -> None:
@@ -295,6 +356,17 @@ def check_pool(pool: PyBlockPool, fresh: int, num_queued: int, live: list[int]) 
         for key, block in cached.items():
             if block_key[block] != key:
                 raise InvariantError(f"cached key {key} points at block {block} holding {block_key[block]}")
+    dups = pool.dups
+    copies = [b for blocks in dups.values() for b in blocks]
+    if sorted(copies) != pool.copies() or (copies and not pool.keep_duplicates):
+        raise InvariantError(f"the further copies {sorted(copies)} are not the blocks flagged {pool.copies()}")
+    for key, blocks in dups.items():
+        if key not in cached or not blocks or any(block_key[b] != key for b in blocks):
+            raise InvariantError(f"key {key}: further copies {blocks} without it cached or holding another key")
+    holding = len(block_key) - block_key.count(None)
+    if holding != len(cached) + len(copies) or pool.num_cached != holding:
+        raise InvariantError(f"{holding} blocks hold a key, but {len(cached)} keys are cached with "
+                             f"{len(copies)} further copies (num_cached {pool.num_cached})")
 
 
 BlockPool: type[PyBlockPool] = compiled("BlockPool") or PyBlockPool
@@ -358,7 +430,7 @@ class KVCacheManager:
     """Block tables of the requests on one worker, allocated from a :class:`BlockPool`."""
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
-                 host: HostTier | None = None) -> None:
+                 host: HostTier | None = None, keep_duplicates: bool = False) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.block_size = block_size
@@ -369,7 +441,8 @@ class KVCacheManager:
         they fill (vLLM registers every full block at once). Set by the scheduler from its preemption rule
         (twin.scheduler.SchedulerLimits.preemption), only with prefix caching on."""
         self.host = host if enable_prefix_caching else None
-        self.pool = BlockPool(num_blocks, on_evict=self.host.demote if self.host is not None else None)
+        self.pool = BlockPool(num_blocks, on_evict=self.host.demote if self.host is not None else None,
+                              keep_duplicates=keep_duplicates)
         self.req_blocks: dict[int, list[int]] = {}
         self._num_hashed: dict[int, int] = {}
 

@@ -111,7 +111,7 @@ def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max
                              batch_wait_max_tokens_ratio=s.batch_wait_max_tokens_ratio,
                              lookahead=load_engine(config.engine.name).host_overlap)
     kv = KVCacheManager(num_blocks, config.kv_cache.block_size, config.kv_cache.prefix_caching,
-                        host_tier(config, dep))
+                        host_tier(config, dep), keep_duplicates=dep.engine.cache_duplicate_blocks)
     spec = config.engine.speculative
     if spec.enabled and limits.max_num_batched_tokens < 1 + spec.num_speculative_tokens:
         raise ConfigError("scheduler.max_num_batched_tokens",

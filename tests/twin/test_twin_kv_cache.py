@@ -116,16 +116,28 @@ def test_prefix_caching_off_never_hits():
 
 class _ReferencePool:
     """The block pool as first written (an OrderedDict free queue, one block at a time): the specification
-    the optimised :class:`BlockPool` must match block for block."""
+    the optimised :class:`BlockPool` must match block for block. With ``keep_duplicates`` its cache is
+    vLLM's BlockHashToBlockMap written out: a key maps to every block registered under it, in insertion
+    order, a lookup finds the first, an eviction removes just that block."""
 
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(self, num_blocks: int, keep_duplicates: bool = False) -> None:
         from collections import OrderedDict
 
         self.ref_cnt = [0] * num_blocks
         self.block_key: list[int | None] = [None] * num_blocks
-        self.cached: dict[int, int] = {}
+        self.by_key: dict[int, dict[int, None]] = {}
+        self.keep_duplicates = keep_duplicates
         self.free_queue = OrderedDict.fromkeys(range(num_blocks))
         self.evicted: list[tuple[int, int]] = []
+        self.evictions = 0
+
+    @property
+    def cached(self) -> dict[int, int]:
+        return {key: next(iter(blocks)) for key, blocks in self.by_key.items()}
+
+    @property
+    def dups(self) -> dict[int, list[int]]:
+        return {key: list(blocks)[1:] for key, blocks in self.by_key.items() if len(blocks) > 1}
 
     def allocate(self, n: int) -> list[int]:
         out = []
@@ -134,8 +146,11 @@ class _ReferencePool:
             key = self.block_key[block]
             if key is not None:
                 self.block_key[block] = None
-                del self.cached[key]
-                self.evicted.append((block, key))
+                self.evictions += 1
+                del self.by_key[key][block]
+                if not self.by_key[key]:  # the last copy: the key leaves the GPU (host-tier hook)
+                    del self.by_key[key]
+                    self.evicted.append((block, key))
             self.ref_cnt[block] = 1
             out.append(block)
         return out
@@ -153,24 +168,27 @@ class _ReferencePool:
                 self.free_queue[block] = None
 
     def cache(self, block: int, key: int) -> None:
-        if key not in self.cached and self.block_key[block] is None:
-            self.cached[key] = block
+        if self.block_key[block] is None and (key not in self.by_key or self.keep_duplicates):
+            self.by_key.setdefault(key, {})[block] = None
             self.block_key[block] = key
 
 
+@pytest.mark.parametrize("keep_duplicates", [False, True])
 @pytest.mark.parametrize("seed,slack", [(0, 1024), (1, 1024), (2, 0), (3, 1)])
-def test_pool_matches_reference_block_for_block(seed: int, slack: int, pool_cls: type[PyBlockPool]) -> None:
+def test_pool_matches_reference_block_for_block(seed: int, slack: int, keep_duplicates: bool,
+                                                pool_cls: type[PyBlockPool]) -> None:
     """Random allocate (and allocate_one) / touch / release / cache sequences: same ids, free order, cache
     and evictions as the one-block-at-a-time ordered-dictionary pool (small ``slack`` exercises free-queue
-    compaction)."""
+    compaction); blocks are also registered under keys already cached (kept as further copies, or left
+    uncached), and a lookup finds the oldest copy left."""
     import random
 
     rng = random.Random(seed)
     n = 48
     evicted: list[tuple[int, int]] = []
-    pool = pool_cls(n, on_evict=lambda b, k: evicted.append((b, k)))
+    pool = pool_cls(n, on_evict=lambda b, k: evicted.append((b, k)), keep_duplicates=keep_duplicates)
     pool.compact_slack = slack
-    ref = _ReferencePool(n)
+    ref = _ReferencePool(n, keep_duplicates)
     held: list[list[int]] = []  # block tables of live "requests"
     next_key = 1
     for _ in range(3000):
@@ -193,14 +211,20 @@ def test_pool_matches_reference_block_for_block(seed: int, slack: int, pool_cls:
         elif held:
             table = rng.choice(held)
             for block in table:
-                pool.cache(block, next_key)
-                ref.cache(block, next_key)
-                next_key += 1
+                if pool.cached and rng.random() < 0.3:  # the content of a block already cached
+                    key = rng.choice(sorted(pool.cached))
+                else:
+                    key, next_key = next_key, next_key + 1
+                pool.cache(block, key)
+                ref.cache(block, key)
         assert pool.free_order() == list(ref.free_queue)
         assert pool.ref_cnt == ref.ref_cnt and pool.block_key == ref.block_key and pool.cached == ref.cached
-        assert evicted == ref.evicted and pool.evictions == len(ref.evicted)
+        assert pool.dups == ref.dups
+        assert evicted == ref.evicted and pool.evictions == ref.evictions
         assert pool.num_free == len(ref.free_queue)
+        assert pool.num_cached == n - pool.block_key.count(None)
         pool.check()
+    assert not keep_duplicates or pool.evictions > len(evicted), "no copy was evicted"
 
 
 @pytest.mark.parametrize("caching", [True, False])
@@ -231,15 +255,16 @@ def test_append_one_is_allocate_slots_for_one_token(caching: bool) -> None:
     assert refused  # the pool ran dry on the way
 
 
+@pytest.mark.parametrize("keep_duplicates", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_match_prefix_is_lookup_key_by_key(seed: int, pool_cls: type[PyBlockPool]) -> None:
+def test_match_prefix_is_lookup_key_by_key(seed: int, keep_duplicates: bool, pool_cls: type[PyBlockPool]) -> None:
     """``match_prefix`` (successor hints, dictionary only where a hint fails) returns the blocks that looking
     every key up in ``cached`` until the first miss returns, while chains are cached, evicted and re-cached;
     keys equal in value but distinct objects match too."""
     import random
 
     rng = random.Random(seed)
-    pool = pool_cls(40)
+    pool = pool_cls(40, keep_duplicates=keep_duplicates)
     # Chains over a tree of prefixes: chain c shares its first blocks with chain c // 3.
     base = 1 << 62  # large ints, so equal keys built twice are distinct objects
     chains: list[list[int]] = []
@@ -271,15 +296,17 @@ def test_match_prefix_is_lookup_key_by_key(seed: int, pool_cls: type[PyBlockPool
             pool.touch(hits)
             blocks = hits + pool.allocate(need)
             for block, key in zip(blocks[len(hits):], chain[len(hits):]):
-                pool.cache(block, key)
+                pool.cache(block, key)  # (a key after a missed one may be cached: a further copy)
             held.append(blocks)
         elif held:
             pool.release(reversed(held.pop(rng.randrange(len(held)))))
         pool.check()
+    assert not keep_duplicates or pool.dups or pool.evictions, "no copy was made"
 
 
+@pytest.mark.parametrize("keep_duplicates", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_compiled_pool_is_the_python_pool(seed: int) -> None:
+def test_compiled_pool_is_the_python_pool(seed: int, keep_duplicates: bool) -> None:
     """The compiled pool (twin/_blockpool.pyx) against :class:`PyBlockPool` on one random sequence of every
     operation (allocate, allocate_one, touch, release, cache, cache_run, match_prefix, refused calls): the
     same return values, errors, evictions in the same order, and the same state after every operation."""
@@ -290,8 +317,8 @@ def test_compiled_pool_is_the_python_pool(seed: int) -> None:
     n = 64
     log_py: list[tuple[int, int]] = []
     log_c: list[tuple[int, int]] = []
-    py = PyBlockPool(n, on_evict=lambda b, k: log_py.append((b, k)))
-    c = compiled(n, on_evict=lambda b, k: log_c.append((b, k)))
+    py = PyBlockPool(n, on_evict=lambda b, k: log_py.append((b, k)), keep_duplicates=keep_duplicates)
+    c = compiled(n, on_evict=lambda b, k: log_c.append((b, k)), keep_duplicates=keep_duplicates)
     py.compact_slack = c.compact_slack = rng.choice([0, 3, 1024])
     chains = [[(1 << 62) + 100 * ch + i for i in range(rng.randint(2, 14))] for ch in range(20)]
     held: list[list[int]] = []
@@ -331,6 +358,7 @@ def test_compiled_pool_is_the_python_pool(seed: int) -> None:
             same(lambda p: p.cache(block, key))
         assert py.free_order() == c.free_order()
         assert py.ref_cnt == c.ref_cnt and py.block_key == c.block_key and py.cached == c.cached
+        assert py.dups == c.dups and py.copies() == c.copies()
         assert (py.num_free, py.num_used, py.num_cached, py.evictions) == (c.num_free, c.num_used, c.num_cached,
                                                                          c.evictions)
         assert log_py == log_c
