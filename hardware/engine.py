@@ -78,6 +78,11 @@ class EngineProfile:
     then the longest prompt, to the back)."""
     runtime_reserve_bytes: int = 1 << 30
     cache_duplicate_blocks: bool = False
+    async_output: bool = False
+    """With host_overlap, a step's output is applied only after the next step is formed, as vLLM's async
+    scheduling does (twin.scheduler.SchedulerLimits.async_output): finished requests hold their seats and
+    blocks through that schedule, the blocks of the tokens just sampled are cached after it, and after an
+    idle engine the second step sees the arrivals that did not fit in the first."""
     """Whether the prefix cache keeps a block computed with the content of a block it already holds, as a
     further copy that takes over when the first is evicted (vLLM: BlockHashToBlockMap keeps every block
     under a hash, v1/core/block_pool.py), or leaves it uncached (SGLang's radix cache and TensorRT-LLM's

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from twin.kv_cache import KVCacheManager
-from twin.request import Request
+from twin.request import Request, Status
 
 
 _REBASE_AFTER = 1 << 16
@@ -48,9 +48,12 @@ class DecodeCohort:
     whose phase is due: the members that fill a block (with prefix caching) and those whose blocks are full.
     """
 
-    def __init__(self, kv: KVCacheManager, record_token_times: bool) -> None:
+    def __init__(self, kv: KVCacheManager, record_token_times: bool, async_output: bool) -> None:
         self.kv = kv
         self.record_token_times = record_token_times
+        self.async_output = async_output
+        """vLLM's async scheduling (twin.scheduler.SchedulerLimits.async_output): a block a member's token
+        fills enters the prefix cache after the next step is formed, not when its own step is."""
         self.members: dict[Request, _Member] = {}
         self.updates = 0
         """Steps applied since the cohort was last empty (or rebased)."""
@@ -101,7 +104,8 @@ class DecodeCohort:
         while n < limit:
             req = running[n]
             computed = req.num_computed_tokens
-            if req.prompt_tokens + req.num_output_tokens - computed != 1 or req.last_token_ns != prev_end:
+            if (req.prompt_tokens + req.num_output_tokens - computed != 1 or req.last_token_ns != prev_end
+                    or req.status is Status.FINISHED):  # (async_output: its last token is in flight)
                 break
             blocks = req_blocks.get(req.id)
             if blocks is None or computed > len(blocks) * size:
@@ -135,6 +139,8 @@ class DecodeCohort:
         u = self.updates
         req_blocks = kv.req_blocks
         full = self._phases[-u % size]  # computed tokens a multiple of size: blocks full unless reserved
+        if kv.enable_prefix_caching and self.async_output:  # each registers the block its last token filled
+            return [(m, m.base + u == len(req_blocks[m.req.id]) * size) for m in full]
         if kv.enable_prefix_caching:
             fill = self._phases[-(u + 1) % size]
             if fill is full:  # block size 1: every step fills a block, some also take one
@@ -146,18 +152,26 @@ class DecodeCohort:
                 return events
         return [(m, True) for m in full if m.base + u == len(req_blocks[m.req.id]) * size]
 
-    def apply(self, events: Iterable[tuple[_Member, bool]]) -> None:
+    def apply(self, events: Iterable[tuple[_Member, bool]]) -> list[tuple[Request, int]]:
         """The schedule phase of this step for the members with events: what ``KVCacheManager.append_one``
-        and the scheduler's inline decode path do (a new block, then registration of full blocks)."""
+        and the scheduler's inline decode path do (a new block, then registration of full blocks). With
+        async_output the registrations wait: returns them, (member, tokens), for after the schedule (the
+        blocks the members' last tokens filled, which are the members whose blocks are full: the events)."""
         kv = self.kv
         pool = kv.pool
         caching = kv.enable_prefix_caching
         u = self.updates
+        if self.async_output:
+            for m, allocates in events:
+                if allocates:
+                    kv.req_blocks[m.req.id].append(pool.allocate_one())
+            return [(m.req, m.base + u) for m, _ in events] if caching else []
         for m, allocates in events:
             if allocates:
                 kv.req_blocks[m.req.id].append(pool.allocate_one())
             if caching:
                 kv.cache_computed(m.req, m.base + u + 1)
+        return []
 
     def advance(self, now: int, prev_end: int) -> list[Request]:
         """The update phase of a step ending at ``now``: every member samples a token. Returns the members

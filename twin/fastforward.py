@@ -22,6 +22,7 @@ from typing import Iterable, Protocol
 import numpy as np
 
 from hardware import BatchShape
+from twin.kv_cache import NO_PLACEHOLDERS
 from twin.request import NO_TIME, Request
 from twin.scheduler import Scheduler, SchedulerOutput
 
@@ -56,14 +57,19 @@ class DecodeRun:
         self._next_alloc = [i + (-(c0 + i - 1)) % size for c0, i in zip(self.c0, first_alloc)]
         """Per request: the next step (not scheduled yet) that takes a new block."""
         kv = sched.kv
+        self._lag = 1 if sched.limits.async_output else 0
+        """Steps between a block's filling and its registration: with vLLM's async scheduling the block
+        that step i fills is registered once step i + 1 is formed (SchedulerLimits.async_output)."""
         if not kv.enable_prefix_caching:
             self._next_cache = [_NEVER] * len(reqs)
         elif not kv.decode_cached_at_finish:
-            self._next_cache = [2 + (-(c0 + 2)) % size for c0 in self.c0]
+            lag = self._lag
+            self._next_cache = [2 + (-(c0 + 2 - lag)) % size for c0 in self.c0]
         else:  # blocks past the prefill wait for the request's finish (KVCacheManager.registers_now)
             self._next_cache = [2 + (-(c0 + 2)) % size if kv.registers_now(r, c0 + 1) else _NEVER
                                 for c0, r in zip(self.c0, reqs)]
-        """Per request: the next step (not scheduled yet) that fills a block (registered in the prefix cache)."""
+        """Per request: the next step (not scheduled yet) whose schedule phase registers a block in the prefix
+        cache (the one it fills, or with async scheduling the one the step before filled)."""
         self._next_event = self._earliest_block_event()
         self.k = k
         """Steps planned; their costs are computed on demand (:meth:`extend`), as the run survives."""
@@ -127,6 +133,9 @@ class DecodeRun:
         if m < self._next_event:  # no block event in these steps
             self.scheduled = max(m, self.scheduled)
             return
+        # The run registers each block at the step that may (self._lag): update_upto's placeholders, there for
+        # the regular schedule() after the run, do not apply to it.
+        self.sched.kv.placeholders = NO_PLACEHOLDERS
         # A few events (fewer steps than two blocks' worth) cost less one by one than in bulk.
         if m - self.scheduled < 2 * self.sched.kv.block_size or not self._schedule_in_bulk(m):
             self._schedule_event_by_event(m)
@@ -155,7 +164,7 @@ class DecodeRun:
         for idx in range(n):
             i = next_cache[idx]
             if i <= m:
-                last = i + (m - i) // size * size
+                last = i + (m - i) // size * size - self._lag
                 targets.append((reqs[idx], self.c0[idx] + last))
                 pending.extend(kv.uncached_keys(reqs[idx], self.c0[idx] + last))
         if pending and (len(set(pending)) != len(pending) or kv.holds_any(pending)):
@@ -196,12 +205,13 @@ class DecodeRun:
                 steps[idx] = i
         events.sort()
         pool = kv.pool
+        lag = self._lag
         for i, idx, kind in events:
             req = self.reqs[idx]
             if kind == 0:
                 kv.req_blocks[req.id].append(pool.allocate_one())
             else:
-                kv.cache_computed(req, self.c0[idx] + i)
+                kv.cache_computed(req, self.c0[idx] + i - lag)
 
     def _earliest_block_event(self) -> int:
         """The first step not scheduled yet that allocates or fills a block for any request."""
@@ -263,7 +273,7 @@ class DecodeRun:
         finished: list[Request] = []
         if m == self.k:
             finished = [r for r in self.reqs if r.num_output_tokens >= r.max_output_tokens]
-            sched.finish(finished, ends[m - 1])
+        sched.sampled(self.reqs, finished, ends[m - 1])
         sched.count_decode_steps(steps)  # after the finish: an idle worker restarts SGLang's ratio
         return finished
 

@@ -17,11 +17,14 @@ from __future__ import annotations
 import itertools
 import operator
 from collections import OrderedDict
-from typing import Callable, Iterable, Sequence
+from typing import AbstractSet, Callable, Iterable, Sequence
 
 from twin.errors import InvariantError
 from twin.native import compiled
 from twin.request import Request
+
+NO_PLACEHOLDERS: AbstractSet[int] = frozenset()
+"""No request waits for its last token (KVCacheManager.placeholders)."""
 
 
 class PyBlockPool:
@@ -445,6 +448,10 @@ class KVCacheManager:
                               keep_duplicates=keep_duplicates)
         self.req_blocks: dict[int, list[int]] = {}
         self._num_hashed: dict[int, int] = {}
+        self.placeholders: AbstractSet[int] = NO_PLACEHOLDERS
+        """Requests whose last token is not known yet (vLLM's async scheduling: it was sampled by the step
+        still running when this one is formed): a block it would fill is not registered
+        (twin.scheduler.SchedulerLimits.async_output)."""
 
     def host_hits(self, req: Request, num_gpu_hits: int) -> int:
         """Blocks after the GPU hits that the host tier holds (same one-token-short cap)."""
@@ -536,6 +543,8 @@ class KVCacheManager:
         :attr:`decode_cached_at_finish`, only those its admission prefilled until it has ``finished``)."""
         if self.decode_cached_at_finish and not finished and 0 <= req.prefill_tokens < num_tokens:
             num_tokens = req.prefill_tokens
+        if self.placeholders and req.id in self.placeholders and num_tokens >= req.num_tokens:
+            num_tokens = req.num_tokens - 1
         full = min(num_tokens // self.block_size, len(req.block_keys))
         rid = req.id
         done = self._num_hashed[rid]

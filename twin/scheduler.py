@@ -24,7 +24,7 @@ from hardware import BatchShape
 from hardware.engine import PREEMPTION_RULES
 from twin.cohort import DecodeCohort
 from twin.errors import InvariantError
-from twin.kv_cache import KVCacheManager, cdiv
+from twin.kv_cache import NO_PLACEHOLDERS, KVCacheManager, cdiv
 from twin.request import NO_TIME, Request, Status
 
 
@@ -56,6 +56,18 @@ class SchedulerLimits:
     the new-token ratio, less what this step admitted before it; ``none``: blocks as tokens come (vLLM)."""
     max_model_len: int | None = None
     """Most prompt + output tokens a request may ask for (the engine's max_model_len); None: no limit."""
+    async_output: bool = False
+    """With ``lookahead``: vLLM's async scheduling (AsyncScheduler driven by EngineCore.step_with_batch_queue),
+    where step k + 1 is formed before step k's output is applied (update_from_output), which shows in three
+    ways. A request that samples its last token in step k keeps its seat and its blocks while step k + 1 is
+    formed (schedule() skips it, "avoid scheduling an extra step", but it is in ``running``, and it can be
+    the victim of a preemption: then it is freed and reported preempted) and leaves after. A decode's input
+    token is a placeholder when its step is formed, so the block that token fills enters the prefix cache
+    only when the output after it is applied, after the next step is formed, and never if the request was
+    preempted in between (AsyncScheduler._update_request_with_output). And after an idle engine the first
+    step and the next are formed at the same instant: a request queued at the instant a step was formed is
+    seen by the next step unless it came after that step was formed (a client answering the step that
+    ended); without async_output such a tie is never seen."""
     preemption: str = "vllm"
     """When a running request cannot get the KV slots of its step, requests are preempted (their KV freed,
     recomputed when resumed) until it can. ``vllm`` (Scheduler.schedule): the FCFS victim is the newest
@@ -296,6 +308,22 @@ class Scheduler:
         """Start of that step: with lookahead, when the step now being formed was formed."""
         self._step_start_ns = NO_TIME
         """Start of the step being scheduled (becomes ``_last_step_start_ns`` when it is applied)."""
+        if limits.async_output and not (limits.lookahead and limits.mixed_prefill and drafter is None):
+            raise ValueError("async_output models vLLM's async scheduling: it needs lookahead, mixed prefill "
+                             "and no speculative decoding")
+        self._deferred: list[Request] = []
+        """async_output: requests that sampled their last token in the last step applied; they leave the batch
+        after the next schedule() (:meth:`_apply_outputs`)."""
+        self._fresh: list[Request] = []
+        """async_output: the requests that sampled a token in the last step applied, in its order; the blocks
+        those tokens fill enter the prefix cache after the next schedule()."""
+        self._cohort_fills: list[tuple[Request, int]] = []
+        """async_output: the same for the lazy cohort's members: (member, tokens to register)."""
+        self._late_ns = NO_TIME
+        self._late: set[int] = set()
+        self._idle_turn_ns = NO_TIME
+        """async_output: when a pass that only preempted ended; the pass after it at that instant sees all."""
+        """async_output: requests queued at ``_late_ns`` after a step was formed at that instant."""
         self._batch_wait_count = 0
         """Steps in a row that held new prompts back (batch waiting)."""
         self._ratio_base = SGLANG_INIT_RATIO
@@ -309,7 +337,7 @@ class Scheduler:
         if drafter is not None and lazy_decodes:
             raise ValueError("speculative decodes emit a drawn number of tokens: they cannot be a lazy cohort")
         lazy = lazy_decodes and limits.mixed_prefill and limits.admission_reserve == "none"
-        self.cohort = DecodeCohort(kv, record_token_times) if lazy else None
+        self.cohort = DecodeCohort(kv, record_token_times, limits.async_output) if lazy else None
         """Running decodes advanced as a group (:mod:`twin.cohort`); None: every request step by step.
         Prefill-first steps leave the decodes out, so they keep it off; so does SGLang's admission, which
         reads every running request's output count at every admission."""
@@ -356,6 +384,11 @@ class Scheduler:
         req.enqueued_ns = now
         if req.queued_ns == NO_TIME:
             req.queued_ns = now
+        if now == self._step_start_ns and self.limits.async_output:  # a step was formed at this instant
+            if self._late_ns != now:
+                self._late_ns = now
+                self._late = set()
+            self._late.add(req.id)
         self.waiting.add(req)
         return True
 
@@ -367,7 +400,7 @@ class Scheduler:
             self.waiting.remove(req)
         elif req.status is Status.RUNNING and req in self.running:
             if self.cohort is not None and len(self.cohort):
-                self.cohort.disband()  # (the next step forms it again from the requests left running)
+                self._disband()  # (the next step forms it again from the requests left running)
             self.running.remove(req)
             if self.drafter is not None:
                 self.drafter.forget(req)
@@ -390,15 +423,17 @@ class Scheduler:
 
     @property
     def has_work(self) -> bool:
-        return bool(self.running) or len(self.waiting) > 0
+        return bool(self.running) or len(self.waiting) > 0 or bool(self._deferred)
 
     # --------------------------------------------------------------------------------------- schedule
     def schedule(self, now: int) -> SchedulerOutput:
         self._step_start_ns = now
         # Back to back with the last step, the real engine formed this step when that one started: only
         # requests queued before then are seen.
-        lookahead = self.limits.lookahead and now == self._last_step_end_ns
+        lookahead = self.limits.lookahead and now == self._last_step_end_ns and now != self._idle_turn_ns
         cutoff = self._last_step_start_ns if lookahead else _NO_CUTOFF
+        if not lookahead and self.limits.async_output:
+            self._apply_outputs()  # (after an idle turn, the last step's output was applied before this one)
         if not self.limits.mixed_prefill:
             out = self._schedule_prefill_only(now, cutoff)
             if out is not None:
@@ -431,6 +466,9 @@ class Scheduler:
             i = lazy
         while i < n_running and budget > 0:
             req = running[i]
+            if req.status is Status.FINISHED:  # (async_output) its last token is in flight: vLLM skips it
+                i += 1
+                continue
             computed = req.num_computed_tokens
             num_new = req.prompt_tokens + req.num_output_tokens - computed
             if num_new == fast_one and computed < len(req_blocks[req.id]) * size:
@@ -460,14 +498,20 @@ class Scheduler:
                 continue
             while not (num_new == 1 and kv.append_one(req)) and not kv.allocate_slots(req, num_new):
                 victim = self.waiting.victim(running)
-                if running.index(victim) < i:  # a priority or SGLang victim may sit ahead of `req`
+                # A priority or SGLang victim may sit ahead of `req` (vLLM steps back if it was scheduled).
+                if victim in scheduled if limits.async_output else running.index(victim) < i:
                     i -= 1
                 running.remove(victim)
                 n_running -= 1
                 if victim in scheduled:
                     budget += scheduled.pop(victim)
                     drafts.pop(victim, None)
-                self._preempt(victim)
+                if victim.status is Status.FINISHED:  # (async_output) done, its last token in flight
+                    self._deferred.remove(victim)
+                    if not self.retain_finished_kv:
+                        self._release(victim)
+                else:
+                    self._preempt(victim)
                 preempted.append(victim)
                 if victim is req:
                     break
@@ -497,6 +541,8 @@ class Scheduler:
                 self._admit(scheduled, budget, now, cutoff)
             if not scheduled and not lazy and cutoff != _NO_CUTOFF:
                 # Nothing was in the step formed ahead: the engine idles one loop turn and then sees them.
+                if limits.async_output:
+                    self._apply_outputs()
                 self._admit(scheduled, budget, now, _NO_CUTOFF)
             others.extend(itertools.islice(scheduled.items(), n_before, None))
             stats = (self._stats(others, fast_n, fast_kv, fast_max) if not drafts
@@ -508,6 +554,12 @@ class Scheduler:
             assert self.cohort is not None
             scheduled = dict.fromkeys(self.cohort.disband(), 1)
             lazy = 0
+        if limits.async_output:
+            self._apply_outputs()
+            if preempted and not scheduled:
+                # An empty step is not run: the engine waits for the running one, and forms the next when its
+                # output is applied, with the arrivals until then.
+                self._idle_turn_ns = now
         return SchedulerOutput(scheduled=list(scheduled.items()), preempted=preempted, stats=stats,
                                host_load_s=self.host_load_s, lazy=lazy, drafts=drafts or None)
 
@@ -535,10 +587,22 @@ class Scheduler:
         events = cohort.block_events()
         need = sum(1 for _, allocates in events if allocates) + self._tail_blocks(n, budget - n)
         if need > self.kv.pool.num_free:
-            cohort.disband()
+            self._disband()
             return 0
-        cohort.apply(events)
+        fills = cohort.apply(events)
+        if fills:
+            self._cohort_fills = fills
         return n
+
+    def _disband(self) -> None:
+        """Empty the cohort between a step's update and the next step's regular pass. With async_output its
+        members' last tokens, which the last step applied sampled, are placeholders as are the others'."""
+        assert self.cohort is not None
+        members = self.cohort.disband()
+        if members and self.limits.async_output:
+            self._fresh = members + self._fresh
+            if self.kv.enable_prefix_caching:
+                self.kv.placeholders = {*self.kv.placeholders, *(r.id for r in members)}
 
     def _tail_blocks(self, start: int, budget: int) -> int:
         """Blocks that the running requests from ``start`` on would take this step (the budget shared out
@@ -549,6 +613,8 @@ class Scheduler:
         for req in itertools.islice(self.running, start, None):
             if budget <= 0:
                 break
+            if req.status is Status.FINISHED:  # (async_output) leaves after this schedule
+                continue
             num_new = req.prompt_tokens + req.num_output_tokens - req.num_computed_tokens
             if 0 < threshold < num_new:
                 num_new = threshold
@@ -598,8 +664,8 @@ class Scheduler:
         room: float | None = None  # tokens SGLang's admission still sees free (found at the first candidate)
         while len(waiting) and budget > 0 and len(self.running) + self.held_seats < limits.max_num_seqs:
             req = waiting.peek()
-            if req.enqueued_ns >= cutoff:
-                break  # arrived after this step was formed (a tie is a client answering the step that ended)
+            if req.enqueued_ns >= cutoff and self._after(req, cutoff):
+                break  # arrived after this step was formed
             if limits.reserve_full_kv:
                 if reserved < 0:
                     reserved = self._reserved_blocks()
@@ -716,7 +782,7 @@ class Scheduler:
         reserved = self._reserved_blocks() if limits.reserve_full_kv else 0
         total = 0
         for req in self.waiting:
-            if seats <= 0 or budget <= 0 or req.enqueued_ns >= cutoff:
+            if seats <= 0 or budget <= 0 or (req.enqueued_ns >= cutoff and self._after(req, cutoff)):
                 break
             if limits.reserve_full_kv:
                 reserved += cdiv(req.total_tokens, kv.block_size)
@@ -805,11 +871,17 @@ class Scheduler:
         drafts = out.drafts
         same = 0  # requests whose previous token came at the previous step end: one shared gap
         sampled = 0
+        fresh: list[Request] | None = [] if self.limits.async_output else None
         if out.lazy:
             assert self.cohort is not None and drafts is None
             same = self.cohort.measured  # (before the advance, which lets the finished leave)
             finished = self.cohort.advance(now, prev)  # ahead of the others in running order
             sampled = out.lazy
+            if finished and fresh is not None:
+                # They stay in `running` through the next schedule(), where the cohort must be its prefix:
+                # it disbands, and its members' tokens are placeholders like the others'.
+                fresh = self.running[:out.lazy]
+                self.cohort.disband()
         for req, q in out.scheduled:
             a = None if drafts is None else drafts.get(req)
             if a is None:
@@ -825,6 +897,8 @@ class Scheduler:
                     itl[0] = itl.get(0, 0) + n - 1
             req.num_output_tokens += n
             sampled += n
+            if fresh is not None:
+                fresh.append(req)
             last = req.last_token_ns
             if last == NO_TIME:
                 req.first_token_ns = now
@@ -849,10 +923,76 @@ class Scheduler:
             itl[gap] = itl.get(gap, 0) + same
         self.output_tokens += sampled
         self.mark_applied(self._step_start_ns, now)
-        self.finish(finished, now)
+        if fresh is None:
+            self.finish(finished, now)
+        else:
+            self.sampled(fresh, finished, now)
         stats = out.stats
         self.count_decode_steps(1 if not out.preempted and stats.num_decode == stats.num_reqs else 0)
         return finished
+
+    def _after(self, req: Request, cutoff: int) -> bool:
+        """Whether ``req``, queued at or after ``cutoff`` (the instant the step now formed was formed, with
+        lookahead), came after that: a tie is a client answering the step that ended (SimPy runs it after
+        the step end that formed the step), unless with async_output it was queued before that formation
+        (SchedulerLimits.async_output: after an idle engine, the second step is formed at the instant of the
+        first, after the arrivals of that instant)."""
+        if req.enqueued_ns != cutoff or not self.limits.async_output:
+            return True
+        return cutoff == self._late_ns and req.id in self._late
+
+    def _apply_outputs(self) -> None:
+        """async_output: what update_from_output of the last step applied does once the next step is formed:
+        the blocks its sampled tokens filled enter the prefix cache (not those of requests preempted since),
+        and the requests that sampled their last token leave the batch."""
+        kv = self.kv
+        if kv.placeholders:
+            kv.placeholders = NO_PLACEHOLDERS
+        fills = self._cohort_fills
+        if fills:  # the cohort's members first: they lead the running order of the last step
+            self._cohort_fills = []
+            for req, tokens in fills:
+                kv.cache_computed(req, tokens)
+        fresh = self._fresh
+        if fresh:
+            self._fresh = []
+            if kv.enable_prefix_caching:
+                # Only a block that a placeholder token filled waits: a decode's, when its computed tokens
+                # reached a multiple of the block size (every other block was registered when its step was
+                # formed, its tokens known).
+                req_blocks = kv.req_blocks
+                size = kv.block_size
+                for req in fresh:
+                    computed = req.num_computed_tokens
+                    if computed % size == 0 and req.status is not Status.PREEMPTED and req.id in req_blocks:
+                        kv.cache_computed(req, computed)
+        deferred = self._deferred
+        if deferred:
+            self._deferred = []
+            running = self.running
+            for req in deferred:
+                running.remove(req)
+                if not self.retain_finished_kv:
+                    self._release(req)
+
+    def sampled(self, reqs: list[Request], finished: list[Request], now: int) -> None:
+        """The step applied at ``now`` sampled a token for each of ``reqs`` (those of a lazy cohort aside),
+        and ``finished`` their last: they leave the batch now, or with async_output after the next schedule()
+        (:meth:`_apply_outputs`), their tokens' blocks cached then too (the tokens are placeholders when
+        that step is formed)."""
+        if not self.limits.async_output:
+            self.finish(finished, now)
+            return
+        assert not self._deferred, "the last step's finished requests were not released"
+        for req in finished:
+            req.status = Status.FINISHED
+            req.finish_ns = now
+            if self.retain_finished_kv:  # its blocks are staged now: only its seat waits
+                self._release(req)
+        self._deferred = finished
+        self._fresh = reqs
+        if self.kv.enable_prefix_caching:
+            self.kv.placeholders = {r.id for r in reqs}
 
     def count_decode_steps(self, steps: int) -> None:
         """Applied steps' share in SGLang's new-token ratio (admission_reserve sglang; nothing otherwise):
@@ -931,14 +1071,17 @@ class Scheduler:
 
     def finish(self, finished: list[Request], now: int) -> None:
         """Requests that sampled their last token leave the batch; their blocks go (or stay staged)."""
-        drafter = self.drafter
         for req in finished:
             self.running.remove(req)
-            if drafter is not None:
-                drafter.forget(req)
-            if self.kv.decode_cached_at_finish:
-                self.kv.cache_computed(req, req.num_computed_tokens, finished=True)
-            if not self.retain_finished_kv:
-                self.kv.free(req)
+            self._release(req)
             req.status = Status.FINISHED
             req.finish_ns = now
+
+    def _release(self, req: Request) -> None:
+        """A finished request is out of ``running``: its blocks go (or stay staged)."""
+        if self.drafter is not None:
+            self.drafter.forget(req)
+        if self.kv.decode_cached_at_finish:
+            self.kv.cache_computed(req, req.num_computed_tokens, finished=True)
+        if not self.retain_finished_kv:
+            self.kv.free(req)

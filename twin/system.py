@@ -109,7 +109,9 @@ def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max
                              max_model_len=config.engine.max_model_len or dep.model.context_length,
                              batch_wait_iters=s.batch_wait_iters,
                              batch_wait_max_tokens_ratio=s.batch_wait_max_tokens_ratio,
-                             lookahead=load_engine(config.engine.name).host_overlap)
+                             lookahead=dep.engine.host_overlap,
+                             async_output=dep.engine.host_overlap and dep.engine.async_output
+                             and not config.engine.speculative.enabled)
     kv = KVCacheManager(num_blocks, config.kv_cache.block_size, config.kv_cache.prefix_caching,
                         host_tier(config, dep), keep_duplicates=dep.engine.cache_duplicate_blocks)
     spec = config.engine.speculative

@@ -248,8 +248,11 @@ class Worker:
             now = now_ns(env)
             out = sched.schedule(now)
             if out.empty:
-                if out.preempted:  # a request preempted itself and the pass ended: the engine steps again
-                    continue      # at once (each such pass preempts one more, so this ends)
+                # A request preempted itself and the pass ended: the engine steps again at once (each such
+                # pass preempts one more, so this ends); or all that was left were finished requests whose
+                # output the schedule applied (SchedulerLimits.async_output).
+                if out.preempted or not sched.has_work:
+                    continue
                 self.blocked = True
                 yield from self._sleep()
                 self.blocked = False

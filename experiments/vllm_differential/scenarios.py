@@ -127,3 +127,35 @@ def random_scenario(seed: int, hard: bool = False) -> dict:
     lim = limits(mnbt=mnbt, seqs=min(rng.randint(1, 5), mnbt), bs=bs,
                  blocks=blocks, caching=rng.random() < (0.8 if not hard else 1.0))
     return dict(name=f"{'hard' if hard else 'rand'}_{seed}", limits=lim, requests=reqs)
+
+
+STEP_TIME = 2
+"""Async scenarios (vLLM's async scheduling): every step takes 2 time units, so an arrival at an odd time
+comes while a step runs, one at an even time at a step boundary."""
+
+
+def timed(scn: dict, jitter_seed: int | None = None) -> dict:
+    """``scn`` with arrival times for the async recording: a request's ``t`` is STEP_TIME x its arrival
+    index, plus 0 or 1 drawn from ``jitter_seed`` (None: on the step boundaries)."""
+    rng = random.Random(jitter_seed)
+    out = dict(scn, requests=[dict(r) for r in scn["requests"]])
+    for r in out["requests"]:
+        r["t"] = STEP_TIME * r["arrival"] + (rng.randint(0, 1) if jitter_seed is not None else 0)
+    return out
+
+
+def async_hand_scenarios() -> list[dict]:
+    """Cases of async scheduling: a burst at an idle engine that the first step cannot hold (the second
+    step, formed at the same instant, sees the rest), a request whose last token is in flight holding its
+    seat or its blocks, and arrivals at and between step boundaries."""
+    S = [timed(scn) for scn in hand_scenarios()]
+    S.append(dict(name="x_burst", limits=limits(mnbt=16, seqs=8, bs=4, blocks=128),
+                  requests=[dict(req(i, 10, 3), t=0) for i in range(6)]))
+    S.append(dict(name="x_seat_in_flight", limits=limits(mnbt=64, seqs=2, bs=4, blocks=128),
+                  requests=[dict(req(0, 8, 2), t=0), dict(req(1, 8, 6), t=0), dict(req(2, 8, 3), t=1),
+                            dict(req(3, 8, 3), t=4)]))
+    S.append(dict(name="x_victim_in_flight", limits=limits(mnbt=32, seqs=8, bs=4, blocks=6),
+                  requests=[dict(req(0, 7, 10), t=0), dict(req(1, 8, 2), t=0)]))
+    S.append(dict(name="x_between_steps", limits=limits(mnbt=24, seqs=8, bs=4, blocks=128),
+                  requests=[dict(req(i, 6 + 3 * i, 3 + i % 3, shared=("A", 4)), t=i) for i in range(8)]))
+    return S
