@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import attrs
 
@@ -157,21 +157,41 @@ class Calibration:
         dependency wait and the tail of a nearly empty grid) times the kernels the op launches
         (``OP_KERNELS``); elementwise kernels pay it too. The all-reduce table is already graph-timed.
         """
-        def floor(r: Roofline, kernels: int) -> Roofline:
-            return attrs.evolve(r, floor_s=kernels * kernel_floor_s)
+        return self._floored(f"{self.name}[graph]", lambda r, kernels: kernels * kernel_floor_s)
 
+    def eager_mode(self, kernel_floor_s: float) -> "Calibration":
+        """The curves an eagerly launched step pays: each op's floor at least what it costs inside a replayed
+        graph (``kernel_floor_s`` per kernel, :meth:`graph_mode`).
+
+        Replaying a graph removes the CPU's launches and never makes a kernel slower on the GPU, so an op run
+        eagerly is never cheaper than the same op replayed. The graph floor is fitted on serving steps, where
+        it also carries the small kernels the op list does not name (rotary embedding, residual adds,
+        activation quantisation), which an eager step runs as well; where an eager floor is below it (the
+        elementwise starting value of 2 us, TensorRT-LLM's and vLLM's BF16 GEMM floors of 3-4 us), a step
+        just past the largest capture size was priced below one just inside it (vLLM, Qwen3-0.6B on H100:
+        2.43 ms at 513 prompt tokens against 2.82 ms at 512). Ops whose eager floor is above it (MoE, vLLM's
+        block-FP8 GEMM, attention) keep their own.
+        """
+        return self._floored(f"{self.name}[eager]", lambda r, kernels: max(r.floor_s, kernels * kernel_floor_s))
+
+    def _floored(self, name: str, floor_of: Callable[[Roofline, int], float]) -> "Calibration":
+        """The same curves with each op's floor replaced by ``floor_of(curve, kernels the op launches)``."""
+        def floor(r: Roofline, kernels: int) -> Roofline:
+            return attrs.evolve(r, floor_s=floor_of(r, kernels))
+
+        def optional(r: Roofline | None, kernels: int) -> Roofline | None:
+            return floor(r, kernels) if r is not None else None
+
+        prefill, decode = OP_KERNELS["attention_prefill"], OP_KERNELS["attention_decode"]
         return attrs.evolve(
             self,
-            name=f"{self.name}[graph]",
+            name=name,
             gemm={k: floor(r, OP_KERNELS.get("gemm_" + k, 1)) for k, r in self.gemm.items()},
-            attn_prefill=floor(self.attn_prefill, OP_KERNELS["attention_prefill"]),
-            attn_decode=floor(self.attn_decode, OP_KERNELS["attention_decode"]),
-            attn_decode_fp8kv=(floor(self.attn_decode_fp8kv, OP_KERNELS["attention_decode"])
-                               if self.attn_decode_fp8kv else None),
-            attn_mla_prefill=(floor(self.attn_mla_prefill, OP_KERNELS["attention_prefill"])
-                              if self.attn_mla_prefill else None),
-            attn_mla_decode=(floor(self.attn_mla_decode, OP_KERNELS["attention_decode"])
-                             if self.attn_mla_decode else None),
+            attn_prefill=floor(self.attn_prefill, prefill),
+            attn_decode=floor(self.attn_decode, decode),
+            attn_decode_fp8kv=optional(self.attn_decode_fp8kv, decode),
+            attn_mla_prefill=optional(self.attn_mla_prefill, prefill),
+            attn_mla_decode=optional(self.attn_mla_decode, decode),
             moe={k: floor(r, OP_KERNELS.get("moe_" + k, OP_KERNELS["moe"])) for k, r in self.moe.items()},
             ssm=floor(self.ssm, 1),
             elementwise=floor(self.elementwise, 1),

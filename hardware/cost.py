@@ -155,6 +155,8 @@ class CostModel:
         self.cal = calibration if calibration is not None else calibration_for_engine(dep.engine.name)
         self.gcal = self.cal.graph_mode(dep.engine.graph_kernel_floor_s)
         """The constants as a replayed CUDA graph sees them (per-kernel GPU floors, no eager launch cost)."""
+        self.ecal = self.cal.eager_mode(dep.engine.graph_kernel_floor_s)
+        """The constants as an eagerly launched step sees them: no op cheaper than replayed in a graph."""
         if dep.model.is_moe and dep.moe_kernel in CURVE_MOE_KERNELS:
             self.cal.moe_for(dep.weight_dtype, dep.moe_kernel)   # a MoE kernel without a fitted curve: fail here
         self.max_num_seqs = max_num_seqs or dep.engine.default_max_num_seqs(dep.gpu)
@@ -192,7 +194,7 @@ class CostModel:
     def _gemm(self, lin: Linear, term: str) -> _Gemm:
         d = self.dep
         wdt = d.weight_dtype if lin.quantized else "bf16"
-        return _Gemm(term, lin.n, lin.k, d.linear_bytes_per_elem(lin.quantized), self.cal.gemm_for(wdt),
+        return _Gemm(term, lin.n, lin.k, d.linear_bytes_per_elem(lin.quantized), self.ecal.gemm_for(wdt),
                      self.gcal.gemm_for(wdt),
                      d.gpu.flops_for(COMPUTE_DTYPE[wdt]), d.gpu.hbm_bw_Bps)
 
@@ -307,7 +309,7 @@ class CostModel:
 
     def _fill_token_terms(self, t: dict[str, float], M: int, R: int, D: int, q: int = 1) -> None:
         graph = self._graphed(M, R, D)
-        cal = self.gcal if graph else self.cal
+        cal = self.gcal if graph else self.ecal
         for g in self.groups:
             self._add_layer_terms(t, g, M, R, D, graph, cal)
         # Logits of every sampled position: one per request, and the k drafts of each speculative decode.
@@ -396,7 +398,7 @@ class CostModel:
         fold the query length into the head dimension. The decode kernel's rate is read at
         d_kv / d_max requests (BatchShape.decode_rows); a layer that attends a window (or DSA's top-k keys)
         reads at most that many keys per request, so its longest request reads min(d_max, window)."""
-        cal = self.gcal if graph else self.cal
+        cal = self.gcal if graph else self.ecal
         kvb, peak, bw = self._kv_bytes, self._peak_bf16, self._hbm_Bps
         total = 0.0
         for count, mx, heads, kvh in self._attn_groups if groups is None else groups:
@@ -488,7 +490,7 @@ class CostModel:
         if hit is None:
             assert self.draft is not None
             t = dict.fromkeys((*TOKEN_TERMS, "spec_draft"), 0.0)
-            self._add_layer_terms(t, self.draft, M, R, D, graph, self.gcal if graph else self.cal)
+            self._add_layer_terms(t, self.draft, M, R, D, graph, self.gcal if graph else self.ecal)
             if len(self._draft_cache) >= _CACHE_LIMIT:
                 self._draft_cache.clear()
             hit = self._draft_cache[key] = sum(t.values())

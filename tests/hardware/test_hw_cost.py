@@ -27,6 +27,13 @@ CAL = Calibration(
 # The hand computations below add the host terms in full: an engine that does not overlap scheduling.
 # vLLM without async scheduling and without eager-step host time (the eager_host tests set their own)
 SERIAL = attrs.evolve(load_engine("vllm"), host_overlap=False, eager_layer_host_s=0.0, eager_moe_host_s=0.0)
+G = SERIAL.graph_kernel_floor_s
+
+
+def eager(r: Roofline, kernels: int = 1) -> Roofline:
+    """``r`` as an eagerly launched step pays it: its floor raised to ``kernels`` graph floors where lower
+    (Calibration.eager_mode: no op is cheaper run eagerly than replayed in a graph)."""
+    return attrs.evolve(r, floor_s=max(r.floor_s, kernels * G))
 
 
 def dep(tp: int = 1, engine: object = SERIAL) -> Deployment:
@@ -92,7 +99,9 @@ def test_step_cost_matches_hand_computation_tp1() -> None:
     # decode part: 2 queries over 300 + 1000 keys; prefill part: 512 causal queries over 612 keys
     kv_tok = 2 * NKV * HD * 2
     qo_tok = 2 * NH * HD * 2
-    dec = roofline(4 * NH * HD * 1300, 1300 * kv_tok + 2 * (qo_tok + kv_tok), DECODE)
+    # (514 tokens: above the largest capture size, 512, so eager: the decode kernel's 13 us floor is below
+    # its three kernels' graph floors and is raised to them)
+    dec = roofline(4 * NH * HD * 1300, 1300 * kv_tok + 2 * (qo_tok + kv_tok), eager(DECODE, 3))
     pairs = sum(100 + j for j in range(1, 513))
     pre = roofline(4 * NH * HD * pairs, 612 * kv_tok + 512 * (qo_tok + kv_tok), PREFILL)
     assert cost.terms["attention"] == pytest.approx(L * (dec + pre), rel=1e-12)
@@ -101,7 +110,7 @@ def test_step_cost_matches_hand_computation_tp1() -> None:
     assert cost.terms["lm_head"] == pytest.approx(lm, rel=1e-12)
     # elementwise: 2 blocks x (add+RMSNorm: 4 vectors of H) + RoPE on q and k + SiLU-and-mul (3 x I), BF16
     ew_bytes = M * 2 * (2 * 4 * H + 2 * (NH + NKV) * HD + 3 * I)
-    assert cost.terms["elementwise"] == pytest.approx(L * (ew_bytes / (HBM * 0.5) + 4 * 1e-6), rel=1e-12)
+    assert cost.terms["elementwise"] == pytest.approx(L * (ew_bytes / (HBM * 0.5) + 4 * max(1e-6, G)), rel=1e-12)
     assert cost.terms["tp_allreduce"] == 0.0 and cost.terms["cuda_graph_padding"] == 0.0
     e = SERIAL
     assert cost.terms["step_host"] == e.step_host_s
@@ -143,10 +152,10 @@ def test_fp8_kv_decode_attention_uses_its_own_curve_and_dequant_work_by_hand() -
     assert fp8 == pytest.approx(L * roofline(2.0 * elems, nbytes, fp8_curve), rel=1e-12)
     bf16 = CostModel(dep(), calibration=cal, cuda_graph=False).step_cost(s).terms["attention"]
     nbytes = elems * 2 + qo + NKV * 2 * HD * 2
-    assert bf16 == pytest.approx(L * roofline(2.0 * NH * 2 * HD * 2048, nbytes, DECODE), rel=1e-12)
+    assert bf16 == pytest.approx(L * roofline(2.0 * NH * 2 * HD * 2048, nbytes, eager(DECODE, 3)), rel=1e-12)
     no_curve = CostModel(fp8_dep, calibration=CAL, cuda_graph=False).step_cost(s).terms["attention"]
     nbytes = elems * 1 + qo + NKV * 2 * HD * 1
-    assert no_curve == pytest.approx(L * roofline(2.0 * elems, nbytes, DECODE), rel=1e-12)
+    assert no_curve == pytest.approx(L * roofline(2.0 * elems, nbytes, eager(DECODE, 3)), rel=1e-12)
     assert CAL.graph_mode(3e-6).attn_decode_fp8kv is None
     graph_fp8 = cal.graph_mode(3e-6).attn_decode_fp8kv
     assert graph_fp8 is not None and graph_fp8.floor_s == pytest.approx(3 * 3e-6)
@@ -163,7 +172,7 @@ def test_decode_attention_rate_is_read_at_the_decodes_context_over_the_longest_b
     flops = 2.0 * NH * 2 * HD * 4000
     nbytes = 4000 * NKV * 2 * HD * 2 + 2 * (NH * 2 * HD * 2 + NKV * 2 * HD * 2)
     rows = 4000 / 3000
-    want = max(flops / (PEAK_BF16 * 0.4 * rows / (rows + 4.0)), nbytes / (HBM * 0.9)) + 13e-6
+    want = max(flops / (PEAK_BF16 * 0.4 * rows / (rows + 4.0)), nbytes / (HBM * 0.9)) + max(13e-6, 3 * G)
     assert model.step_cost(s).terms["attention"] == pytest.approx(L * want, rel=1e-12)
     # Equal contexts (or a shape that does not say) read it at the request count, as the curves were fitted.
     equal = BatchShape.from_requests([1, 1], [2000, 2000])
@@ -215,12 +224,35 @@ def test_gemm_width_and_per_row_terms_by_hand() -> None:
 
 def test_graph_floors_count_kernels_by_hand() -> None:
     """Under graph replay an op's floor is (kernels it launches) x the engine's per-kernel floor: decode
-    attention writes the cache, runs split-KV attention and reduces (3 kernels); elementwise kernels 1 each."""
+    attention writes the cache, runs split-KV attention and reduces (3 kernels); elementwise kernels 1 each.
+    Eager, an op pays its fitted floor, raised to that graph floor where lower: CAL's 13 us decode and 1 us
+    elementwise floors are below 3 and 1 graph floors, so the two modes price those ops alike; with floors
+    above them (20 us, 6 us) eager costs exactly the difference more."""
     s = BatchShape.from_requests([1] * 2, [300, 1000])
     g = SERIAL.graph_kernel_floor_s
-    graph, eager = cm().step_cost(s).terms, cm(cuda_graph=False).step_cost(s).terms
-    assert graph["attention"] - eager["attention"] == pytest.approx(L * (3 * g - 13e-6), rel=1e-9)
-    assert graph["elementwise"] - eager["elementwise"] == pytest.approx(L * 4 * (g - 1e-6), rel=1e-9)
+    assert 13e-6 < 3 * g and 1e-6 < g < 6e-6 and 20e-6 > 3 * g
+    slow = attrs.evolve(CAL, attn_decode=attrs.evolve(DECODE, floor_s=20e-6),
+                        elementwise=attrs.evolve(CAL.elementwise, floor_s=6e-6))
+    for cal, decode_floor, ew_floor in ((CAL, 3 * g, g), (slow, 20e-6, 6e-6)):
+        graph = CostModel(dep(), calibration=cal).step_cost(s).terms
+        eager = CostModel(dep(), calibration=cal, cuda_graph=False).step_cost(s).terms
+        assert graph["attention"] - eager["attention"] == pytest.approx(L * (3 * g - decode_floor), rel=1e-9, abs=1e-15)
+        assert graph["elementwise"] - eager["elementwise"] == pytest.approx(L * 4 * (g - ew_floor), rel=1e-9,
+                                                                              abs=1e-15)
+
+
+def test_a_step_just_past_the_largest_capture_size_costs_no_less_than_one_inside_it() -> None:
+    """vLLM replays piecewise graphs up to its largest capture size (512 tokens by default) and launches a
+    longer step eagerly; an eager op is never cheaper than replayed, so the cost of a prompt step grows
+    with its tokens across the boundary (it fell 14 % from 512 to 513 tokens on Qwen3-0.6B, H100, with the
+    shipped constants: 2.82 -> 2.43 ms, elementwise and BF16 GEMM floors below the graph floor)."""
+    for name in ("Qwen/Qwen3-0.6B", "meta-llama/Llama-3.1-8B"):
+        d = Deployment(gpu=load_gpu("h100_sxm"), model=load_model(name), engine=load_engine("vllm"))
+        model = CostModel(d, max_num_seqs=256, max_num_batched_tokens=8192)
+        assert model.max_capture == 512
+        costs = [model.step_time_ns(BatchShape.from_requests([m], [m])) for m in (511, 512, 513, 514)]
+        assert costs == sorted(costs), (name, costs)
+        assert costs[2] - costs[1] < 2 * (costs[1] - costs[0]) + 1, (name, costs)  # no jump at the boundary
 
 
 def test_host_work_hides_under_gpu_work_with_async_scheduling() -> None:
@@ -335,10 +367,16 @@ def test_graph_modes_move_exactly_what_they_leave_out_of_graphs() -> None:
     assert full["kernel_launch"] == 0.0
     assert piecewise["kernel_launch"] == pytest.approx(L * SERIAL.launch_s)
     assert piecewise["attention"] == eager["attention"]
-    # the eager floor (13 us per layer) against the graph's: three kernels at the engine's graph floor
-    assert piecewise["attention"] - full["attention"] == pytest.approx(
-        L * (13e-6 - 3 * SERIAL.graph_kernel_floor_s), rel=1e-9)
-    assert {k for k in full if full[k] != piecewise[k]} == {"attention", "kernel_launch"}
+    # CAL's eager floor (13 us per layer) is below three kernels at the engine's graph floor and is raised
+    # to it, so only the launches differ; with an eager floor above it (20 us) attention differs by as much
+    assert piecewise["attention"] == pytest.approx(full["attention"], rel=1e-12)
+    assert {k for k in full if full[k] != piecewise[k]} <= {"attention", "kernel_launch"}
+    slow = attrs.evolve(CAL, attn_decode=attrs.evolve(DECODE, floor_s=20e-6))
+    full_slow = CostModel(dep(), calibration=slow).step_cost(decode).terms
+    piecewise_slow = CostModel(dep(), calibration=slow, graph_mode="piecewise").step_cost(decode).terms
+    assert piecewise_slow["attention"] - full_slow["attention"] == pytest.approx(
+        L * (20e-6 - 3 * SERIAL.graph_kernel_floor_s), rel=1e-9)
+    assert {k for k in full_slow if full_slow[k] != piecewise_slow[k]} == {"attention", "kernel_launch"}
     assert cm(graph_mode="piecewise").step_cost(mixed).terms == cm().step_cost(mixed).terms
     decode_only = cm(graph_mode="full_decode_only").step_cost(mixed).terms
     none = cm(cuda_graph=False).step_cost(mixed).terms
@@ -372,7 +410,8 @@ def test_eager_mode_adds_launches_only_there() -> None:
     cal = CostModel(dep()).cal
     g = SERIAL.graph_kernel_floor_s
     lm_graph, lm_eager = graph.terms["lm_head"], eager.terms["lm_head"]
-    assert lm_eager - lm_graph == pytest.approx(cal.gemm_for("bf16").floor_s - g, rel=1e-9)
+    # (the shipped BF16 GEMM floor, 3.5 us, is below the graph floor, 4.5 us, and is raised to it)
+    assert lm_eager - lm_graph == pytest.approx(max(cal.gemm_for("bf16").floor_s, g) - g, rel=1e-9, abs=1e-15)
     assert graph.terms["step_host"] == eager.terms["step_host"]
 
 
@@ -514,7 +553,7 @@ def test_deepgemm_moe_prices_the_padded_contiguous_layout() -> None:
     shape = BatchShape.from_requests([1] * 16, [2000] * 16)
     base, dg = (moe_ledger("h200_sxm", "Qwen/Qwen3-235B-A22B-FP8", cal, kernel, tp=2,
                            weight_dtype="fp8_block").step_cost(shape) for kernel in ("default", "deepgemm"))
-    triton = kernels.moe_s(GEMM, tokens=16, width=4096, inter=768, topk=8, num_experts=128, ep=1, mats=3,
+    triton = kernels.moe_s(eager(GEMM, 7), tokens=16, width=4096, inter=768, topk=8, num_experts=128, ep=1, mats=3,
                            w_bytes_per_elem=1.0, peak_flops=peak, bw_Bps=bw)
     # the router GEMM stays in the term; the routed experts swap the fitted MoE curve for the padded layout
     assert dg.terms["moe_experts"] - base.terms["moe_experts"] == pytest.approx(94 * (hand(16, 2, 1) - triton))
@@ -969,3 +1008,31 @@ def test_ep_imbalance_is_never_negative(monkeypatch: pytest.MonkeyPatch) -> None
                               engine=load_engine("vllm"), tp=2, ep=2))
     terms = cm.step_cost(BatchShape.from_requests([1] * 126, [1000] * 126)).terms
     assert terms["ep_imbalance"] == 0.0 and terms["moe_experts"] > 0
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+@pytest.mark.parametrize("model_name, tp, weights", [("Qwen/Qwen3-0.6B", 1, "bf16"), ("meta-llama/Llama-3.1-8B", 1, "bf16"),
+                                                     ("Qwen/Qwen3-32B", 2, "fp8"),
+                                                     ("Qwen/Qwen3-235B-A22B-FP8", 4, "fp8_block"),
+                                                     ("deepseek-ai/DeepSeek-V3", 8, "fp8_block")])
+def test_no_step_costs_less_eager_than_replayed_in_a_graph(engine: str, model_name: str, tp: int,
+                                                            weights: str) -> None:
+    """With every engine's shipped constants: a step (pure decode, prefill or mixed) never costs less
+    launched eagerly than replayed in graphs, whichever graph mode and capture size replay it, term by term
+    for the GPU terms the two modes share."""
+    d = Deployment(gpu=load_gpu("h200_sxm"), model=load_model(model_name), engine=load_engine(engine), tp=tp,
+                   weight_dtype=weights)
+    eager = CostModel(d, cuda_graph=False, max_num_seqs=256, max_num_batched_tokens=8192)
+    graphed = [CostModel(d, graph_mode=mode, max_num_seqs=256, max_num_batched_tokens=8192, max_capture_size=cap)
+               for mode in ("full_and_piecewise", "piecewise", "full_decode_only") for cap in (64, 512, 8192)]
+    shapes = [BatchShape.from_requests([1] * n, [700 + 31 * i for i in range(n)]) for n in (1, 7, 64, 200)]
+    shapes += [BatchShape.from_requests([m], [m]) for m in (1, 17, 511, 512, 513, 4000)]
+    shapes += [BatchShape.from_requests([m] + [1] * n, [m + 100] + [900] * n) for m, n in ((60, 3), (480, 31), (2000, 64))]
+    for s in shapes:
+        e = eager.step_cost(s).terms
+        for g in graphed:
+            t = g.step_cost(s).terms
+            assert g.step_time_ns(s) <= eager.step_time_ns(s), (g.graph_mode, g.max_capture, s)
+            for term in ("qkv_proj", "o_proj", "mlp", "moe_experts", "moe_shared", "elementwise", "lm_head",
+                         "attention", "ssm_scan"):
+                assert t[term] <= e[term] * (1 + 1e-12), (term, g.graph_mode, g.max_capture, s)

@@ -16,8 +16,14 @@ CAL = Calibration(name="flat", gemm={"bf16": FLAT}, attn_prefill=FLAT, attn_deco
                   allreduce=Collective(alpha_s=5e-6, bw_eff=0.9), alltoall=Collective(alpha_s=5e-6, bw_eff=0.5))
 
 
-def roof(flops: float, nbytes: float) -> float:
-    return max(flops / (PEAK_BF16 * 0.5), nbytes / (HBM_H200 * 0.8)) + 10e-6
+def roof(flops: float, nbytes: float, floor_s: float = 10e-6) -> float:
+    return max(flops / (PEAK_BF16 * 0.5), nbytes / (HBM_H200 * 0.8)) + floor_s
+
+
+def eager_floor(engine: str, kernels: int) -> float:
+    """FLAT's 10 us floor as an eager step pays it for an op of ``kernels`` kernels: at least their graph
+    floors (Calibration.eager_mode)."""
+    return max(10e-6, kernels * load_engine(engine).graph_kernel_floor_s)
 
 
 def test_moe_distinct_experts_by_hand() -> None:
@@ -28,7 +34,9 @@ def test_moe_distinct_experts_by_hand() -> None:
     M = 20
     cost = CostModel(dep, calibration=CAL, cuda_graph=False).step_cost(BatchShape.from_requests([1] * M, [500] * M))
     touched = 128 * (1 - (1 - 8 / 128) ** M)          # expected distinct experts under uniform routing
-    experts = roof(2 * M * 8 * 3 * 2048 * 768, touched * 3 * 2048 * 768 * 2 + M * 8 * (2 * 2048 + 3 * 768) * 2)
+    # (the fused MoE runs 6 kernels: eager, its floor is at least their graph floors)
+    experts = roof(2 * M * 8 * 3 * 2048 * 768, touched * 3 * 2048 * 768 * 2 + M * 8 * (2 * 2048 + 3 * 768) * 2,
+                   eager_floor("vllm", 6))
     router = roof(2 * M * 128 * 2048, 128 * 2048 * 2 + M * (128 + 2048) * 2)
     assert cost.terms["moe_experts"] == pytest.approx(48 * (experts + router), rel=1e-12)
     assert cost.terms["mlp"] == 0.0 and cost.terms["moe_shared"] == 0.0
@@ -59,13 +67,15 @@ def test_mla_decode_attention_by_hand() -> None:
     absorb = roof(reqs * heads * 2 * (128 * 512 + 512 * 128),
                   512 * heads * (128 + 128) * 2 + reqs * heads * (128 + 512 + 512 + 128) * 2)
     # MQA over the latent: scores over 576 dims, values over 512, per head per cached token
-    mqa = roof(reqs * kv * heads * 2 * (576 + 512), reqs * kv * 576 * 2 + reqs * heads * (576 + 512) * 2)
+    # (eager, the kernel's floor is at least its three kernels' graph floors)
+    mqa = roof(reqs * kv * heads * 2 * (576 + 512), reqs * kv * 576 * 2 + reqs * heads * (576 + 512) * 2,
+               eager_floor("sglang", 3))
     assert cost.terms["attention"] == pytest.approx(61 * (absorb + mqa), rel=1e-12)
     # replayed in a CUDA graph (SGLang captures pure decode): the absorb GEMM pays one kernel floor, the
     # attention three (cache write, split-KV, reduce), each the engine's graph floor instead of 10 us
     g = load_engine("sglang").graph_kernel_floor_s
     graph = CostModel(dep, calibration=CAL).step_cost(BatchShape.from_requests([1] * reqs, [kv] * reqs))
-    assert graph.terms["attention"] == pytest.approx(61 * (absorb + mqa + (g - 10e-6) + (3 * g - 10e-6)),
+    assert graph.terms["attention"] == pytest.approx(61 * (absorb + mqa + (g - 10e-6) + (3 * g - eager_floor("sglang", 3))),
                                                      rel=1e-12)
 
 
