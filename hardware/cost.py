@@ -658,6 +658,45 @@ class CostModel:
         out = [t[name] for name in self._enabled]
         return out, max(1, round(sum(out) * 1e9))
 
+    def decode_max_kv_bound(self, n: int, sum_kv: int) -> int:
+        """The longest context ``m`` up to which :meth:`decode_step` (n, sum_kv, m) gives the same floats for
+        every m, or -1 when no such range is known.
+
+        The longest context enters a pure-decode step only through the rate the decode attention kernel is
+        read at (sum_kv / m requests, BatchShape.decode_rows); a layer whose compute time at that rate stays
+        below its memory time costs its memory time whatever the rate. With eff(r) = eff_max r / (r + m_half),
+        the compute time A (r + m_half) / r is below the memory time T for r >= A m_half / (T - A), so every m
+        up to sum_kv / that rate prices alike (a margin of 1e-9 keeps the floating-point comparison on the same
+        side). Only plain GQA layers are bounded this way; any other attention layer (a window, MLA) gives -1,
+        and so do layers that are compute-bound at any rate. Lets a decode-price memo drop the longest
+        context from its key where it does not matter (twin.worker.StepPrices)."""
+        if n <= 0 or sum_kv <= 0 or self.kv_bucket_tokens > 0:
+            return -1
+        base = self._decode_bases.get(n)
+        graph = base[0] if base is not None else self._decode_attention_graphed(n, n)
+        cal = self.gcal if graph else self.ecal
+        kvb, peak, bw = self._kv_bytes, self._peak_bf16, self._hbm_Bps
+        rate = 0.0  # the lowest rate (requests) at which every layer is memory-bound
+        for _count, mx, heads, kvh in self._attn_groups:
+            if mx.kind != "gqa" or mx.window:
+                return -1
+            roof = cal.gqa_decode(kvb)
+            if not roof.m_half:
+                continue  # its rate does not depend on the requests it is read at
+            width = mx.head_dim + mx.vdim
+            flops = kernels.decode_attention_work(float(sum_kv), heads, kvh, width, kvb)
+            nbytes = sum_kv * kvh * width * kvb + n * (heads * width * kernels.ACT_BYTES + kvh * width * kvb)
+            if flops <= 0.0:
+                continue
+            memory = nbytes / roof.mem_Bps(bw, nbytes)
+            compute = flops * roof.tile_factor(n) / (peak * roof.compute_eff)  # at an unbounded rate
+            if compute >= memory:
+                return -1
+            rate = max(rate, compute * roof.m_half / (memory - compute) * (1.0 + 1e-9))
+        if rate <= 0.0:
+            return sum_kv  # no layer's time depends on the rate: any longest context prices alike
+        return int(sum_kv / rate)
+
     def _decode_base(self, n: int) -> tuple[bool, float, dict[str, float]]:
         """Whether a pure-decode batch of ``n`` replays a graph for attention, its eager host time (0.0 when
         its other kernels replay graphs) and its batch terms, as :meth:`_terms` decides them."""

@@ -93,6 +93,9 @@ class StepPrices:
         self._prices: dict[BatchShape, StepPrice] = {}
         self._decode_prices: dict[int, dict[tuple[int, int], StepPrice]] = {}
         """Decode step prices by batch size, then by (context tokens, longest context) (:meth:`decode_costs`)."""
+        self._decode_free: dict[int, dict[int, tuple[int, StepPrice]]] = {}
+        """Decode step prices by batch size, then by context tokens alone: (the largest longest context they
+        hold for, the price) (:meth:`decode_costs`)."""
         self._num_decode_prices = 0
 
     def step_cost(self, shape: BatchShape) -> StepPrice:
@@ -109,22 +112,38 @@ class StepPrices:
     def decode_costs(self, n: int, sum_kv: int, max_kv: int, steps: range) -> list[StepPrice]:
         """Pure-decode steps of ``n`` requests: step i of ``steps`` attends ``sum_kv + i * n`` tokens, the
         longest request ``max_kv + i`` (every request adds a token a step). By ``n``, then by context: a
-        decode stretch asks for context sizes ``n`` apart, and workers revisit the same ones."""
+        decode stretch asks for context sizes ``n`` apart, and workers revisit the same ones. The longest
+        context matters only where the decode attention is compute-bound at the rate it sets, so a price is
+        kept by context alone for every longest context up to the bound the cost model gives
+        (CostModel.decode_max_kv_bound; the same floats), by (context, longest) otherwise."""
         memo = self._decode_prices.get(n)
         if memo is None:
             memo = self._decode_prices[n] = {}
+            self._decode_free[n] = {}
+        free = self._decode_free[n]
         out = []
         for i in steps:
-            key = (sum_kv + i * n, max_kv + i)
+            context, longest = sum_kv + i * n, max_kv + i
+            bounded = free.get(context)
+            if bounded is not None and 0 <= longest <= bounded[0]:
+                out.append(bounded[1])
+                continue
+            key = (context, longest)
             hit = memo.get(key)
             if hit is None:
-                terms, ns = self.cost_model.decode_step(n, key[0], key[1])
+                terms, ns = self.cost_model.decode_step(n, context, longest)
                 hit = (np.array(terms, dtype=np.float64), ns)
                 if self._num_decode_prices >= _MEMO_LIMIT:
                     self._decode_prices = {n: memo}
+                    self._decode_free = {n: free}
                     memo.clear()
+                    free.clear()
                     self._num_decode_prices = 0
-                memo[key] = hit
+                bound = self.cost_model.decode_max_kv_bound(n, context) if longest >= 0 else -1
+                if 0 <= longest <= bound:
+                    free[context] = (bound, hit)
+                else:
+                    memo[key] = hit
                 self._num_decode_prices += 1
             out.append(hit)
         return out

@@ -448,6 +448,68 @@ def test_decode_step_is_step_of_the_pure_decode_shape(model: str, gpu: str, engi
                 assert [t.hex() for t in terms] == [t.hex() for t in ref_terms.values()]
 
 
+DECODE_CASES = [
+    ("meta-llama/Llama-3.1-8B", "h100_sxm", "vllm", {}, {}),
+    ("meta-llama/Llama-3.1-8B", "h100_sxm", "vllm", {"kv_dtype": "fp8"}, {}),       # rate-sensitive curve
+    ("meta-llama/Llama-3.1-8B", "h200_sxm", "trtllm", {"kv_dtype": "fp8"}, {"cuda_graph": False}),
+    ("Qwen/Qwen3-32B", "h200_sxm", "sglang", {"tp": 2}, {}),
+    ("openai/gpt-oss-20b", "h100_sxm", "vllm", {}, {}),                             # sliding windows
+    ("deepseek-ai/DeepSeek-V3", "h200_sxm", "vllm", {"tp": 8}, {}),                 # MLA
+    ("meta-llama/Llama-3.1-8B", "h100_sxm", "vllm", {}, {"kv_bucket_tokens": 256}),
+]
+
+
+@pytest.mark.parametrize("model,gpu,engine,parallel,kw", DECODE_CASES)
+def test_decode_price_is_the_same_for_every_longest_context_up_to_its_bound(
+        model: str, gpu: str, engine: str, parallel: dict[str, object], kw: dict[str, object]) -> None:
+    """CostModel.decode_max_kv_bound: every longest context from the mean up to the bound gives the very
+    floats of equal contexts; past it (where the bound is finite) the price may differ."""
+    import random
+    d = Deployment(gpu=load_gpu(gpu), model=load_model(model), engine=load_engine(engine), **parallel)  # type: ignore[arg-type]
+    model_ = CostModel(d, **kw)  # type: ignore[arg-type]
+    rng = random.Random(7)
+    finite = 0
+    for n in (1, 2, 5, 8, 33, 128, 300):
+        for sum_kv in (n, 3 * n + 1, 500 * n + 7, 4000 * n, 60_000 * n):
+            bound = model_.decode_max_kv_bound(n, sum_kv)
+            low = -(-sum_kv // n)
+            if bound < low:
+                continue
+            finite += bound < sum_kv
+            ref = model_.decode_step(n, sum_kv, low)
+            for m in {low, bound, min(bound, sum_kv - (n - 1)), *(rng.randint(low, bound) for _ in range(5))}:
+                if m > sum_kv - (n - 1):
+                    continue
+                assert model_.decode_step(n, sum_kv, m) == ref, (n, sum_kv, m, bound)
+    is_gqa = model != "deepseek-ai/DeepSeek-V3" and model != "openai/gpt-oss-20b" and not kw
+    assert (model_.decode_max_kv_bound(8, 8000) >= 0) == is_gqa  # only plain GQA layers are bounded
+    if parallel.get("kv_dtype") == "fp8" and engine == "vllm":
+        assert finite > 0  # vLLM's dequantising curve is compute-bound at low rates: the bound does bind
+    if parallel.get("kv_dtype") == "fp8" and engine == "trtllm":
+        assert model_.decode_max_kv_bound(8, 8000) == -1  # TRT-LLM's is compute-bound at any rate
+
+
+def test_decode_price_bound_by_hand() -> None:
+    """CAL's decode curve with m_half = 4 requests: eff(r) = 0.4 r / (r + 4). One layer kind, 8 requests
+    over 8,000 tokens (BF16 K / V of 8 heads x 256): compute A (r + 4) / r against memory T, bound at
+    rate A 4 / (T - A), i.e. a longest context of 8,000 / that rate."""
+    curve = Roofline(compute_eff=0.4, m_half=4.0, mem_eff=0.9, floor_s=13e-6)
+    model = CostModel(dep(), calibration=attrs.evolve(CAL, attn_decode=curve), cuda_graph=False)
+    n, s = 8, 8000
+    flops = 2.0 * NH * 2 * HD * s
+    nbytes = s * NKV * 2 * HD * 2 + n * (NH * 2 * HD * 2 + NKV * 2 * HD * 2)
+    compute, memory = flops / (PEAK_BF16 * 0.4), nbytes / (HBM * 0.9)
+    assert compute < memory
+    rate = compute * 4.0 / (memory - compute) * (1 + 1e-9)
+    assert model.decode_max_kv_bound(n, s) == int(s / rate)
+    # a curve whose rate does not depend on the requests bounds nothing: every longest context prices alike
+    flat = CostModel(dep(), calibration=CAL, cuda_graph=False)
+    assert flat.decode_max_kv_bound(n, s) == s
+    # compute-bound at any rate: no range is known
+    slow = attrs.evolve(curve, compute_eff=1e-4)
+    assert CostModel(dep(), calibration=attrs.evolve(CAL, attn_decode=slow), cuda_graph=False).decode_max_kv_bound(n, s) == -1
+
+
 def test_mixed_steps_sharing_token_counts_are_priced_as_by_a_fresh_model() -> None:
     """The batch terms memoised per (tokens, requests, decodes) leave every other term to each step."""
     shapes = [BatchShape.from_requests([1] * 7 + [25], [300 + 40 * i] * 7 + [25 + 100 * i]) for i in range(4)]

@@ -1,6 +1,8 @@
-"""The worker's cost ledger: batched additions of a fast-forwarded run equal step-by-step additions."""
+"""The worker's cost ledger: batched additions of a fast-forwarded run equal step-by-step additions; the
+step-price memo gives the cost model's own prices."""
 
 import numpy as np
+import pytest
 
 from twin.worker import Ledger
 
@@ -39,3 +41,31 @@ def test_add_steps_short_and_long_batches_mix_bit_for_bit() -> None:
         start += size
     assert start == len(vectors)
     assert [x.hex() for x in one.terms_s.values()] == [x.hex() for x in batched.terms_s.values()]
+
+
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
+def test_step_prices_memo_gives_the_cost_models_decode_prices(kv_dtype: str) -> None:
+    """The decode-price memo keeps a price by context alone where the longest context does not matter
+    (CostModel.decode_max_kv_bound) and by (context, longest) elsewhere: every price it returns is the cost
+    model's own for that (requests, context, longest), asked in any order and again."""
+    import random
+
+    from hardware import CostModel, Deployment, load_engine, load_gpu, load_model
+    from twin.worker import StepPrices
+
+    d = Deployment(gpu=load_gpu("h100_sxm"), model=load_model("meta-llama/Llama-3.1-8B"),
+                   engine=load_engine("vllm"), kv_dtype=kv_dtype)
+    prices, direct = StepPrices(CostModel(d)), CostModel(d)
+    rng = random.Random(3)
+    asked = 0
+    for _ in range(300):
+        n = rng.choice([1, 2, 8, 64])
+        sum_kv = n * rng.randint(1, 3000) + rng.randint(0, n - 1)
+        low = -(-sum_kv // n)
+        max_kv = rng.choice([low, rng.randint(low, sum_kv - (n - 1)), sum_kv - (n - 1)])
+        steps = range(rng.randint(0, 3), rng.randint(4, 12))
+        for i, (vector, ns) in zip(steps, prices.decode_costs(n, sum_kv, max_kv, steps)):
+            terms, want_ns = direct.decode_step(n, sum_kv + i * n, max_kv + i)
+            assert ns == want_ns and vector.tolist() == terms, (n, sum_kv, max_kv, i)
+            asked += 1
+    assert asked > 1000
