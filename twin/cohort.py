@@ -48,12 +48,9 @@ class DecodeCohort:
     whose phase is due: the members that fill a block (with prefix caching) and those whose blocks are full.
     """
 
-    def __init__(self, kv: KVCacheManager, record_token_times: bool, async_output: bool) -> None:
+    def __init__(self, kv: KVCacheManager, record_token_times: bool) -> None:
         self.kv = kv
         self.record_token_times = record_token_times
-        self.async_output = async_output
-        """vLLM's async scheduling (twin.scheduler.SchedulerLimits.async_output): a block a member's token
-        fills enters the prefix cache after the next step is formed, not when its own step is."""
         self.members: dict[Request, _Member] = {}
         self.updates = 0
         """Steps applied since the cohort was last empty (or rebased)."""
@@ -130,16 +127,19 @@ class DecodeCohort:
             n += 1
 
     # ------------------------------------------------------------------------------------------ steps
-    def block_events(self) -> list[tuple[_Member, bool]]:
+    def block_events(self, placeholders: bool) -> list[tuple[_Member, bool]]:
         """This step's block events in running order: (member, whether it takes a new block). A member
         takes one when its blocks are full (its computed tokens a multiple of the block size) and, with
-        prefix caching, registers a block when its next token fills one."""
+        prefix caching, registers a block when its next token fills one. ``placeholders``: the members'
+        input tokens are not known when the step is formed (vLLM's async scheduling, a step formed before
+        the last one's output is applied: twin.scheduler.SchedulerLimits.async_output); then a member
+        registers instead the block its last token filled, once the output is applied."""
         kv = self.kv
         size = kv.block_size
         u = self.updates
         req_blocks = kv.req_blocks
         full = self._phases[-u % size]  # computed tokens a multiple of size: blocks full unless reserved
-        if kv.enable_prefix_caching and self.async_output:  # each registers the block its last token filled
+        if kv.enable_prefix_caching and placeholders:  # each registers the block its last token filled
             return [(m, m.base + u == len(req_blocks[m.req.id]) * size) for m in full]
         if kv.enable_prefix_caching:
             fill = self._phases[-(u + 1) % size]
@@ -152,16 +152,17 @@ class DecodeCohort:
                 return events
         return [(m, True) for m in full if m.base + u == len(req_blocks[m.req.id]) * size]
 
-    def apply(self, events: Iterable[tuple[_Member, bool]]) -> list[tuple[Request, int]]:
+    def apply(self, events: Iterable[tuple[_Member, bool]], placeholders: bool) -> list[tuple[Request, int]]:
         """The schedule phase of this step for the members with events: what ``KVCacheManager.append_one``
         and the scheduler's inline decode path do (a new block, then registration of full blocks). With
-        async_output the registrations wait: returns them, (member, tokens), for after the schedule (the
-        blocks the members' last tokens filled, which are the members whose blocks are full: the events)."""
+        ``placeholders`` (:meth:`block_events`) the registrations wait: returns them, (member, tokens), for
+        after the schedule (the blocks the members' last tokens filled, which are the members whose blocks
+        are full: the events)."""
         kv = self.kv
         pool = kv.pool
         caching = kv.enable_prefix_caching
         u = self.updates
-        if self.async_output:
+        if placeholders:
             for m, allocates in events:
                 if allocates:
                     kv.req_blocks[m.req.id].append(pool.allocate_one())
@@ -172,6 +173,14 @@ class DecodeCohort:
             if caching:
                 kv.cache_computed(m.req, m.base + u + 1)
         return []
+
+    def pending_fills(self) -> list[tuple[Request, int]]:
+        """The registrations a step formed with placeholders would leave for after it (:meth:`apply`), for a
+        step formed once the last one's output is applied instead: (member, tokens), in running order."""
+        if not self.kv.enable_prefix_caching:
+            return []
+        u = self.updates
+        return [(m.req, m.base + u) for m in self._phases[-u % self.kv.block_size]]
 
     def advance(self, now: int, prev_end: int) -> list[Request]:
         """The update phase of a step ending at ``now``: every member samples a token. Returns the members

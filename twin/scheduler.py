@@ -337,7 +337,7 @@ class Scheduler:
         if drafter is not None and lazy_decodes:
             raise ValueError("speculative decodes emit a drawn number of tokens: they cannot be a lazy cohort")
         lazy = lazy_decodes and limits.mixed_prefill and limits.admission_reserve == "none"
-        self.cohort = DecodeCohort(kv, record_token_times, limits.async_output) if lazy else None
+        self.cohort = DecodeCohort(kv, record_token_times) if lazy else None
         """Running decodes advanced as a group (:mod:`twin.cohort`); None: every request step by step.
         Prefill-first steps leave the decodes out, so they keep it off; so does SGLang's admission, which
         reads every running request's output count at every admission."""
@@ -363,6 +363,10 @@ class Scheduler:
                         f"free for {req.num_tokens} prompt + {sglang_need - req.num_tokens} output tokens: it "
                         f"would never be admitted")
         return None
+
+    def step_formed(self, now: int) -> None:
+        """A step was formed at ``now`` outside :meth:`schedule`: a fast-forwarded run's (twin.worker)."""
+        self._step_start_ns = now
 
     def add_request(self, req: Request, now: int) -> bool:
         """Queue ``req``; a request the engine would refuse, or that this worker could never hold, fails at
@@ -400,7 +404,8 @@ class Scheduler:
             self.waiting.remove(req)
         elif req.status is Status.RUNNING and req in self.running:
             if self.cohort is not None and len(self.cohort):
-                self._disband()  # (the next step forms it again from the requests left running)
+                # (the next step forms it again from the requests left running)
+                self._disband(self.limits.async_output)
             self.running.remove(req)
             if self.drafter is not None:
                 self.drafter.forget(req)
@@ -432,8 +437,16 @@ class Scheduler:
         # requests queued before then are seen.
         lookahead = self.limits.lookahead and now == self._last_step_end_ns and now != self._idle_turn_ns
         cutoff = self._last_step_start_ns if lookahead else _NO_CUTOFF
+        placeholders = lookahead and self.limits.async_output
+        """Whether the step is formed before the last one's output is applied (its decodes' input tokens
+        unknown: SchedulerLimits.async_output)."""
         if not lookahead and self.limits.async_output:
-            self._apply_outputs()  # (after an idle turn, the last step's output was applied before this one)
+            # After an idle turn, the last step's output was applied before this one is formed: the
+            # cohort's members register the blocks their last tokens filled first, as the others do.
+            assert not self._cohort_fills
+            if self.cohort is not None and len(self.cohort):
+                self._cohort_fills = self.cohort.pending_fills()
+            self._apply_outputs()
         if not self.limits.mixed_prefill:
             out = self._schedule_prefill_only(now, cutoff)
             if out is not None:
@@ -458,7 +471,7 @@ class Scheduler:
         fast_one = 1 if drafter is None else -1  # new tokens of a fast-path decode (none when speculative)
         i = 0
         n_running = len(running)
-        lazy = self._schedule_cohort(budget) if self.cohort is not None else 0
+        lazy = self._schedule_cohort(budget, placeholders) if self.cohort is not None else 0
         if lazy:
             assert self.cohort is not None
             fast_n, fast_kv, fast_max = lazy, self.cohort.context(), self.cohort.max_context()
@@ -563,11 +576,12 @@ class Scheduler:
         return SchedulerOutput(scheduled=list(scheduled.items()), preempted=preempted, stats=stats,
                                host_load_s=self.host_load_s, lazy=lazy, drafts=drafts or None)
 
-    def _schedule_cohort(self, budget: int) -> int:
+    def _schedule_cohort(self, budget: int, placeholders: bool) -> int:
         """The cohort's part of a step: running decodes join it, and its block events of this step are
         applied. Returns its size, or 0 after disbanding it when the step might preempt (the allocations
         of the cohort and of the requests behind it could exceed the free blocks): preemption then takes
-        the regular path with every request's state up to date."""
+        the regular path with every request's state up to date. ``placeholders``: the step is formed
+        before the last one's output is applied (DecodeCohort.block_events)."""
         cohort = self.cohort
         assert cohort is not None
         prev = self._last_step_end_ns
@@ -584,22 +598,23 @@ class Scheduler:
         n = len(cohort)
         if not n:
             return 0
-        events = cohort.block_events()
+        events = cohort.block_events(placeholders)
         need = sum(1 for _, allocates in events if allocates) + self._tail_blocks(n, budget - n)
         if need > self.kv.pool.num_free:
-            self._disband()
+            self._disband(placeholders)
             return 0
-        fills = cohort.apply(events)
+        fills = cohort.apply(events, placeholders)
         if fills:
             self._cohort_fills = fills
         return n
 
-    def _disband(self) -> None:
-        """Empty the cohort between a step's update and the next step's regular pass. With async_output its
-        members' last tokens, which the last step applied sampled, are placeholders as are the others'."""
+    def _disband(self, placeholders: bool) -> None:
+        """Empty the cohort between a step's update and the next step's regular pass. With ``placeholders``
+        (async_output, the next step formed before the last one's output is applied) its members' last
+        tokens, which the last step applied sampled, are placeholders as are the others'."""
         assert self.cohort is not None
         members = self.cohort.disband()
-        if members and self.limits.async_output:
+        if members and placeholders:
             self._fresh = members + self._fresh
             if self.kv.enable_prefix_caching:
                 self.kv.placeholders = {*self.kv.placeholders, *(r.id for r in members)}

@@ -32,16 +32,33 @@ class StepEnd(simpy.Event):
     """A timeout that fires after every ordinary event scheduled for the same time.
 
     Workers pass ``LATE + worker id``, so step ends of one instant are ordered by worker, never by the
-    moment their events were created (which differs between step-by-step and fast-forwarded runs).
+    moment their events were created (which differs between step-by-step and fast-forwarded runs). When
+    one is processed it records its slot (:func:`slot_passed`): a fast-forwarded worker has no event for
+    the steps inside its run, and needs to know whether its step ending now would already have been.
     """
 
     def __init__(self, env: simpy.Environment, delay_ns: int, priority: int = LATE) -> None:
         # simpy.Event.__init__ inlined (a worker creates one of these per step or segment)
         self.env = env
-        self.callbacks = []
+        self.callbacks = [_record_slot]
         self._ok = True
         self._value = None
+        self._slot = (env.now + delay_ns, priority)
         env.schedule(self, priority, delay_ns)  # type: ignore[arg-type]  # EventPriority is a NewType of int
+
+
+def _record_slot(event: simpy.Event) -> None:
+    """The first callback of every :class:`StepEnd`: the instant and priority of the latest one processed."""
+    event.env._twin_slot = event._slot  # type: ignore[attr-defined]
+
+
+def slot_passed(env: simpy.Environment, priority: int) -> bool:
+    """Whether the step ends of this instant up to ``priority`` (a worker's ``LATE + id``) have been
+    processed: the event being processed comes after them (a step end of that worker or of a later one,
+    or an ordinary event one of them triggered). Step by step, that worker's step ending now would have
+    been applied, and its next step formed, before this event."""
+    slot = getattr(env, "_twin_slot", None)
+    return slot is not None and slot[0] == env.now and slot[1] >= priority
 
 
 def fire(event: simpy.Event, value: Any = None) -> None:

@@ -18,7 +18,7 @@ from hardware import BatchShape, CostModel
 from twin.fastforward import DecodeRun, plan_decode_run, safe_steps
 from twin.request import Request
 from twin.scheduler import Scheduler
-from twin.sim import LATE, ProcessGen, StepEnd, fire, now_ns, to_ns
+from twin.sim import LATE, ProcessGen, StepEnd, fire, now_ns, slot_passed, to_ns
 
 
 class Ledger:
@@ -186,7 +186,16 @@ class Worker:
     # ------------------------------------------------------------------------------- router interface
     def submit(self, req: Request) -> None:
         req.worker = self.wid
-        if not self.sched.add_request(req, now_ns(self.env)):
+        now = now_ns(self.env)
+        run = self.run
+        if run is not None and slot_passed(self.env, self.priority):
+            # A fast-forwarded run's step that ended now was applied and the next one formed, as step by step
+            # it would have been before this event: the queue must see a request arriving after that step
+            # was formed (Scheduler.add_request's tie rule).
+            i = bisect_left(run.ends, now)
+            if i < len(run.ends) and run.ends[i] == now:
+                self.sched.step_formed(now)
+        if not self.sched.add_request(req, now):
             self.on_done(req)
             return
         self.wake()
@@ -215,9 +224,15 @@ class Worker:
             wake.succeed()
             return
         # The worker resumes at the end of the step in progress (the first step ending at or after now; ends
-        # increase), in its own end-of-step slot: after every event of that instant.
+        # increase), in its own end-of-step slot: after every event of that instant. A step ending now is
+        # in progress only while this worker's slot of the instant is still to come; once it has passed (the
+        # event that woke the worker came after it: another worker's step end, or what one triggered), step
+        # by step that step was applied and the next one formed before this event, so the run stops at the
+        # end of the next.
         t = now_ns(self.env)
         m = bisect_left(run.ends, t) + 1
+        if run.ends[m - 1] == t and slot_passed(self.env, self.priority):
+            m += 1
         cut = self._cut = StepEnd(self.env, run.ends[m - 1] - t, self.priority)
         cut.callbacks.append(lambda _: fire(wake, m))  # type: ignore[union-attr]
 

@@ -24,7 +24,7 @@ def _run(cfg, out, cohort: bool, lazy_steps: list[int] | None = None, shapes: li
     sim = Simulation(cfg)
     for w in sim.workers:
         sched = w.sched
-        sched.cohort = DecodeCohort(sched.kv, sched.record_token_times, sched.limits.async_output) if cohort else None
+        sched.cohort = DecodeCohort(sched.kv, sched.record_token_times) if cohort else None
 
         def counting(now, schedule=sched.schedule, wid=w.wid):
             result = schedule(now)
