@@ -100,17 +100,20 @@ def _sample(rows: list[dict[str, str]], n: int = MAX_ROWS) -> list[dict[str, str
 
 def roof_np(p: Sequence[float] | np.ndarray, flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.ndarray,
             bw: np.ndarray, tile: int = 1, per_m: bool = False,
-            nk: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
-    """p = (compute_eff, m_half, mem_eff, bytes_half, floor_s[, m_cost_s][, k_half, n_half]); see
-    calibration.Roofline (m_cost_s present with per_m, k_half / n_half with the GEMM widths nk = (n, k))."""
+            nk: tuple[np.ndarray, np.ndarray | None] | None = None) -> np.ndarray:
+    """p = (compute_eff, m_half, mem_eff, bytes_half, floor_s[, m_cost_s][, k_half], n_half); see
+    calibration.Roofline (m_cost_s present with per_m, k_half / n_half with the widths nk = (n, k); with
+    k None, n_half alone: widths whose k never varies in the table)."""
     ce, mh, me, bh, fl = p[:5]
     per_row = p[5] if per_m else 0.0
     pad = np.ceil(m / tile) * tile / m if tile > 1 else 1.0
     rate = peak * ce * (m * pad / (m * pad + mh))  # the rate of the padded rows (Roofline.time_s)
     if nk is not None:
-        kh, nh = p[-2], p[-1]
         n, k = nk
-        rate = rate * (k / (k + kh)) * (n / (n + nh))
+        nh = p[-1]
+        if k is not None:
+            rate = rate * (k / (k + p[-2]))
+        rate = rate * (n / (n + nh))
     tc = flops * pad / rate
     tm = nbytes / (bw * me * (nbytes / (nbytes + bh)))
     return np.maximum(tc, tm) + fl + per_row * m
@@ -119,20 +122,20 @@ def roof_np(p: Sequence[float] | np.ndarray, flops: np.ndarray, nbytes: np.ndarr
 def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.ndarray, bw: np.ndarray,
                  meas_s: np.ndarray, start: dict[str, float],
                  tiles: Sequence[int] = (1,), per_m: bool = False,
-                 nk: tuple[np.ndarray, np.ndarray] | None = None,
+                 nk: tuple[np.ndarray, np.ndarray | None] | None = None,
                  min_compute_eff: float = 0.02) -> tuple[dict[str, float], np.ndarray]:
     """Least-squares fit of the roofline constants on log error (tile size chosen from `tiles`;
-    with per_m also a serial cost per row; with the GEMM widths nk = (n, k) also k_half and n_half).
+    with per_m also a serial cost per row; with the widths nk = (n, k) also k_half and n_half, with
+    nk = (n, None) n_half alone).
     ``min_compute_eff``: the lowest compute efficiency allowed (a fraction of the tensor-core peak; work done
     on the CUDA cores, as a quantised KV cache's dequantisation, runs at a few percent of it)."""
-    lo = ([min_compute_eff, 0.0, 0.02, 0.0, 0.0] + ([0.0] if per_m else [])
-          + ([0.0, 0.0] if nk is not None else []))
-    hi = ([1.0, 8192.0, 1.0, 2.0e9, 2.0e-4] + ([2.0e-6] if per_m else [])
-          + ([65536.0, 65536.0] if nk is not None else []))
+    widths = 0 if nk is None else (1 if nk[1] is None else 2)
+    lo = [min_compute_eff, 0.0, 0.02, 0.0, 0.0] + ([0.0] if per_m else []) + [0.0] * widths
+    hi = [1.0, 8192.0, 1.0, 2.0e9, 2.0e-4] + ([2.0e-6] if per_m else []) + [65536.0] * widths
     ok = np.isfinite(meas_s) & (meas_s > 0) & np.isfinite(flops) & np.isfinite(nbytes)
     flops, nbytes, m, peak, bw, meas_s = (a[ok] for a in (flops, nbytes, m, peak, bw, meas_s))
     if nk is not None:
-        nk = (nk[0][ok], nk[1][ok])
+        nk = (nk[0][ok], None if nk[1] is None else nk[1][ok])
     m = np.maximum(m, 1e-9)
     nbytes = np.maximum(nbytes, 1.0)
     best, best_tile = None, 1
@@ -142,7 +145,7 @@ def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.
 
         for x0 in ([start["compute_eff"], 16.0, start["mem_eff"], 1e6, start["floor_s"]],
                    [0.7, 128.0, 0.8, 1e7, 8e-6], [0.5, 1.0, 0.6, 1e5, 4e-6]):
-            x0 = x0 + ([1e-7] if per_m else []) + ([256.0, 256.0] if nk is not None else [])
+            x0 = x0 + ([1e-7] if per_m else []) + [256.0] * widths
             x0 = np.clip(np.array(x0, dtype=float), np.array(lo) + 1e-12, np.array(hi) - 1e-12)
             res = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, max_nfev=400,
                                 x_scale="jac")
@@ -152,7 +155,7 @@ def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.
     p = best.x
     err = roof_np(p, flops, nbytes, m, peak, bw, best_tile, per_m, nk) / meas_s - 1.0
     names = ("compute_eff", "m_half", "mem_eff", "bytes_half", "floor_s") + (("m_cost_s",) if per_m else ()) \
-        + (("k_half", "n_half") if nk is not None else ())
+        + ("k_half", "n_half")[2 - widths:]
     out: dict[str, float] = {k: float(v) for k, v in zip(names, p)}
     if best_tile > 1:
         out["m_tile"] = best_tile
@@ -290,7 +293,13 @@ def moe_features(rows: list[dict[str, str]], dtype: str) -> tuple[np.ndarray, ..
     touched, pairs = loads[:, 0], loads[:, 1]
     flops = 2 * pairs * mats * hid * inter_gpu
     nbytes = touched * mats * hid * inter_gpu * DTYPE_BYTES[dtype] + pairs * (2 * hid + mats * inter_gpu) * ACT
-    return flops, nbytes, pairs / np.maximum(touched, 1e-9)
+    return flops, nbytes, pairs / np.maximum(touched, 1e-9), inter_gpu, hid
+
+
+MOE_WIDTHS_MIN = 3
+"""Distinct values a MoE table needs of the expert width per GPU (inter_size / moe_tp_size), or of the
+hidden width, for the curve's width term on it (n_half, k_half: kernels.moe_s) to be fitted: with fewer, the
+rate at one width cannot be told from the width's share of it, and the term would extrapolate at random."""
 
 
 _FAMILY_NAMES = {"marlin": "Marlin", "flashinfer": "FlashInfer CUTLASS"}
@@ -389,13 +398,19 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
         subsets = moe_curve_subsets(of_dtype, dtype)
         for key, subset in subsets.items():
             rows = _sample(subset)
-            flops, nbytes, m = moe_features(rows, dtype)
+            flops, nbytes, m, inter_gpu, hid = moe_features(rows, dtype)
             peak, bw = _gpu_arrays(rows, lambda r: dtype)
             st = start["moe"].get(key, start["moe"].get(dtype, start["moe"]["bf16"]))
-            p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, st)
+            # (n, k) = (expert width per GPU, hidden width), each fitted where the table varies it
+            n_ok, k_ok = (len(np.unique(a)) >= MOE_WIDTHS_MIN for a in (inter_gpu, hid))
+            nk = (inter_gpu, hid if k_ok else None) if n_ok else None
+            p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, st, nk=nk)
             moe[key] = p
             kernels = "" if len(subsets) == 1 else f" ({_family_label(key, dtype, list(subsets))} kernels)"
-            notes[f"moe.{key}"] = f"fitted on {src} moe_perf {raw}{kernels} balanced: {_summary(err)}"
+            shape = "" if n_ok and k_ok else (f", width terms on {'the expert width' if n_ok else 'neither'}"
+                                               f" ({len(np.unique(inter_gpu))} expert widths per GPU, "
+                                               f"{len(np.unique(hid))} hidden width(s))")
+            notes[f"moe.{key}"] = f"fitted on {src} moe_perf {raw}{kernels} balanced{shape}: {_summary(err)}"
             log(f"{engine} moe {key}: {_summary(err)}")
     out["moe"] = moe
     # linear-attention scan (SSM family): gated DeltaNet tables
@@ -527,6 +542,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, required=True, help="folder with the opdb *.csv.gz tables")
     ap.add_argument("--out", type=Path, default=CALIBRATION_DIR, help="where to write <engine>.yaml")
     ap.add_argument("--engines", nargs="*", default=list(ENGINES), choices=list(ENGINES))
+    ap.add_argument("--only", nargs="*", default=None, metavar="BLOCK",
+                    help="write only these blocks (e.g. moe), keeping every other block of the shipped "
+                         "hardware/data/calibration/<engine>.yaml as it is (a refit of one kernel family)")
     args = ap.parse_args(argv)
     if not args.data.is_dir():
         print(f"error: --data {args.data} is not a folder", file=sys.stderr)
@@ -535,10 +553,45 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for engine in args.engines:
         data, notes = fit_engine(args.data, engine, start, lambda s: print(s, flush=True))
+        if args.only is not None:
+            data, notes = keep_shipped(engine, data, notes, set(args.only))
         path = args.out / f"{engine}.yaml"
         path.write_text(_yaml_with_notes(engine, data, notes, str(args.data)))
         print(f"wrote {path}")
     return 0
+
+
+def keep_shipped(engine: str, data: dict[str, Any], notes: dict[str, str],
+                 only: set[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The fitted ``data`` / ``notes`` of the blocks in ``only``, every other block and its note as the shipped
+    YAML of ``engine`` has them (its comment line above each block)."""
+    unknown = only - set(data)
+    if unknown:
+        raise SystemExit(f"--only: no block {', '.join(sorted(unknown))}; blocks: {', '.join(sorted(data))}")
+    path = CALIBRATION_DIR / f"{engine}.yaml"
+    shipped = read_yaml(path)
+    kept = {k: (data[k] if k in only else v) for k, v in shipped.items() if k != "provenance"}
+    for k in data:
+        kept.setdefault(k, data[k])
+    shipped_notes: dict[str, str] = {}
+    note, group = "", ""
+    for line in path.read_text().splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            note = stripped[1:].strip()
+            continue
+        if not stripped or ":" not in stripped:
+            continue
+        key = stripped.split(":", 1)[0]
+        if line.startswith("  "):
+            shipped_notes[f"{group}.{key}"] = note
+        else:
+            group = key
+            shipped_notes[key] = note
+        note = ""
+    merged = {k: (v if k.split(".", 1)[0] in only else shipped_notes.get(k, v))
+              for k, v in {**shipped_notes, **notes}.items()}
+    return kept, {k: v for k, v in merged.items() if v}
 
 
 if __name__ == "__main__":

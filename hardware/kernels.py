@@ -243,13 +243,19 @@ def routed_load(tokens: float, topk: int, num_experts: int, ep: int, routing: st
 def moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, topk: int, num_experts: int, ep: int,
           mats: int, w_bytes_per_elem: float, peak_flops: float, bw_Bps: float, routing: str = "uniform") -> float:
     """Routed-expert grouped GEMMs on one GPU: its (token, expert) pairs, its distinct experts' weights
-    streamed once (``routed_load`` by ``routing``); `inter` is one expert's width on this GPU (after moe_tp)."""
+    streamed once (``routed_load`` by ``routing``); `inter` is one expert's width on this GPU (after moe_tp).
+
+    The compute rate falls with narrow experts as a GEMM's does with narrow shapes (Roofline.width_factor,
+    n = inter, k = width): an expert sharded over moe_tp GPUs gives each few output tiles per row block
+    (up-projection) and a short inner loop (down-projection); on the opdb tables the curve without these
+    terms priced experts of <= 384 columns per GPU at >= 2k tokens 20-65 % too fast, and wide ones too slow."""
     if tokens <= 0:
         return 0.0
     touched, pairs = routed_load(tokens, topk, num_experts, ep, routing)
     flops = 2.0 * pairs * mats * width * inter
     nbytes = touched * mats * width * inter * w_bytes_per_elem + pairs * (2 * width + mats * inter) * ACT_BYTES
-    return roof.time_s(flops, nbytes, pairs / touched if touched > 0 else 0.0, peak_flops, bw_Bps)
+    return roof.time_s(flops, nbytes, pairs / touched if touched > 0 else 0.0, peak_flops, bw_Bps,
+                       roof.width_factor(inter, width))
 
 
 DEEPGEMM_M_ALIGN = 128

@@ -664,10 +664,11 @@ def test_balanced_tables_touch_every_expert_the_collector_routed_to() -> None:
     assert kernels.experts_touched(16, 8, 128, 128) == pytest.approx(82.42, abs=0.01)
     row = {"num_tokens": "2", "hidden_size": "4096", "inter_size": "1536", "topk": "8", "num_experts": "128",
            "moe_tp_size": "1", "moe_ep_size": "4", "kernel_source": "x"}
-    flops, nbytes, m = moe_features([row], "fp8_block")
+    flops, nbytes, m, inter_gpu, width = moe_features([row, dict(row, moe_tp_size="4")], "fp8_block")
     assert flops[0] == 2 * 4 * 3 * 4096 * 1536                                  # 4 pairs on rank 0
     assert nbytes[0] == 4 * 3 * 4096 * 1536 * 1 + 4 * (2 * 4096 + 3 * 1536) * 2   # 4 experts' FP8 weights
     assert m[0] == 1.0
+    assert list(inter_gpu) == [1536, 384] and list(width) == [4096, 4096]       # the width terms' (n, k)
     with pytest.raises(ValueError, match="routing must be one of uniform, busiest, balanced, power_law, power_law_busiest, not 'even'"):
         kernels.moe_s(GEMM, tokens=2, width=4096, inter=1536, topk=8, num_experts=128, ep=4, mats=3,
                       w_bytes_per_elem=1.0, peak_flops=1e15, bw_Bps=3e12, routing="even")
@@ -824,6 +825,75 @@ def test_calibration_fit_formula_is_the_ledgers() -> None:
     assert float(np.max(np.abs(err))) < 1e-3
     assert fit["compute_eff"] == pytest.approx(0.6, rel=0.05)
     assert fit["mem_eff"] == pytest.approx(0.8, rel=0.05)
+
+
+def test_moe_width_terms_by_hand_and_as_the_fit_writes_them() -> None:
+    """Routed experts slow down with narrow experts as GEMMs do with narrow shapes: the compute rate of
+    kernels.moe_s is scaled by inter / (inter + n_half) x width / (width + k_half) (expert width per GPU,
+    hidden width). By hand for Qwen3-235B's experts (4096 x 1536) sharded over moe_tp 8 (192 columns), 8,192
+    tokens on one GPU with every expert touched; the fitter's vectorised formula is the same with both
+    terms and with n_half alone (a table whose hidden width never varies), and a fit of rows made by a
+    known curve recovers its n_half."""
+    import numpy as np
+
+    from hardware import kernels
+    from hardware.calibrate import fit_roofline, roof_np
+
+    curve = Roofline(compute_eff=0.5, m_half=30.0, mem_eff=0.8, floor_s=20e-6, k_half=500.0, n_half=400.0)
+    T, E, topk, width, inter = 8192, 128, 8, 4096, 1536 // 8
+    pairs = T * topk
+    flops = 2.0 * pairs * 3 * width * inter
+    nbytes = E * 3 * width * inter * 1.0 + pairs * (2 * width + 3 * inter) * 2
+    rate = 989e12 * 0.5 * (pairs / E) / (pairs / E + 30.0) * (192 / (192 + 400.0)) * (4096 / (4096 + 500.0))
+    want = max(flops / rate, nbytes / (3.35e12 * 0.8)) + 20e-6
+    got = kernels.moe_s(curve, tokens=T, width=width, inter=inter, topk=topk, num_experts=E, ep=1, mats=3,
+                        w_bytes_per_elem=1.0, peak_flops=989e12, bw_Bps=3.35e12, routing="balanced")
+    assert got == pytest.approx(want, rel=1e-12)
+    wide = kernels.moe_s(curve, tokens=T, width=width, inter=1536, topk=topk, num_experts=E, ep=1, mats=3,
+                         w_bytes_per_elem=1.0, peak_flops=989e12, bw_Bps=3.35e12, routing="balanced")
+    assert got > wide / 8  # a shard of an eighth of the work, at a lower rate
+    rng = np.random.default_rng(5)
+    n, k = rng.choice([48.0, 96.0, 192.0, 384.0, 768.0, 1536.0], 60), rng.choice([2048.0, 4096.0, 7168.0], 60)
+    m = rng.uniform(1, 512, 60)
+    fl = 2 * m * 128 * 3 * n * k
+    nb = 128 * 3 * n * k + m * 128 * (2 * k + 3 * n) * 2
+    peak, bw = np.full(60, 989e12), np.full(60, 3.35e12)
+    base = [0.5, 30.0, 0.8, 0.0, 20e-6]
+    both = roof_np(np.array(base + [500.0, 400.0]), fl, nb, m, peak, bw, nk=(n, k))
+    only_n = roof_np(np.array(base + [400.0]), fl, nb, m, peak, bw, nk=(n, None))
+    for i in range(60):
+        r = Roofline(compute_eff=0.5, m_half=30.0, mem_eff=0.8, floor_s=20e-6, k_half=500.0, n_half=400.0)
+        assert both[i] == pytest.approx(r.time_s(fl[i], nb[i], m[i], 989e12, 3.35e12, r.width_factor(n[i], k[i])),
+                                        rel=1e-12)
+        r = attrs.evolve(r, k_half=0.0)
+        assert only_n[i] == pytest.approx(r.time_s(fl[i], nb[i], m[i], 989e12, 3.35e12, r.width_factor(n[i], k[i])),
+                                          rel=1e-12)
+    fit, err = fit_roofline(fl, nb, m, peak, bw, only_n, {"compute_eff": 0.4, "mem_eff": 0.7, "floor_s": 1e-5},
+                            nk=(n, None))
+    assert "k_half" not in fit and fit["n_half"] == pytest.approx(400.0, rel=0.05)
+    assert float(np.max(np.abs(err))) < 1e-3
+
+
+def test_calibrate_only_refits_the_named_blocks() -> None:
+    """``hardware.calibrate --only moe``: the fitted MoE block and its notes, every other block and its note
+    as the shipped YAML has them."""
+    from hardware._data import read_yaml
+    from hardware.calibrate import keep_shipped
+    from hardware.calibration import CALIBRATION_DIR
+
+    shipped = read_yaml(CALIBRATION_DIR / "vllm.yaml")
+    fitted = {k: v for k, v in shipped.items() if k != "provenance"}
+    fitted["gemm"] = {"bf16": {"compute_eff": 0.1, "mem_eff": 0.1}}
+    fitted["moe"] = {"bf16": {"compute_eff": 0.2, "mem_eff": 0.2, "n_half": 7.0}}
+    notes = {"gemm.bf16": "refitted", "moe.bf16": "new moe note"}
+    data, kept_notes = keep_shipped("vllm", fitted, notes, {"moe"})
+    assert data["gemm"] == shipped["gemm"] and data["moe"] == fitted["moe"]
+    assert data["attention_decode"] == shipped["attention_decode"]
+    assert kept_notes["moe.bf16"] == "new moe note"
+    text = (CALIBRATION_DIR / "vllm.yaml").read_text()
+    assert kept_notes["gemm.bf16"] != "refitted" and kept_notes["gemm.bf16"] in text
+    with pytest.raises(SystemExit, match="--only: no block moee"):
+        keep_shipped("vllm", fitted, notes, {"moee"})
 
 
 def _collector_power_law_counts(u: "np.ndarray", tokens: int, topk: int, ep: int) -> "np.ndarray":
