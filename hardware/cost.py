@@ -184,6 +184,8 @@ class CostModel:
         self._draft_cache: dict[tuple[int, int, int, bool], float] = {}
         self._decode_bases: dict[int, tuple[bool, float, dict[str, float]]] = {}
         self._batch_bases: dict[tuple[int, int, int, int], dict[str, float]] = {}
+        self._rate_bounds: dict[bool, tuple[tuple[float, int, float, float, float, float, float], ...] | None] = {}
+        """decode_max_kv_bound's per-layer constants, by whether the decode attention replays a graph."""
         self._build()
 
     # --- set-up ---------------------------------------------------------------------------------
@@ -674,28 +676,47 @@ class CostModel:
             return -1
         base = self._decode_bases.get(n)
         graph = base[0] if base is not None else self._decode_attention_graphed(n, n)
+        layers = self._rate_bounds.get(graph)
+        if layers is None:
+            layers = self._rate_bounds[graph] = self._decode_rate_terms(graph)
+        if not layers:
+            return -1 if layers is None else sum_kv
+        rate = 0.0  # the lowest rate (requests) at which every layer is memory-bound
+        for per_token, m_tile, per_kv, per_req, bytes_half, mem_Bps, m_half in layers:
+            # The layer's kernel, as kernels.gqa_decode_s prices it: compute per_token x sum_kv (x the row tiles'
+            # padding) at an unbounded rate, memory (sum_kv x per_kv + n x per_req + bytes_half) / mem_Bps.
+            compute = per_token * sum_kv * (-(-n // m_tile) * m_tile / n if m_tile > 1 else 1.0)
+            memory = (sum_kv * per_kv + n * per_req + bytes_half) / mem_Bps
+            if compute >= memory:
+                return -1
+            rate = max(rate, compute * m_half / (memory - compute) * (1.0 + 1e-9))
+        if rate <= 0.0:
+            return sum_kv
+        return int(sum_kv / rate)
+
+    def _decode_rate_terms(self, graph: bool) -> tuple[tuple[float, int, float, float, float, float, float], ...] | None:
+        """Per attention layer kind whose decode rate depends on the requests it is read at: the constants
+        :meth:`decode_max_kv_bound` needs (compute seconds per cached token at an unbounded rate, the curve's
+        row tile, bytes per cached token and per request, the curve's bytes_half, achievable
+        bytes/s at large sizes, m_half); () when no layer's rate depends on it, None when some layer is not
+        plain GQA (no bound is known)."""
         cal = self.gcal if graph else self.ecal
         kvb, peak, bw = self._kv_bytes, self._peak_bf16, self._hbm_Bps
-        rate = 0.0  # the lowest rate (requests) at which every layer is memory-bound
+        out = []
         for _count, mx, heads, kvh in self._attn_groups:
             if mx.kind != "gqa" or mx.window:
-                return -1
+                return None
             roof = cal.gqa_decode(kvb)
             if not roof.m_half:
                 continue  # its rate does not depend on the requests it is read at
             width = mx.head_dim + mx.vdim
-            flops = kernels.decode_attention_work(float(sum_kv), heads, kvh, width, kvb)
-            nbytes = sum_kv * kvh * width * kvb + n * (heads * width * kernels.ACT_BYTES + kvh * width * kvb)
-            if flops <= 0.0:
+            per_token = kernels.decode_attention_work(1.0, heads, kvh, width, kvb) / (peak * roof.compute_eff)
+            if per_token <= 0.0:
                 continue
-            memory = nbytes / roof.mem_Bps(bw, nbytes)
-            compute = flops * roof.tile_factor(n) / (peak * roof.compute_eff)  # at an unbounded rate
-            if compute >= memory:
-                return -1
-            rate = max(rate, compute * roof.m_half / (memory - compute) * (1.0 + 1e-9))
-        if rate <= 0.0:
-            return sum_kv  # no layer's time depends on the rate: any longest context prices alike
-        return int(sum_kv / rate)
+            out.append((per_token, roof.m_tile, kvh * width * kvb,
+                        heads * width * kernels.ACT_BYTES + kvh * width * kvb, roof.bytes_half,
+                        bw * roof.mem_eff, roof.m_half))
+        return tuple(out)
 
     def _decode_base(self, n: int) -> tuple[bool, float, dict[str, float]]:
         """Whether a pure-decode batch of ``n`` replays a graph for attention, its eager host time (0.0 when
