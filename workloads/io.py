@@ -75,6 +75,7 @@ def read_workload(path: PathLike) -> tuple[dict[str, Any], list[Session]]:
     header: dict[str, Any] | None = None
     sessions: list[Session] = []
     seen: dict[str, int] = {}
+    names: dict[str, tuple[int, str]] = {}
     group_prefix: dict[str, tuple[int, int]] = {}
     try:
         with _open_read(path) as lines:
@@ -95,6 +96,7 @@ def read_workload(path: PathLike) -> tuple[dict[str, Any], list[Session]]:
                         field="id",
                     )
                 seen[session.id] = number
+                _check_names(path, number, session, names)
                 _check_group(path, number, session, group_prefix)
                 sessions.append(session)
     except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile) as exc:
@@ -276,7 +278,9 @@ class _Parser:
                     f"expected at most the stream length before this call ({stream}), "
                     f"got {call.keep_tokens}",
                 )
-            if call.keep_tokens is not None:
+            if call.block_hashes is not None:
+                stream = 0  # the named blocks replace the stream (workloads.sessions.prompt_tokens)
+            elif call.keep_tokens is not None:
                 stream = call.keep_tokens
             stream += call.append_tokens
             prompt = prefix + stream
@@ -286,12 +290,12 @@ class _Parser:
                     "expected a prompt of at least one token (prefix + kept stream + append is 0)",
                 )
             if call.block_hashes is not None:
-                need = -(-prompt // call.hash_block_tokens)
+                need = -(-call.append_tokens // call.hash_block_tokens)
                 if len(call.block_hashes) != need:
                     raise self.fail(
                         _join(call_where, "block_hashes"),
-                        f"expected ceil({prompt} prompt tokens / {call.hash_block_tokens}) = {need} "
-                        f"ids, got {len(call.block_hashes)}",
+                        f"expected ceil({call.append_tokens} appended tokens / {call.hash_block_tokens}) = "
+                        f"{need} ids (they name the prompt after the prefix), got {len(call.block_hashes)}",
                     )
             for i, sub in enumerate(call.subagents):
                 self.check_streams(
@@ -300,6 +304,31 @@ class _Parser:
                     prompt + call.output_tokens if call.fork_context else None,
                 )
             stream += call.output_tokens
+
+
+def _check_names(path: PathLike, number: int, session: Session, names: dict[str, tuple[int, str]]) -> None:
+    """Every session the twin will run has its own name: a sub-agent is named ``parent/id`` (its requests'
+    ``session`` column, and the identity of the tokens it writes), so two sub-agents of one parent with the
+    same id, or a sub-agent and another session that come out with the same name, would be one session to
+    the twin (the second's prompt served from the first's KV)."""
+
+    def walk(s: Session, name: str, where: str) -> None:
+        first = names.get(name)
+        if first is not None:
+            raise WorkloadFormatError(
+                path,
+                f"session name {name!r} is also that of the session at line {first[0]}"
+                f"{', field ' + first[1] if first[1] else ''}; sub-agents are named parent/id, and every name "
+                "must be unique in the file",
+                line=number,
+                field=_join(where, "id"),
+            )
+        names[name] = (number, _join(where, "id") if where else "")
+        for k, call in enumerate(s.calls):
+            for i, sub in enumerate(call.subagents):
+                walk(sub, f"{name}/{sub.id}", f"{_join(where, 'calls')}[{k}].subagents[{i}]")
+
+    walk(session, session.id, "")
 
 
 def _check_group(path: PathLike, number: int, session: Session, seen: dict[str, tuple[int, int]]) -> None:

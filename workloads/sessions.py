@@ -9,7 +9,8 @@ output, and prefix caching sees the reuse a real engine would.
 
 An open-loop request stream is the one-call case. Mooncake-style traces that name their prompt blocks
 directly put them in ``Call.block_hashes`` (one id per ``hash_block_tokens`` tokens, equal ids meaning equal
-prefixes) instead of relying on the stream identity.
+prefixes) instead of relying on the stream identity: such a call's prompt is the prefix, then its
+``append_tokens`` tokens named by the ids; the stream before it is dropped, and its output joins the new one.
 
 File form (JSONL, version 1): the first line is a header object
 ``{"format": "servetwin-sessions", "version": 1, "source": "...", ...}``; each further line is one session
@@ -126,7 +127,9 @@ def prompt_tokens(session: Session, *, context_tokens: int | None = None) -> lis
     stream = 0
     out: list[int] = []
     for call in session.calls:
-        if call.keep_tokens is not None:
+        if call.block_hashes is not None:
+            stream = 0  # its named blocks replace the stream: the prompt is the prefix, then them
+        elif call.keep_tokens is not None:
             stream = min(stream, call.keep_tokens)
         stream += call.append_tokens
         out.append(prefix + stream)

@@ -97,9 +97,12 @@ def _prefix_reuse(sessions: Sequence[Session]) -> dict[str, int]:
         prefix = session.prefix_tokens if context is None else context
         for k, call in enumerate(session.calls):
             kept = stream if call.keep_tokens is None else min(stream, call.keep_tokens)
+            if call.block_hashes is not None:
+                kept = 0  # the named blocks replace the stream (workloads.sessions.prompt_tokens)
             prompt = prefix + kept + call.append_tokens
             if call.block_hashes is not None:
-                counts["block_tokens"] += min(prompt, _seen_blocks(call, blocks) * call.hash_block_tokens)
+                counts["block_tokens"] += min(call.append_tokens,
+                                              _seen_blocks(call, blocks) * call.hash_block_tokens)
             else:
                 counts["session_tokens"] += kept
                 if context is not None:

@@ -126,7 +126,7 @@ def test_prompt_tokens_follow_keep_then_append() -> None:
         ),
         (
             '{"id":"a","calls":[{"append":1030,"output":2,"block_hashes":[1,2]}]}',
-            "bad.jsonl:3: calls[0].block_hashes: expected ceil(1030 prompt tokens / 512) = 3 ids, got 2",
+            "bad.jsonl:3: calls[0].block_hashes: expected ceil(1030 appended tokens / 512) = 3 ids (they name the prompt after the prefix), got 2",
         ),
         (
             '{"id":"a","prefix_tokens":5,"calls":[{"append":1,"output":2}]}',
@@ -144,6 +144,13 @@ def test_prompt_tokens_follow_keep_then_append() -> None:
         (
             '{"id":"b","prefix_group":"g","prefix_tokens":4,"calls":[{"append":1,"output":2}]}',
             "bad.jsonl:3: prefix_tokens: expected 3 for group 'g' (as on line 2), got 4",
+        ),
+        (
+            # two sub-agents of one parent with one id would be one session to the twin (found by fuzzing)
+            '{"id":"p","calls":[{"append":8,"output":2,"subagents":[{"id":"a","calls":[{"append":65,"output":2}]}]},'
+            '{"append":8,"output":2,"subagents":[{"id":"a","calls":[{"append":65,"output":2}]}]}]}',
+            "bad.jsonl:3: calls[1].subagents[0].id: session name 'p/a' is also that of the session at line 3, "
+            "field calls[0].subagents[0].id",
         ),
         ("[1, 2]", "bad.jsonl:3: expected a session object, got array"),
         ('{"id":"a","calls":[{"append":1,"output":2}]', "bad.jsonl:3: invalid JSON"),
@@ -210,3 +217,42 @@ def test_written_file_is_plain_json_per_line(tmp_path: Path) -> None:
     write_sessions(path, make_sessions(), "x")
     objs = [json.loads(x) for x in path.read_text().splitlines()]
     assert [o.get("id") for o in objs] == [None, "s0", "s1"]
+
+
+def test_a_session_named_as_another_sessions_sub_agent_is_refused(tmp_path: Path) -> None:
+    """Sub-agent x of session s is named s/x: a session with that id elsewhere in the file would share its
+    name, its results rows and its token identity."""
+    parent = '{"id":"s","calls":[{"append":1,"output":2,"subagents":[{"id":"x","calls":[{"append":3,"output":1}]}]}]}'
+    other = '{"id":"s/x","calls":[{"append":1,"output":2}]}'
+    for first, second, field, where in ((parent, other, "id", "line 2, field calls[0].subagents[0].id"),
+                                        (other, parent, "calls[0].subagents[0].id", "line 2")):
+        path = write_lines(tmp_path / "bad.jsonl", HEADER, first, second)
+        with pytest.raises(WorkloadFormatError) as info:
+            read_sessions(path)
+        assert str(info.value).startswith(f"{path}:3: {field}: session name 's/x' is also that of the session "
+                                          f"at {where};")
+
+
+def test_a_call_with_block_hashes_names_the_prompt_after_the_prefix(tmp_path: Path) -> None:
+    """A call with block_hashes: its prompt is the prefix then its appended tokens, which the ids name; the
+    stream before it is dropped and its output starts the new one. The simulated prompts are these (after an
+    earlier call the reader counted the stream, which the simulator drops; found by fuzzing)."""
+    from twin.config import load_config
+    from twin.runner import Simulation
+
+    s = Session(id="s", calls=(Call(append_tokens=40, output_tokens=5),
+                               Call(append_tokens=70, output_tokens=2, block_hashes=(7, 8, 9), hash_block_tokens=32),
+                               Call(append_tokens=4, output_tokens=1)), arrival_s=0.0)
+    assert prompt_tokens(s) == [40, 70, 76]
+    path = tmp_path / "w.jsonl"
+    write_sessions(path, [s], "test")
+    assert read_sessions(path) == [s]
+    res = Simulation(load_config({"model": {"name": "Qwen/Qwen3-0.6B"},
+                                  "workload": {"kind": "sessions", "path": str(path)}})).run()
+    assert [int(p) for p in res.requests["prompt_tokens"]] == prompt_tokens(s)
+    line = json.loads(path.read_text().splitlines()[1])
+    line["calls"][1]["block_hashes"] = [7, 8]
+    bad = write_lines(tmp_path / "bad.jsonl", HEADER, json.dumps(line))
+    with pytest.raises(WorkloadFormatError) as info:
+        read_sessions(bad)
+    assert "calls[1].block_hashes: expected ceil(70 appended tokens / 32) = 3 ids" in str(info.value)

@@ -6,6 +6,7 @@ import ast
 import tempfile
 from pathlib import Path
 
+import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +17,8 @@ PACKAGE = Path(__file__).parents[2] / "workloads"
 
 counts = st.integers(min_value=0, max_value=10**6)
 seconds = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
+ID_CHARS = "abcAB019-_.:é 中"
+"""Session id characters: anything but '/', which joins a sub-agent's name to its parent's."""
 
 
 @st.composite
@@ -32,14 +35,16 @@ def sessions(draw: st.DrawFn, depth: int = 0) -> Session:
             wait_after_s=draw(seconds),
             min_interval_s=draw(seconds),
             keep_tokens=keep,
-            subagents=tuple(draw(st.lists(sessions(depth + 1), max_size=1 if depth < 1 else 0))),
+            # (a sub-agent's name is parent/id, unique in the file: one per call here, named after the call)
+            subagents=tuple(attrs.evolve(sub, id=f"{sub.id}.{k}")
+                            for sub in draw(st.lists(sessions(depth + 1), max_size=1 if depth < 1 else 0))),
             fork_context=draw(st.booleans()),
         )
         stream = (stream if keep is None else keep) + call.append_tokens + call.output_tokens
         calls.append(call)
     group = draw(st.sampled_from([None, "g"]))
     return Session(
-        id=draw(st.text(min_size=1, max_size=8)),
+        id=draw(st.text(alphabet=ID_CHARS, min_size=1, max_size=8)),
         calls=tuple(calls),
         arrival_s=draw(st.one_of(st.none(), seconds)),
         prefix_group=group,
