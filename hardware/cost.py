@@ -167,6 +167,9 @@ class CostModel:
                                                          max_size=max_capture_size,
                                                          sizes=capture_sizes)
         self.max_capture = self.capture_sizes[-1]
+        self.capture_counts_tokens = dep.engine.capture_rule == "vllm"
+        """vLLM's capture sizes count tokens (a speculative decode batch of R requests, q tokens each, replays
+        the graph of the next size >= R q); SGLang's and TensorRT-LLM's count requests."""
         self.kv_bucket_tokens = kv_bucket_tokens
         self.spec_tokens = dep.spec_tokens
         self.samples_top_p = dep.sampling != "greedy"
@@ -301,7 +304,7 @@ class CostModel:
         if mode == "none":
             return False
         if mode == "full_decode_only":
-            return D == R and R <= self.max_capture
+            return D == R and (M if self.capture_counts_tokens else R) <= self.max_capture
         return M <= self.max_capture
 
     def _eager_s(self, M: int, R: int, D: int) -> float:
@@ -499,11 +502,20 @@ class CostModel:
         return hit
 
     # --- the ledger ----------------------------------------------------------------------------
-    def _padded(self, s: BatchShape) -> int:
-        """Capture size a pure-decode batch is padded to (its own size when not graph-captured)."""
-        if not self.cuda_graph or not s.is_pure_decode or s.num_reqs > self.max_capture:
-            return s.num_reqs
-        return self.capture_sizes[bisect.bisect_left(self.capture_sizes, s.num_reqs)]
+    def _padded(self, s: BatchShape) -> tuple[int, int] | None:
+        """The (tokens, requests) a pure-decode batch replays its graph with, padded up to the next capture
+        size (in the engine's unit: CostModel.capture_counts_tokens); None when it is not padded (not graphed,
+        not a pure decode, or of a captured size)."""
+        if not self.cuda_graph or not s.is_pure_decode or not self._graphed(s.new_tokens, s.num_reqs, s.num_decode):
+            return None
+        q = s.decode_q
+        size = s.new_tokens if self.capture_counts_tokens else s.num_reqs
+        padded = self.capture_sizes[bisect.bisect_left(self.capture_sizes, size)]
+        if padded == size:
+            return None
+        if self.capture_counts_tokens:
+            return padded, -(-padded // q)
+        return padded * q, padded
 
     def _terms(self, s: BatchShape) -> dict[str, float]:
         if self.kv_bucket_tokens > 0:
@@ -539,8 +551,9 @@ class CostModel:
         e = self.dep.engine
         t.update(self._token_terms(M, R, D, q))
         padded = self._padded(s)
-        if padded != R:
-            t["cuda_graph_padding"] = (sum(self._token_terms(padded * q, padded, padded, q).values())
+        if padded is not None:
+            tokens, reqs = padded
+            t["cuda_graph_padding"] = (sum(self._token_terms(tokens, reqs, reqs, q).values())
                                        - sum(self._token_terms(M, R, D, q).values()))
         if self.samples_top_p:  # every row the lm_head scores is sampled over the whole vocabulary
             t["sampler"] = e.sampler_s_per_vocab * self.dep.model.vocab_size * (R + D * (q - 1))

@@ -191,7 +191,9 @@ class SchedulerConfig:
     chunked_prefill: bool = True
     mixed_prefill: bool | None = None
     """Whether a step with prefill work also carries the running decodes (null: the engine's default; vLLM
-    and TRT-LLM mix them, SGLang runs prefill batches alone unless --enable-mixed-chunk)."""
+    and TRT-LLM mix them, SGLang runs prefill batches alone unless --enable-mixed-chunk). vLLM itself always
+    mixes them: with false its async scheduling (engine async_output) is not modelled, only the overlap of
+    scheduling with the step in progress (an arrival waits one step more), as with speculative decoding."""
     batch_wait_iters: int = attrs.field(default=0, validator=non_negative)
     """TensorRT-LLM batch_wait_timeout_iters: while decodes run, hold new prompts back for up to this many
     steps until they and the decodes fill batch_wait_max_tokens_ratio of the token budget (0: off)."""

@@ -110,8 +110,10 @@ def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max
                              batch_wait_iters=s.batch_wait_iters,
                              batch_wait_max_tokens_ratio=s.batch_wait_max_tokens_ratio,
                              lookahead=dep.engine.host_overlap,
+                             # vLLM's async scheduling is modelled for mixed steps without speculative
+                             # decoding (SchedulerLimits.async_output); otherwise the plain lookahead
                              async_output=dep.engine.host_overlap and dep.engine.async_output
-                             and not config.engine.speculative.enabled)
+                             and s.mixed_prefill and not config.engine.speculative.enabled)
     kv = KVCacheManager(num_blocks, config.kv_cache.block_size, config.kv_cache.prefix_caching,
                         host_tier(config, dep), keep_duplicates=dep.engine.cache_duplicate_blocks)
     spec = config.engine.speculative

@@ -331,18 +331,22 @@ def _check_names(path: PathLike, number: int, session: Session, names: dict[str,
     walk(session, session.id, "")
 
 
-def _check_group(path: PathLike, number: int, session: Session, seen: dict[str, tuple[int, int]]) -> None:
-    if session.prefix_group is None:
-        return
-    first = seen.setdefault(session.prefix_group, (session.prefix_tokens, number))
-    if first[0] != session.prefix_tokens:
-        raise WorkloadFormatError(
-            path,
-            f"expected {first[0]} for group {session.prefix_group!r} (as on line {first[1]}), "
-            f"got {session.prefix_tokens}",
-            line=number,
-            field="prefix_tokens",
-        )
+def _check_group(path: PathLike, number: int, session: Session, seen: dict[str, tuple[int, int]],
+                 where: str = "") -> None:
+    """Every session of a prefix group, sub-agents included, gives the group the same length."""
+    if session.prefix_group is not None:
+        first = seen.setdefault(session.prefix_group, (session.prefix_tokens, number))
+        if first[0] != session.prefix_tokens:
+            raise WorkloadFormatError(
+                path,
+                f"expected {first[0]} for group {session.prefix_group!r} (as on line {first[1]}), "
+                f"got {session.prefix_tokens}",
+                line=number,
+                field=_join(where, "prefix_tokens"),
+            )
+    for k, call in enumerate(session.calls):
+        for i, sub in enumerate(call.subagents):
+            _check_group(path, number, sub, seen, f"{_join(where, 'calls')}[{k}].subagents[{i}]")
 
 
 def _join(where: str, key: str) -> str:

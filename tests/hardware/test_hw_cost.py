@@ -297,6 +297,36 @@ def test_cuda_graph_padding_is_the_padded_minus_true_token_cost() -> None:
     assert eager.terms["cuda_graph_padding"] == 0.0
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_speculative_decodes_pad_in_the_unit_the_engine_captures(engine: str) -> None:
+    """MiMo-7B with 2 MTP drafts (3 tokens per decode), 64 seats. vLLM captures graphs by token count (up to
+    128 tokens here): 41 decodes (123 tokens) replay the 128-token graph, priced as 43 decodes (ceil(128 / 3)),
+    and 43 decodes (129 tokens) run eager with no padding; it used to pad the request count against the token
+    sizes (41 -> 48 requests, 144 tokens) and to pad the eager step too (found by fuzzing). SGLang captures by
+    request count: 41 decodes replay the 48-request graph, 144 tokens."""
+    d = Deployment(gpu=load_gpu("h100_sxm"), model=load_model("XiaomiMiMo/MiMo-7B-Base"),
+                   engine=load_engine(engine), spec_tokens=2)
+    model = CostModel(d, max_num_seqs=64, max_num_batched_tokens=8192)
+    q = 3
+
+    def decode(n: int) -> BatchShape:
+        return BatchShape(num_reqs=n, num_decode=n, new_tokens=q * n, sum_kv=500 * n, sum_q_kv=q * 500 * n,
+                          sum_q_sq=q * q * n, decode_sum_kv=500 * n, decode_q=q, decode_max_kv=500)
+
+    def token_sum(m: int, r: int) -> float:
+        return sum(model._token_terms(m, r, r, q).values())
+
+    padding = model.step_cost(decode(41)).terms["cuda_graph_padding"]
+    if engine == "vllm":
+        assert model.max_capture == 128
+        assert padding == pytest.approx(token_sum(128, 43) - token_sum(123, 41), rel=1e-12)
+        eager = model.step_cost(decode(43)).terms
+        assert eager["cuda_graph_padding"] == 0.0 and eager["kernel_launch"] > 0.0
+    else:
+        assert 48 in model.capture_sizes and 41 not in model.capture_sizes
+        assert padding == pytest.approx(token_sum(144, 48) - token_sum(123, 41), rel=1e-12)
+
+
 def test_disabling_a_term_removes_exactly_it() -> None:
     decode = BatchShape.from_requests([1] * 5, [100] * 5)
     for engine, graph, shape in ((SERIAL, False, SHAPE), (load_engine("vllm"), True, SHAPE),

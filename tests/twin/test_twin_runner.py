@@ -558,3 +558,16 @@ def test_host_loads_after_a_preemption_are_timed_but_are_not_prefix_hits(tmp_pat
     assert t["preemptions"].sum() > 0 and res.ledger["worker0"]["terms_s"]["kv_host_load"] > 0
     assert (t["host_hit_tokens"] <= t["cached_tokens"]).all()
     assert res.summary["prefix_cache"]["host_hit_tokens"] <= res.summary["prefix_cache"]["cached_tokens"]
+
+
+def test_vllm_with_prefill_first_steps_runs_without_its_async_scheduling(tmp_path):
+    """scheduler.mixed_prefill: false on vLLM (which always mixes) is a what-if the twin can run: its async
+    scheduling is modelled for mixed steps only, so the scheduler keeps the plain overlap (it raised a bare
+    ValueError from the scheduler naming no config field; found by fuzzing)."""
+    sessions = [Session(id=n, arrival_s=0.001 * i, calls=(Call(append_tokens=50, output_tokens=5),))
+                for i, n in enumerate("abc")]
+    sim = Simulation(sessions_config(tmp_path, sessions, scheduler={"mixed_prefill": False}))
+    limits = sim.workers[0].sched.limits
+    assert (limits.mixed_prefill, limits.lookahead, limits.async_output) == (False, True, False)
+    t = sim.run().requests
+    assert list(t["status"]) == ["finished"] * 3

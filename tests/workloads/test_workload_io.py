@@ -152,6 +152,12 @@ def test_prompt_tokens_follow_keep_then_append() -> None:
             "bad.jsonl:3: calls[1].subagents[0].id: session name 'p/a' is also that of the session at line 3, "
             "field calls[0].subagents[0].id",
         ),
+        (
+            # a sub-agent of the group gives it another length (found by fuzzing)
+            '{"id":"p","calls":[{"append":8,"output":2,"subagents":[{"id":"a","prefix_group":"g",'
+            '"prefix_tokens":16,"calls":[{"append":5,"output":2}]}]}]}',
+            "bad.jsonl:3: calls[0].subagents[0].prefix_tokens: expected 3 for group 'g' (as on line 2), got 16",
+        ),
         ("[1, 2]", "bad.jsonl:3: expected a session object, got array"),
         ('{"id":"a","calls":[{"append":1,"output":2}]', "bad.jsonl:3: invalid JSON"),
         ("", "bad.jsonl:3: empty line"),
