@@ -157,6 +157,11 @@ def from_dict(cls: type[T], data: Any, path: str = "") -> T:
         if key not in fields:
             raise ConfigError(sub, f"unknown key; expected one of {sorted(fields)}")
         kwargs[key] = convert(hints[key], value, sub)
+    for name, field in fields.items():
+        if field.default is attrs.NOTHING and field.init and name not in kwargs:
+            kind = f" (kind {target.kind!r})" if issubclass(target, Pluggable) else ""
+            raise ConfigError(f"{path}.{name}" if path else name,
+                              f"missing{kind}; expected {_type_name(hints[name])}")
     try:
         return typing.cast(T, target(**kwargs))
     except ConfigError:

@@ -276,3 +276,17 @@ def test_plot_writes_both_figures_and_refuses_a_missing_or_cut_off_folder(tmp_pa
     assert main(["plot", str(out)]) == 2
     err = capsys.readouterr().err
     assert "requests.csv, line 6:" in err and "(a cut-off file?)" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("data, path", [
+    ({"workload": {"kind": "synthetic", "arrival": {"kind": "poisson"}}}, "workload.arrival.rate_per_s"),
+    ({"workload": {"kind": "sessions"}}, "workload.path"),
+    ({"workload": {"kind": "trace_csv"}}, "workload.path"),
+])
+def test_a_missing_required_field_names_it(data, path):
+    """Found by fuzzing: a required field left out gave Python's own message at the section
+    ("PoissonArrival.__init__() missing 1 required keyword-only argument: 'rate_per_s'")."""
+    with pytest.raises(ConfigError) as info:
+        load_config(data)
+    assert info.value.path == path
+    assert "missing" in info.value.message and "__init__" not in info.value.message
