@@ -173,8 +173,11 @@ class Results:
         (out / "summary.json").write_text(json.dumps(jsonable(self.summary), indent=2, sort_keys=False) + "\n")
         (out / "ledger.json").write_text(json.dumps(jsonable(self.ledger), indent=2) + "\n")
         (out / "config.yaml").write_text(yaml.safe_dump(self.config, sort_keys=False))
+        times = out / "token_times.json"
         if self.token_times is not None:
-            (out / "token_times.json").write_text(json.dumps({str(k): v for k, v in self.token_times.items()}))
+            times.write_text(json.dumps({str(k): v for k, v in self.token_times.items()}))
+        else:  # (an earlier run's in a reused folder would pass for this one's)
+            times.unlink(missing_ok=True)
         return out
 
 
