@@ -150,7 +150,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     for row in rows:
         print("  ".join(f"{row[k]:>22.4g}" if isinstance(row[k], float) else f"{str(row[k]):>22}" for k in keys))
     print(f"wrote {out / 'sweep.csv'}")
-    return 0
+    failed = [row for row in rows if row["error"]]
+    for row in failed:
+        point = ", ".join(f"{k}={row[k]}" for k in grid)
+        print(f"twin: error: sweep point {point}: {row['error']}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from twin.config import load_config
 from twin.configio import parse_override
+from twin.errors import TwinError
 
 METRICS: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
     ("completed", lambda s: s["requests"]["completed"]),
@@ -56,14 +57,19 @@ def points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
 
 def run_point(base: str | dict[str, Any] | None, overrides: list[str], point: dict[str, Any],
               out: str | None) -> dict[str, Any]:
-    """One simulation of the sweep (module-level so any executor can ship it to a worker)."""
+    """One simulation of the sweep (module-level so any executor can ship it to a worker); a point that fails
+    (the twin's own error or a bad value) gives a row with its reason under ``error`` and no metrics, and the
+    sweep goes on."""
     from twin.runner import Simulation
 
-    cfg = load_config(base, [*overrides, *(f"{k}={_yaml(v)}" for k, v in point.items())])
-    res = Simulation(cfg).run()
+    try:
+        cfg = load_config(base, [*overrides, *(f"{k}={_yaml(v)}" for k, v in point.items())])
+        res = Simulation(cfg).run()
+    except (TwinError, ValueError) as exc:  # (a stall, a value only the deployment refuses): its row says so
+        return {**point, **{name: None for name, _ in METRICS}, "error": str(exc)}
     if out is not None:
         res.write(out)
-    return {**point, **{name: get(res.summary) for name, get in METRICS}}
+    return {**point, **{name: get(res.summary) for name, get in METRICS}, "error": ""}
 
 
 def _yaml(value: Any) -> str:
