@@ -33,6 +33,13 @@ def non_negative(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type:
         raise ValueError(f"{attr.name} must be a finite number >= 0, got {value!r}")
 
 
+def one_tick(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    """A period the simulated clock (integer nanoseconds) steps by: one rounding to 0 ns never advances it."""
+    if value is not None and round(value * 1e9) < 1:
+        raise ValueError(f"{attr.name} must be at least 1 ns (the simulated clock's resolution), "
+                         f"got {value!r}")
+
+
 def fraction(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
     if value is not None and not 0 < value <= 1:
         raise ValueError(f"{attr.name} must be in (0, 1], got {value!r}")
@@ -265,7 +272,7 @@ class TransferConfig:
 
 @attrs.frozen(kw_only=True)
 class MetricsConfig:
-    sample_interval_s: float = attrs.field(default=1.0, validator=positive)
+    sample_interval_s: float = attrs.field(default=1.0, validator=[positive, one_tick])
     record_token_times: bool = False
     slo_ttft_s: float | None = attrs.field(default=None, validator=positive)
     slo_tpot_s: float | None = attrs.field(default=None, validator=positive)

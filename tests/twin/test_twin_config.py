@@ -290,3 +290,12 @@ def test_a_missing_required_field_names_it(data, path):
         load_config(data)
     assert info.value.path == path
     assert "missing" in info.value.message and "__init__" not in info.value.message
+
+
+def test_a_sample_interval_below_the_clocks_nanosecond_is_refused():
+    """Found by fuzzing: metrics.sample_interval_s=1e-12 passed as positive, rounded to a 0 ns interval,
+    and the monitor sampled at the same instant for ever (a hang on a 4-request run)."""
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["metrics.sample_interval_s=1e-12"])
+    assert info.value.path == "metrics.sample_interval_s" and "1 ns" in info.value.message
+    assert load_config(None, ["metrics.sample_interval_s=1e-9"]).metrics.sample_interval_s == 1e-9
