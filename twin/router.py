@@ -6,7 +6,7 @@ from typing import Protocol, Sequence
 
 import attrs
 
-from twin.config import RouterSpec
+from twin.config import RouterSpec, non_negative
 from twin.registry import register
 from twin.request import Request
 
@@ -94,7 +94,8 @@ class SessionAffinitySpec(RouterSpec):
 @register("router", "kv_aware")
 @attrs.frozen(kw_only=True)
 class KvAwareSpec(RouterSpec):
-    load_weight: float = 1.0
+    load_weight: float = attrs.field(default=1.0, validator=non_negative)
+    """How much a worker's load counts against its prefix hit (0: hits alone)."""
 
     def build(self) -> Router:
         return KvAware(self.load_weight)

@@ -299,3 +299,12 @@ def test_a_sample_interval_below_the_clocks_nanosecond_is_refused():
         load_config(None, ["metrics.sample_interval_s=1e-12"])
     assert info.value.path == "metrics.sample_interval_s" and "1 ns" in info.value.message
     assert load_config(None, ["metrics.sample_interval_s=1e-9"]).metrics.sample_interval_s == 1e-9
+
+
+@pytest.mark.parametrize("value", ["-1", ".nan", ".inf"])
+def test_a_kv_aware_load_weight_must_be_a_finite_non_negative_number(value):
+    """Found by fuzzing: any float was taken; a negative weight sent requests to the busiest worker, NaN
+    made every score NaN (the router then kept the first worker)."""
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["router.kind=kv_aware", f"router.load_weight={value}"])
+    assert info.value.path == "router.load_weight"
