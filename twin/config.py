@@ -242,6 +242,14 @@ class KVCacheConfig:
     host_bandwidth_GBps: float | None = attrs.field(default=None, validator=positive)
     """Host-to-GPU bandwidth per GPU (default: the GPU spec's host link, e.g. PCIe Gen5 x16: 64 GB/s)."""
 
+    def __attrs_post_init__(self) -> None:
+        # (each was dropped without a word: the run had no host tier)
+        if self.host_memory_gib is not None and not self.prefix_caching:
+            raise ValueError("host_memory_gib needs prefix_caching: true (a host tier holds the prefix "
+                             "cache's evicted blocks)")
+        if self.host_bandwidth_GBps is not None and self.host_memory_gib is None:
+            raise ValueError("host_bandwidth_GBps is the host tier's link: it needs host_memory_gib")
+
 
 @attrs.frozen(kw_only=True)
 class TransferConfig:

@@ -308,3 +308,15 @@ def test_a_kv_aware_load_weight_must_be_a_finite_non_negative_number(value):
     with pytest.raises(ConfigError) as info:
         load_config(None, ["router.kind=kv_aware", f"router.load_weight={value}"])
     assert info.value.path == "router.load_weight"
+
+
+@pytest.mark.parametrize("overrides, path", [
+    (["kv_cache.prefix_caching=false", "kv_cache.host_memory_gib=1"], "kv_cache.host_memory_gib"),
+    (["kv_cache.host_bandwidth_GBps=5"], "kv_cache.host_bandwidth_GBps"),
+])
+def test_host_tier_settings_that_would_be_dropped_are_refused(overrides, path):
+    """Found by fuzzing: a host tier without prefix caching, or a host bandwidth without a host tier, ran
+    without a word and without any host tier."""
+    with pytest.raises(ConfigError) as info:
+        load_config(None, overrides)
+    assert info.value.path == path

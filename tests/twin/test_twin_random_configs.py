@@ -33,7 +33,7 @@ def configs(draw: st.DrawFn) -> dict:
     kv: dict = {"prefix_caching": draw(st.booleans()),
                 "block_size": draw(st.sampled_from([1, 4, 16])),
                 "num_blocks": draw(st.sampled_from([40, 120, 400, 4000]))}
-    if draw(st.booleans()):
+    if kv["prefix_caching"] and draw(st.booleans()):
         kv["host_memory_gib"] = draw(st.sampled_from([0.01, 0.05]))
     sched: dict = {"max_num_batched_tokens": draw(st.sampled_from([16, 128, 1024])),
                    "max_num_seqs": draw(st.sampled_from([1, 4, 64]))}
