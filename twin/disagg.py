@@ -465,7 +465,8 @@ class DisaggSystem:
             req.num_output_tokens = 0
             req.first_token_ns = req.last_token_ns = NO_TIME
             req.token_times_ns = None
-        req.cached_tokens = -1
+        req.cached_tokens = -1  # (the decode worker's admission records its own hit, host part included)
+        req.host_hit_tokens = 0
         if not decode.sched.add_request(req, now_ns(self.env)):  # failed with its reason: tell the client
             self._decode_done(req)
             return

@@ -417,3 +417,25 @@ def test_output_counters_match_the_table_when_first_token_prefill_requests_are_a
     t = res.requests
     assert list(t["status"]) == ["finished", "failed"] and list(t["output_tokens"]) == [200, 0]
     assert sum(w.sched.output_tokens for w in sim.workers) == 200
+
+
+def test_a_lease_expiry_clears_the_prefill_host_hit_with_the_prefill_prefix_hit():
+    """Found by fuzzing: a request whose staged KV expired had its cached_tokens reset (the decode worker
+    records its own hit when it admits the request) but kept the prefill stage's host_hit_tokens; one that
+    ended before that admission (here at run.max_sim_s) showed more host-hit tokens than cached tokens, in
+    its row and in summary.prefix_cache."""
+    cfg = {"model": {"name": "Qwen/Qwen3-0.6B"},
+           "kv_cache": {"block_size": 4, "num_blocks": 116, "host_memory_gib": 0.1},
+           "scheduler": {"max_num_seqs": 1},
+           "workload": {"kind": "lmbenchmark_multiround", "num_users": 3, "num_rounds": 2, "qps": 2000.0,
+                        "shared_system_prompt": 47, "user_history_prompt": 77, "answer_len": 21},
+           "run": {"max_sim_s": 0.1},
+           "system": {"kind": "disaggregated", "prefill": {"workers": 1}, "decode": {"workers": 1}},
+           "transfer": {"lease_s": 0.001}}
+    sim = Simulation(load_config(cfg))
+    res = sim.run()
+    t = res.requests
+    assert sim.system.lease_expiries and (t["status"] == "failed").any()
+    assert (t["host_hit_tokens"] <= t["cached_tokens"]).all()
+    hits = res.summary["prefix_cache"]
+    assert hits["host_hit_tokens"] <= hits["cached_tokens"]
