@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import attrs
 
@@ -381,9 +381,20 @@ def load_config(source: str | Path | dict[str, Any] | None = None, overrides: li
             data = _apply_overrides(data, [parse_override(text) for text in overrides])
         return from_dict(TwinConfig, data)
     except ConfigError as exc:
-        if label and exc.source is None:
-            raise ConfigError(exc.path, exc.message, source=label) from None
-        raise
+        raise blame(exc, label, overrides) from None
+
+
+def blame(exc: ConfigError, label: str | None, overrides: Sequence[str] = ()) -> ConfigError:
+    """``exc`` naming where the bad value came from: the override that set its field (or a field inside it,
+    or the section it is in), else the config file ``label``."""
+    if exc.source is not None:
+        return exc
+    for text in overrides:
+        path = text.partition("=")[0].strip()
+        if exc.path == path or exc.path.startswith(f"{path}.") or path.startswith(f"{exc.path}."):
+            return ConfigError(exc.path, exc.message, source=f"{label}, override {text}" if label
+                               else f"override {text}")
+    return ConfigError(exc.path, exc.message, source=label) if label else exc
 
 
 def _apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -320,3 +320,18 @@ def test_host_tier_settings_that_would_be_dropped_are_refused(overrides, path):
     with pytest.raises(ConfigError) as info:
         load_config(None, overrides)
     assert info.value.path == path
+
+
+def test_errors_name_the_override_that_set_the_value_and_the_file_at_build_time(tmp_path, capsys):
+    """Found by fuzzing: a bad --set value was reported as the file's ("c.yaml: scheduler.max_num_seqs:
+    expected an integer"), and a value refused only when the deployment is built named no file at all."""
+    config = tmp_path / "c.yaml"
+    config.write_text("model: {name: Qwen/Qwen3-0.6B}\nscheduler: {max_num_seqs: 8}\n")
+    assert main(["run", str(config), "--set", "scheduler.max_num_seqs=abc"]) == 2
+    assert f"{config}, override scheduler.max_num_seqs=abc: scheduler.max_num_seqs: expected an integer" \
+        in capsys.readouterr().err
+    assert main(["run", str(config), "--out", str(tmp_path / "out"), "--set", "system.tp=3"]) == 2
+    assert f"{config}, override system.tp=3: system: tp=3 does not divide" in capsys.readouterr().err
+    config.write_text("model: {name: Qwen/Qwen3-0.6B}\nsystem: {tp: 3}\n")
+    assert main(["run", str(config), "--out", str(tmp_path / "out")]) == 2
+    assert f"{config}: system: tp=3 does not divide" in capsys.readouterr().err
