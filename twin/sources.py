@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import attrs
 import numpy as np
@@ -29,6 +29,15 @@ def resolve_data_path(path: str) -> Path:
     if path.startswith("pkg:"):
         return PACKAGE_ROOT / path[4:]
     return Path(path)
+
+
+def read_workload_file(read: Callable[[Path], list[Session]], path: str) -> list[Session]:
+    """The sessions ``read`` takes from the workload's file; one that cannot be opened names the field (a
+    bare OSError named neither the field nor the config)."""
+    try:
+        return read(resolve_data_path(path))
+    except OSError as exc:
+        raise ConfigError("workload.path", f"cannot read {path!r}: {exc.strerror or exc}") from None
 
 
 # ------------------------------------------------------------------------------------------ arrivals
@@ -180,7 +189,7 @@ class TraceCsvWorkload(WorkloadSpec):
     def build(self, rng: np.random.Generator) -> WorkloadPlan:
         from workloads.generators import read_request_csv
 
-        sessions = read_request_csv(resolve_data_path(self.path))
+        sessions = read_workload_file(read_request_csv, self.path)
         if self.limit is not None:
             sessions = sessions[: self.limit]
         return _plan(sessions, self.arrival, rng)
@@ -202,7 +211,7 @@ class SessionsWorkload(WorkloadSpec):
     def build(self, rng: np.random.Generator) -> WorkloadPlan:
         from workloads.io import read_sessions
 
-        sessions = read_sessions(resolve_data_path(self.path))
+        sessions = read_workload_file(read_sessions, self.path)
         if self.limit is not None:
             sessions = sessions[: self.limit]
         return _plan(sessions, self.arrival or TraceArrival(), rng, self.wait_scale, self.max_concurrent_sessions)

@@ -335,3 +335,14 @@ def test_errors_name_the_override_that_set_the_value_and_the_file_at_build_time(
     config.write_text("model: {name: Qwen/Qwen3-0.6B}\nsystem: {tp: 3}\n")
     assert main(["run", str(config), "--out", str(tmp_path / "out")]) == 2
     assert f"{config}: system: tp=3 does not divide" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind, name", [("sessions", "missing.jsonl"), ("trace_csv", "missing.csv"),
+                                        ("trace_csv", "")])
+def test_a_workload_file_that_cannot_be_read_names_the_field(tmp_path, kind, name):
+    """Found by fuzzing: a missing file was a bare OSError ("[Errno 2] No such file or directory: ...") and
+    a folder given as a CSV trace too, naming neither workload.path nor the config."""
+    path = tmp_path / name
+    with pytest.raises(ConfigError) as info:
+        Simulation(load_config({"workload": {"kind": kind, "path": str(path)}}))
+    assert info.value.path == "workload.path" and str(path) in info.value.message
