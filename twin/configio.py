@@ -112,8 +112,8 @@ def convert(tp: Any, value: Any, path: str) -> Any:
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
+            if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+                return int(value)  # (1e3; past 2**53 a float is not the integer it reads as: 1e30)
             raise ConfigError(path, f"expected an integer, got {value!r}")
         return value
     if tp is float:

@@ -346,3 +346,12 @@ def test_a_workload_file_that_cannot_be_read_names_the_field(tmp_path, kind, nam
     with pytest.raises(ConfigError) as info:
         Simulation(load_config({"workload": {"kind": kind, "path": str(path)}}))
     assert info.value.path == "workload.path" and str(path) in info.value.message
+
+
+def test_an_integer_field_takes_a_float_only_when_it_is_an_exact_integer():
+    """Found by fuzzing: run.seed=1e30 ran with seed 1000000000000000019884624838656, the float's value
+    (and system.prefill.workers=1e30 tried to build that many workers)."""
+    assert load_config(None, ["run.seed=1e3"]).run.seed == 1000
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["run.seed=1e30"])
+    assert info.value.path == "run.seed" and "expected an integer" in info.value.message
