@@ -181,6 +181,12 @@ class DisaggSystem:
         now = now_ns(self.env)
         rec = req.kv = KVRecord(req.id, now)
         self.records.append(rec)
+        # Refused on arrival, as a colocated engine refuses it (the prefill stage asks for one output token
+        # only, and the KV reaches the decode worker without an admission that would check).
+        refusal = self.decode[0].sched.too_long(req)
+        if refusal is not None:
+            self._fail(req, refusal, now)
+            return
         stage = Request(id=req.id, prompt_tokens=req.prompt_tokens, max_output_tokens=1, block_keys=req.block_keys,
                         arrival_ns=now, session=req.session, turn=req.turn, priority=req.priority)
         stage.on_finish = lambda s, req=req: self._staged(req, s)  # type: ignore[misc]

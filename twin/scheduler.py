@@ -343,6 +343,14 @@ class Scheduler:
         reads every running request's output count at every admission."""
 
     # ----------------------------------------------------------------------------------------- intake
+    def too_long(self, req: Request) -> str | None:
+        """Why the engine refuses ``req`` outright (prompt + output above its max_model_len), or None."""
+        limit = self.limits.max_model_len
+        if limit is not None and req.total_tokens > limit:
+            return (f"asks for {req.total_tokens} tokens ({req.prompt_tokens} prompt + "
+                    f"{req.max_output_tokens} output), more than the engine's max_model_len {limit}")
+        return None
+
     def unservable(self, req: Request) -> str | None:
         """Why this worker could never hold ``req`` to its end, or None: the KV blocks of its prompt and
         every output token, with a speculative decode's last verify step k - 1 slots beyond them (vLLM's
@@ -371,10 +379,9 @@ class Scheduler:
     def add_request(self, req: Request, now: int) -> bool:
         """Queue ``req``; a request the engine would refuse, or that this worker could never hold, fails at
         once with its reason."""
-        limit = self.limits.max_model_len
-        if limit is not None and req.total_tokens > limit:
-            self.fail(req, now, f"asks for {req.total_tokens} tokens ({req.prompt_tokens} prompt + "
-                                f"{req.max_output_tokens} output), more than the engine's max_model_len {limit}")
+        reason = self.too_long(req)
+        if reason is not None:
+            self.fail(req, now, reason)
             return False
         reason = self.unservable(req)
         if reason is not None:

@@ -439,3 +439,22 @@ def test_a_lease_expiry_clears_the_prefill_host_hit_with_the_prefill_prefix_hit(
     assert (t["host_hit_tokens"] <= t["cached_tokens"]).all()
     hits = res.summary["prefix_cache"]
     assert hits["host_hit_tokens"] <= hits["cached_tokens"]
+
+
+@pytest.mark.parametrize("kind", ["pull", "push"])
+def test_a_request_longer_than_max_model_len_fails_when_it_arrives(kind):
+    """Found by fuzzing: a disaggregated system checked engine.max_model_len only against the prefill stage
+    (its prompt + 1 token), and the KV reached the decode worker by a pull or a push, which checked nothing:
+    a 60 + 60 token request under max_model_len 100 finished, where a colocated system refuses it."""
+    for output, status in ((60, "failed"), (40, "finished")):
+        cfg = {"model": {"name": "Qwen/Qwen3-0.6B"}, "engine": {"max_model_len": 100},
+               "system": {"kind": "disaggregated"}, "transfer": {"kind": kind},
+               "workload": {"kind": "synthetic", "num_requests": 2, "arrival": {"kind": "all_at_once"},
+                            "input_tokens": {"fixed": 60}, "output_tokens": {"fixed": output}}}
+        rows = Simulation(load_config(cfg)).run().requests
+        colocated = Simulation(load_config({**cfg, "system": {"kind": "colocated"}})).run().requests
+        assert list(rows["status"]) == list(colocated["status"]) == [status] * 2
+        assert list(rows["fail_reason"]) == list(colocated["fail_reason"])
+        if status == "failed":
+            assert "more than the engine's max_model_len 100" in rows["fail_reason"][0]
+            assert all(math.isnan(t) for t in rows["first_scheduled_s"])  # refused on arrival: no prefill
