@@ -22,6 +22,7 @@ from twin.errors import ConfigError
 from twin.registry import Pluggable, lookup
 
 T = TypeVar("T")
+INT64_MAX = 2**63 - 1
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """``yaml.safe_load``'s loader, except that a key given twice in one mapping is an error (YAML lets the
@@ -115,6 +116,9 @@ def convert(tp: Any, value: Any, path: str) -> Any:
             if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
                 return int(value)  # (1e3; past 2**53 a float is not the integer it reads as: 1e30)
             raise ConfigError(path, f"expected an integer, got {value!r}")
+        if abs(value) > INT64_MAX:  # (numpy and the compiled pool count in 64 bits: an OverflowError later)
+            raise ConfigError(path, f"expected an integer between -{INT64_MAX} and {INT64_MAX}, "
+                                    f"got {value!r}")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -355,3 +355,17 @@ def test_an_integer_field_takes_a_float_only_when_it_is_an_exact_integer():
     with pytest.raises(ConfigError) as info:
         load_config(None, ["run.seed=1e30"])
     assert info.value.path == "run.seed" and "expected an integer" in info.value.message
+
+
+@pytest.mark.parametrize("override, path", [
+    ("workload.input_tokens.fixed=100000000000000000000", "workload.input_tokens.fixed"),
+    ("workload.input_tokens={low: 1, high: 100000000000000000000}", "workload.input_tokens.high"),
+    ("run.seed=-100000000000000000000", "run.seed"),
+])
+def test_an_integer_past_64_bits_names_its_field(override, path):
+    """Found by fuzzing: such a value passed the config and failed in numpy with a bare message ('Python int
+    too large to convert to C long', 'high is out of bounds for int64')."""
+    with pytest.raises(ConfigError) as info:
+        load_config({"workload": {"kind": "synthetic"}}, [override])
+    assert info.value.path == path
+    assert "between -9223372036854775807 and 9223372036854775807" in info.value.message
