@@ -29,16 +29,18 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     last one win silently)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
+        seen: dict[Any, tuple[int, int]] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
-            try:
-                first = seen.setdefault(key, key_node.start_mark.line)
+            mark = key_node.start_mark
+            try:  # (by line and column: two keys of a flow mapping share a line)
+                first = seen.setdefault(key, (mark.line, mark.column))
             except TypeError:  # an unhashable key: the base class reports it
                 break
-            if first != key_node.start_mark.line:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} (first on line "
-                                                        f"{first + 1})", key_node.start_mark)
+            if first != (mark.line, mark.column):
+                where = f"line {first[0] + 1}" + (f", column {first[1] + 1}" if first[0] == mark.line else "")
+                message = f"duplicate key {key!r} (first on {where})"
+                raise yaml.constructor.ConstructorError(None, None, message, mark)
         return super().construct_mapping(node, deep)
 
 

@@ -369,3 +369,15 @@ def test_an_integer_past_64_bits_names_its_field(override, path):
         load_config({"workload": {"kind": "synthetic"}}, [override])
     assert info.value.path == path
     assert "between -9223372036854775807 and 9223372036854775807" in info.value.message
+
+
+def test_a_key_given_twice_on_one_line_is_an_error(tmp_path):
+    """Found by fuzzing: the duplicate check compared the keys' lines, so a flow mapping (the examples'
+    style) took "scheduler: {max_num_seqs: 4, max_num_seqs: 8}" silently, the last one winning."""
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("scheduler: {max_num_seqs: 4, max_num_seqs: 8}\n")
+    with pytest.raises(ConfigError, match=r"line 1, column 30: invalid YAML: duplicate key 'max_num_seqs' "
+                                          r"\(first on line 1, column 13\)"):
+        load_config(twice)
+    with pytest.raises(ConfigError, match="duplicate key 'max_num_seqs'"):
+        load_config(None, ["scheduler={max_num_seqs: 4, max_num_seqs: 8}"])
