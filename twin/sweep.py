@@ -40,13 +40,33 @@ def parse_grid(specs: list[str]) -> dict[str, list[Any]]:
     grid: dict[str, list[Any]] = {}
     for spec in specs:
         path, _raw = spec.split("=", 1) if "=" in spec else (spec, "")
-        values = [parse_override(f"{path}={item}")[1] for item in _raw.split(",")] if _raw else []
+        values = [parse_override(f"{path}={item}")[1] for item in _top_level_items(_raw)] if _raw else []
         if not values:
             raise ValueError(f"grid item {spec!r}: expected path=value1,value2,...")
         if path.strip() in grid:
             raise ValueError(f"grid item {spec!r}: {path.strip()} is already in the grid (list every value once)")
         grid[path.strip()] = values
     return grid
+
+
+def _top_level_items(raw: str) -> list[str]:
+    """``raw`` cut at its top-level commas: a list, a mapping or a quoted value keeps its own
+    (``[8, 16],[32]`` is two lists)."""
+    items: list[str] = []
+    depth, start, quote = 0, 0, ""
+    for i, ch in enumerate(raw):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append(raw[start:i])
+            start = i + 1
+    return [*items, raw[start:]]
 
 
 def points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:

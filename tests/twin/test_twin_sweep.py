@@ -55,3 +55,13 @@ def test_a_failing_point_is_a_row_with_its_reason_and_the_sweep_goes_on(tmp_path
     table = list(csv.DictReader(open(out / "sweep.csv")))
     assert [row["error"] == "" for row in table] == [True, False]
     assert "sweep point kv_cache.host_memory_gib=1e-06: " in capsys.readouterr().err
+
+
+def test_grid_values_that_are_lists_or_quoted_keep_their_commas():
+    """Found by fuzzing: the values were cut at every comma, so a list-valued field could not be swept
+    (engine.cuda_graph_sizes=[8,16],[32] failed on '[8': "while parsing a flow sequence")."""
+    grid = parse_grid(["engine.cuda_graph_sizes=[8,16],[32]", "name='a,b',c", "scheduler.max_num_seqs=4,64"])
+    assert grid == {"engine.cuda_graph_sizes": [[8, 16], [32]], "name": ["a,b", "c"],
+                    "scheduler.max_num_seqs": [4, 64]}
+    rows = sweep(BASE, {"engine.cuda_graph_sizes": grid["engine.cuda_graph_sizes"]})
+    assert [row["error"] for row in rows] == ["", ""]
