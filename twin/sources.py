@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -76,6 +77,15 @@ class GammaArrival(ArrivalSpec):
     rate_per_s: float = attrs.field(validator=positive)
     cv: float = attrs.field(default=1.0, validator=positive)
     start_s: float = attrs.field(default=0.0, validator=non_negative)
+
+    def __attrs_post_init__(self) -> None:
+        # The gaps' shape is 1 / cv**2 and their scale 1 / (rate x shape): past float range either way they
+        # divided by zero in the run (a traceback).
+        shape = 1.0 / (self.cv * self.cv) if self.cv * self.cv > 0 else math.inf
+        if not (0 < shape < math.inf and 0 < self.rate_per_s * shape < math.inf):
+            raise ValueError(f"cv gives gaps of shape 1 / cv**2 = {shape!r} and scale 1 / (rate_per_s x "
+                             f"shape), which must be finite numbers > 0; got cv={self.cv!r}, "
+                             f"rate_per_s={self.rate_per_s!r}")
 
     def start_times(self, rng: np.random.Generator, sessions: Sequence[Session]) -> tuple[np.ndarray, int | None]:
         from workloads.generators import gamma_arrivals

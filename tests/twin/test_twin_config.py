@@ -381,3 +381,13 @@ def test_a_key_given_twice_on_one_line_is_an_error(tmp_path):
         load_config(twice)
     with pytest.raises(ConfigError, match="duplicate key 'max_num_seqs'"):
         load_config(None, ["scheduler={max_num_seqs: 4, max_num_seqs: 8}"])
+
+
+@pytest.mark.parametrize("cv", ["1e300", "1e-300"])
+def test_a_gamma_cv_past_float_range_names_the_field(cv):
+    """Found by fuzzing: cv=1e300 (shape 1 / cv**2 = 0) or 1e-300 (cv**2 = 0) passed as positive and the
+    run ended in a ZeroDivisionError traceback."""
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["workload.arrival.kind=gamma", "workload.arrival.rate_per_s=10",
+                           f"workload.arrival.cv={cv}"])
+    assert info.value.path == "workload.arrival.cv"
