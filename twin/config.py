@@ -40,6 +40,32 @@ def one_tick(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ign
                          f"got {value!r}")
 
 
+CLOCK_MAX_S = 2**62 / 1e9
+"""The longest time the simulated clock holds, in seconds (about 146 years): it counts nanoseconds in 64-bit
+integers, and a time, a sum of times or a gap past this leaves that range (a traceback naming nothing)."""
+
+
+def on_clock(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    """A time in seconds that the simulated clock can hold (<= CLOCK_MAX_S)."""
+    if value is not None and value > CLOCK_MAX_S:
+        raise ValueError(f"{attr.name} must be at most {CLOCK_MAX_S:.4g} s (the simulated clock counts "
+                         f"nanoseconds in 64 bits), got {value!r}")
+
+
+def rate_on_clock(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    """A rate per second whose interval the simulated clock can hold (1 / value <= CLOCK_MAX_S)."""
+    if value is not None and 0 < value < 1 / CLOCK_MAX_S:
+        raise ValueError(f"{attr.name} must be at least {1 / CLOCK_MAX_S:.4g} per s (one interval at most "
+                         f"{CLOCK_MAX_S:.4g} s, the simulated clock's range), got {value!r}")
+
+
+def bytes_gib(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    """A size in GiB whose bytes fit 64-bit integers."""
+    if value is not None and value * 2**30 > 2**63 - 1:
+        raise ValueError(f"{attr.name} must be at most {(2**63 - 1) / 2**30:.4g} GiB (its bytes are counted in "
+                         f"64 bits), got {value!r}")
+
+
 def fraction(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
     if value is not None and not 0 < value <= 1:
         raise ValueError(f"{attr.name} must be in (0, 1], got {value!r}")
@@ -236,7 +262,7 @@ class KVCacheConfig:
     num_blocks: int | None = attrs.field(default=None, validator=positive)
     """Override of the derived capacity (blocks per worker); normally left empty."""
     prefix_caching: bool = True
-    host_memory_gib: float | None = attrs.field(default=None, validator=positive)
+    host_memory_gib: float | None = attrs.field(default=None, validator=[positive, bytes_gib])
     """Host memory per worker for a KV tier below the GPU (null: none). Evicted cached blocks are demoted
     there; a prefix hit loads them back before the step, timed by the host link."""
     host_bandwidth_GBps: float | None = attrs.field(default=None, validator=positive)
@@ -263,37 +289,37 @@ class TransferConfig:
     exposes only the last layer's share; a pull that had to wait exposes all of it."""
     first_token: str = attrs.field(default="decode", validator=one_of("decode", "prefill"))
     """Where the client's first token comes from (vLLM disaggregated serving: the decode worker)."""
-    setup_latency_s: float = attrs.field(default=20e-6, validator=non_negative)
-    per_descriptor_s: float = attrs.field(default=1.5e-6, validator=non_negative)
+    setup_latency_s: float = attrs.field(default=20e-6, validator=[non_negative, on_clock])
+    per_descriptor_s: float = attrs.field(default=1.5e-6, validator=[non_negative, on_clock])
     """Serial cost of one transfer descriptor (one per block per layer on each GPU). Default from the NIXL
     measurements in REFERENCES: 1 KiB pieces reach 0.7 GB/s on a 400 Gb/s NIC, i.e. about 1.4 us per piece
     beyond its bytes (16 KiB pieces at 4.7 GB/s imply 3.1 us)."""
     efficiency: float = attrs.field(default=0.85, validator=fraction)
     """Fraction of the link's line rate a large transfer reaches (RDMA through NIXL: about 85 %)."""
-    lease_s: float | None = attrs.field(default=30.0, validator=positive)
+    lease_s: float | None = attrs.field(default=30.0, validator=[positive, on_clock])
     """Staged KV not pulled within this time is dropped; the decode worker recomputes (null: no lease)."""
     decode_headroom_blocks: int = attrs.field(default=0, validator=non_negative)
     """Blocks reserved beyond the prompt before a pull starts, for the request's growth."""
-    max_handoffs_per_s: float | None = attrs.field(default=None, validator=positive)
+    max_handoffs_per_s: float | None = attrs.field(default=None, validator=[positive, rate_on_clock])
     """P->D pacing limit: transfers leaving one prefill worker start at most this often."""
 
 
 @attrs.frozen(kw_only=True)
 class MetricsConfig:
-    sample_interval_s: float = attrs.field(default=1.0, validator=[positive, one_tick])
+    sample_interval_s: float = attrs.field(default=1.0, validator=[positive, one_tick, on_clock])
     record_token_times: bool = False
-    slo_ttft_s: float | None = attrs.field(default=None, validator=positive)
-    slo_tpot_s: float | None = attrs.field(default=None, validator=positive)
+    slo_ttft_s: float | None = attrs.field(default=None, validator=[positive, on_clock])
+    slo_tpot_s: float | None = attrs.field(default=None, validator=[positive, on_clock])
 
 
 @attrs.frozen(kw_only=True)
 class RunConfig:
     seed: int = attrs.field(default=0, validator=non_negative)
-    duration_s: float | None = attrs.field(default=None, validator=positive)
+    duration_s: float | None = attrs.field(default=None, validator=[positive, on_clock])
     """No session starts after this simulated time; the run then drains what was sent."""
-    max_sim_s: float | None = attrs.field(default=None, validator=positive)
+    max_sim_s: float | None = attrs.field(default=None, validator=[positive, on_clock])
     """Hard stop: requests still pending then fail with reason 'time limit'."""
-    warmup_s: float = attrs.field(default=0.0, validator=non_negative)
+    warmup_s: float = attrs.field(default=0.0, validator=[non_negative, on_clock])
     """Requests arriving before this time are kept in the table but left out of the summary."""
     check_invariants: bool = True
     fast_forward: bool = True

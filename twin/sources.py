@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 import attrs
 import numpy as np
 
-from twin.config import ArrivalSpec, WorkloadSpec, non_negative, positive
+from twin.config import ArrivalSpec, WorkloadSpec, non_negative, on_clock, positive, rate_on_clock
 from twin.errors import ConfigError
 from twin.registry import register
 from workloads.sessions import Session
@@ -60,8 +60,8 @@ class TraceArrival(ArrivalSpec):
 @register("arrival", "poisson")
 @attrs.frozen(kw_only=True)
 class PoissonArrival(ArrivalSpec):
-    rate_per_s: float = attrs.field(validator=positive)
-    start_s: float = attrs.field(default=0.0, validator=non_negative)
+    rate_per_s: float = attrs.field(validator=[positive, rate_on_clock])
+    start_s: float = attrs.field(default=0.0, validator=[non_negative, on_clock])
 
     def start_times(self, rng: np.random.Generator, sessions: Sequence[Session]) -> tuple[np.ndarray, int | None]:
         from workloads.generators import poisson_arrivals
@@ -74,9 +74,9 @@ class PoissonArrival(ArrivalSpec):
 class GammaArrival(ArrivalSpec):
     """Gamma inter-arrival gaps with coefficient of variation ``cv`` (1 = Poisson, > 1 burstier)."""
 
-    rate_per_s: float = attrs.field(validator=positive)
+    rate_per_s: float = attrs.field(validator=[positive, rate_on_clock])
     cv: float = attrs.field(default=1.0, validator=positive)
-    start_s: float = attrs.field(default=0.0, validator=non_negative)
+    start_s: float = attrs.field(default=0.0, validator=[non_negative, on_clock])
 
     def __attrs_post_init__(self) -> None:
         # The gaps' shape is 1 / cv**2 and their scale 1 / (rate x shape): past float range either way they
@@ -96,7 +96,7 @@ class GammaArrival(ArrivalSpec):
 @register("arrival", "all_at_once")
 @attrs.frozen(kw_only=True)
 class AllAtOnce(ArrivalSpec):
-    at_s: float = attrs.field(default=0.0, validator=non_negative)
+    at_s: float = attrs.field(default=0.0, validator=[non_negative, on_clock])
 
     def start_times(self, rng: np.random.Generator, sessions: Sequence[Session]) -> tuple[np.ndarray, int | None]:
         return np.full(len(sessions), self.at_s), None
@@ -240,11 +240,11 @@ class LMBenchmarkWorkload(WorkloadSpec):
 
     num_users: int = attrs.field(default=10, validator=positive)
     num_rounds: int = attrs.field(default=5, validator=_rounds)
-    qps: float = attrs.field(default=1.0, validator=positive)
+    qps: float = attrs.field(default=1.0, validator=[positive, rate_on_clock])
     shared_system_prompt: int = attrs.field(default=1000, validator=non_negative)
     user_history_prompt: int = attrs.field(default=2000, validator=non_negative)
     answer_len: int = attrs.field(default=100, validator=positive)
-    duration_s: float | None = attrs.field(default=None, validator=positive)
+    duration_s: float | None = attrs.field(default=None, validator=[positive, on_clock])
 
     def build(self, rng: np.random.Generator) -> WorkloadPlan:
         from workloads.generators import lmbenchmark_multiround

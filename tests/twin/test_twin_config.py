@@ -391,3 +391,31 @@ def test_a_gamma_cv_past_float_range_names_the_field(cv):
         load_config(None, ["workload.arrival.kind=gamma", "workload.arrival.rate_per_s=10",
                            f"workload.arrival.cv={cv}"])
     assert info.value.path == "workload.arrival.cv"
+
+
+@pytest.mark.parametrize("setting, path", [
+    ("run.duration_s=1e300", "run.duration_s"),
+    ("run.max_sim_s=1e19", "run.max_sim_s"),
+    ("transfer.setup_latency_s=1e300", "transfer.setup_latency_s"),
+    ("transfer.max_handoffs_per_s=1e-300", "transfer.max_handoffs_per_s"),
+    ("workload.arrival.rate_per_s=1e-300", "workload.arrival.rate_per_s"),
+    ("kv_cache.host_memory_gib=1e300", "kv_cache.host_memory_gib"),
+])
+def test_times_rates_and_sizes_past_the_clocks_64_bits_name_their_field(setting, path):
+    """Found by fuzzing: each passed the config and the run ended in 'cannot convert float infinity to
+    integer' (or NaN), naming no field: the clock counts nanoseconds and the pools bytes in 64 bits."""
+    base = ["workload.kind=synthetic", "workload.arrival.kind=poisson", "workload.arrival.rate_per_s=1"]
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [*base, setting])
+    message = info.value.message
+    assert info.value.path == path and ("64 bits" in message or "the simulated clock's range" in message), message
+
+
+def test_the_clocks_range_is_the_bound():
+    """Just inside the range the values load (146 years of simulated time, its inverse as a rate)."""
+    from twin.config import CLOCK_MAX_S
+
+    cfg = load_config(None, [f"run.duration_s={CLOCK_MAX_S!r}", f"transfer.max_handoffs_per_s={1 / CLOCK_MAX_S!r}"])
+    assert cfg.run.duration_s == CLOCK_MAX_S
+    with pytest.raises(ConfigError):
+        load_config(None, [f"run.duration_s={CLOCK_MAX_S * 1.000001!r}"])
