@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from typing import IO, Any, cast
 
 from workloads.errors import WorkloadFormatError
-from workloads.sessions import FORMAT_NAME, FORMAT_VERSION, Call, Session, session_to_dict
+from workloads.sessions import FORMAT_NAME, FORMAT_VERSION, Call, Session, kept_stream, session_to_dict
 
 PathLike = str | os.PathLike[str]
 
@@ -278,11 +278,7 @@ class _Parser:
                     f"expected at most the stream length before this call ({stream}), "
                     f"got {call.keep_tokens}",
                 )
-            if call.block_hashes is not None:
-                stream = 0  # the named blocks replace the stream (workloads.sessions.prompt_tokens)
-            elif call.keep_tokens is not None:
-                stream = call.keep_tokens
-            stream += call.append_tokens
+            stream = kept_stream(call, stream) + call.append_tokens
             prompt = prefix + stream
             if prompt < 1:
                 raise self.fail(
@@ -306,13 +302,25 @@ class _Parser:
             stream += call.output_tokens
 
 
+def _subagents(session: Session, where: str = "") -> Iterator[tuple[Session, str, str]]:
+    """``session`` and every sub-agent under it, depth first in file order: (session, its name to the twin
+    (``parent/id`` for a sub-agent), its place in the line ('' for the top-level session))."""
+
+    def walk(s: Session, name: str, where: str) -> Iterator[tuple[Session, str, str]]:
+        yield s, name, where
+        for k, call in enumerate(s.calls):
+            for i, sub in enumerate(call.subagents):
+                yield from walk(sub, f"{name}/{sub.id}", f"{_join(where, 'calls')}[{k}].subagents[{i}]")
+
+    return walk(session, session.id, where)
+
+
 def _check_names(path: PathLike, number: int, session: Session, names: dict[str, tuple[int, str]]) -> None:
     """Every session the twin will run has its own name: a sub-agent is named ``parent/id`` (its requests'
     ``session`` column, and the identity of the tokens it writes), so two sub-agents of one parent with the
     same id, or a sub-agent and another session that come out with the same name, would be one session to
     the twin (the second's prompt served from the first's KV)."""
-
-    def walk(s: Session, name: str, where: str) -> None:
+    for _, name, where in _subagents(session):
         first = names.get(name)
         if first is not None:
             raise WorkloadFormatError(
@@ -324,29 +332,22 @@ def _check_names(path: PathLike, number: int, session: Session, names: dict[str,
                 field=_join(where, "id"),
             )
         names[name] = (number, _join(where, "id") if where else "")
-        for k, call in enumerate(s.calls):
-            for i, sub in enumerate(call.subagents):
-                walk(sub, f"{name}/{sub.id}", f"{_join(where, 'calls')}[{k}].subagents[{i}]")
-
-    walk(session, session.id, "")
 
 
-def _check_group(path: PathLike, number: int, session: Session, seen: dict[str, tuple[int, int]],
-                 where: str = "") -> None:
+def _check_group(path: PathLike, number: int, session: Session, seen: dict[str, tuple[int, int]]) -> None:
     """Every session of a prefix group, sub-agents included, gives the group the same length."""
-    if session.prefix_group is not None:
-        first = seen.setdefault(session.prefix_group, (session.prefix_tokens, number))
-        if first[0] != session.prefix_tokens:
+    for s, _, where in _subagents(session):
+        if s.prefix_group is None:
+            continue
+        first = seen.setdefault(s.prefix_group, (s.prefix_tokens, number))
+        if first[0] != s.prefix_tokens:
             raise WorkloadFormatError(
                 path,
-                f"expected {first[0]} for group {session.prefix_group!r} (as on line {first[1]}), "
-                f"got {session.prefix_tokens}",
+                f"expected {first[0]} for group {s.prefix_group!r} (as on line {first[1]}), "
+                f"got {s.prefix_tokens}",
                 line=number,
                 field=_join(where, "prefix_tokens"),
             )
-    for k, call in enumerate(session.calls):
-        for i, sub in enumerate(call.subagents):
-            _check_group(path, number, sub, seen, f"{_join(where, 'calls')}[{k}].subagents[{i}]")
 
 
 def _join(where: str, key: str) -> str:

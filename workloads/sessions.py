@@ -117,6 +117,15 @@ def _call_to_dict(call: Call) -> dict[str, Any]:
     return out
 
 
+def kept_stream(call: Call, stream: int) -> int:
+    """The tokens of the session stream (``stream`` long before ``call``) that ``call``'s prompt keeps after
+    the prefix: all of it, its first ``keep_tokens``, or none when ``block_hashes`` name the prompt (the
+    module docstring)."""
+    if call.block_hashes is not None:
+        return 0
+    return stream if call.keep_tokens is None else min(stream, call.keep_tokens)
+
+
 def prompt_tokens(session: Session, *, context_tokens: int | None = None) -> list[int]:
     """Each call's whole prompt length: prefix + the stream after keep/append (see the module docstring).
 
@@ -127,11 +136,7 @@ def prompt_tokens(session: Session, *, context_tokens: int | None = None) -> lis
     stream = 0
     out: list[int] = []
     for call in session.calls:
-        if call.block_hashes is not None:
-            stream = 0  # its named blocks replace the stream: the prompt is the prefix, then them
-        elif call.keep_tokens is not None:
-            stream = min(stream, call.keep_tokens)
-        stream += call.append_tokens
+        stream = kept_stream(call, stream) + call.append_tokens
         out.append(prefix + stream)
         stream += call.output_tokens
     return out

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from workloads.sessions import Call, Session, iter_calls
+from workloads.sessions import Call, Session, iter_calls, kept_stream
 
 
 def workload_stats(sessions: Sequence[Session]) -> dict[str, Any]:
@@ -96,9 +96,7 @@ def _prefix_reuse(sessions: Sequence[Session]) -> dict[str, int]:
         stream = 0
         prefix = session.prefix_tokens if context is None else context
         for k, call in enumerate(session.calls):
-            kept = stream if call.keep_tokens is None else min(stream, call.keep_tokens)
-            if call.block_hashes is not None:
-                kept = 0  # the named blocks replace the stream (workloads.sessions.prompt_tokens)
+            kept = kept_stream(call, stream)
             prompt = prefix + kept + call.append_tokens
             if call.block_hashes is not None:
                 counts["block_tokens"] += min(call.append_tokens,
