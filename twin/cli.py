@@ -11,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from twin.errors import ConfigError, TwinError
+from twin.errors import TwinError
 
 EXAMPLES_PACKAGE = "twin.examples"
 
@@ -61,8 +61,8 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from twin.config import blame, load_config
-    from twin.runner import Simulation
+    from twin.config import load_config
+    from twin.runner import build
 
     if args.list_examples:
         for name, text in list_examples().items():
@@ -78,11 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     name = config.name or source.stem
     out = Path(args.out) if args.out else Path("results") / name
     out.mkdir(parents=True, exist_ok=True)  # an unusable --out fails now, not after the run
-    try:
-        sim = Simulation(config)  # (values only the built deployment refuses: named with their file too)
-    except ConfigError as exc:
-        raise blame(exc, str(source), overrides) from None
-    results = sim.run()
+    results = build(config, source, overrides).run()
     results.write(out)
     if not args.no_plots:
         from twin.plots import plot_results

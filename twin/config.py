@@ -17,7 +17,7 @@ from hardware.calibration import MOE_KERNELS
 from hardware.deployment import SAMPLINGS
 from hardware.engine import ADMISSION_RESERVES, GRAPH_MODES, PREEMPTION_RULES
 from hardware.kernels import SERVING_ROUTINGS
-from twin.configio import from_dict, parse_override, read_yaml, set_path, to_dict
+from twin.configio import INT64_MAX, from_dict, parse_override, read_yaml, set_path, to_dict
 from twin.errors import ConfigError
 from twin.registry import Pluggable
 
@@ -61,8 +61,8 @@ def rate_on_clock(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type
 
 def bytes_gib(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
     """A size in GiB whose bytes fit 64-bit integers."""
-    if value is not None and value * 2**30 > 2**63 - 1:
-        raise ValueError(f"{attr.name} must be at most {(2**63 - 1) / 2**30:.4g} GiB (its bytes are counted in "
+    if value is not None and value * 2**30 > INT64_MAX:
+        raise ValueError(f"{attr.name} must be at most {INT64_MAX / 2**30:.4g} GiB (its bytes are counted in "
                          f"64 bits), got {value!r}")
 
 

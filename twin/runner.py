@@ -13,8 +13,8 @@ import simpy
 
 from twin.agents import SessionDriver
 from twin.sim import to_ns
-from twin.config import TwinConfig, load_config
-from twin.errors import InvariantError, StallError
+from twin.config import TwinConfig, blame, load_config
+from twin.errors import ConfigError, InvariantError, StallError
 from twin.request import Request, Status
 from twin.results import Results, request_table, summarize
 from twin.system import resolve
@@ -171,14 +171,24 @@ class Simulation:
                        config=cfg.to_dict(), token_times=token_times)
 
 
+def build(config: TwinConfig, source: str | Path | None = None, overrides: Sequence[str] = ()) -> Simulation:
+    """``Simulation(config)``, where a value that only the built deployment refuses names the config file
+    ``source`` or the override that set it, as :func:`~twin.config.load_config`'s errors do."""
+    try:
+        return Simulation(config)
+    except ConfigError as exc:
+        raise blame(exc, None if source is None else str(source), overrides) from None
+
+
 def run(config: TwinConfig | dict[str, Any] | str | Path | None = None, *, overrides: tuple[str, ...] = (),
         out: str | Path | None = None) -> Results:
     """Run one simulation from a config object, a mapping, a YAML path or nothing (the defaults)."""
+    source = config if isinstance(config, (str, Path)) else None
     if not isinstance(config, TwinConfig):
         config = load_config(config, overrides)
     elif overrides:
         config = load_config(config.to_dict(), overrides)
-    results = Simulation(config).run()
+    results = build(config, source, overrides).run()
     if out is not None:
         results.write(out)
     return results

@@ -81,7 +81,8 @@ class GammaArrival(ArrivalSpec):
     def __attrs_post_init__(self) -> None:
         # The gaps' shape is 1 / cv**2 and their scale 1 / (rate x shape): past float range either way they
         # divided by zero in the run (a traceback).
-        shape = 1.0 / (self.cv * self.cv) if self.cv * self.cv > 0 else math.inf
+        cv2 = self.cv * self.cv
+        shape = 1.0 / cv2 if cv2 > 0 else math.inf
         if not (0 < shape < math.inf and 0 < self.rate_per_s * shape < math.inf):
             raise ValueError(f"cv gives gaps of shape 1 / cv**2 = {shape!r} and scale 1 / (rate_per_s x "
                              f"shape), which must be finite numbers > 0; got cv={self.cv!r}, "

@@ -14,9 +14,9 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_complet
 from pathlib import Path
 from typing import Any, Callable
 
-from twin.config import blame, load_config
+from twin.config import load_config
 from twin.configio import parse_override
-from twin.errors import ConfigError, TwinError
+from twin.errors import TwinError
 
 METRICS: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
     ("completed", lambda s: s["requests"]["completed"]),
@@ -80,16 +80,11 @@ def run_point(base: str | dict[str, Any] | None, overrides: list[str], point: di
     """One simulation of the sweep (module-level so any executor can ship it to a worker); a point that fails
     (the twin's own error or a bad value) gives a row with its reason under ``error`` and no metrics, and the
     sweep goes on."""
-    from twin.runner import Simulation
+    from twin.runner import build
 
     settings = [*overrides, *(f"{k}={_yaml(v)}" for k, v in point.items())]
     try:
-        cfg = load_config(base, settings)
-        try:
-            sim = Simulation(cfg)
-        except ConfigError as exc:
-            raise blame(exc, str(base) if isinstance(base, (str, Path)) else None, settings) from None
-        res = sim.run()
+        res = build(load_config(base, settings), base if isinstance(base, (str, Path)) else None, settings).run()
     except (TwinError, ValueError) as exc:  # (a stall, a value only the deployment refuses): its row says so
         return {**point, **{name: None for name, _ in METRICS}, "error": str(exc)}
     if out is not None:

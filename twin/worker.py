@@ -187,14 +187,10 @@ class Worker:
     def submit(self, req: Request) -> None:
         req.worker = self.wid
         now = now_ns(self.env)
-        run = self.run
-        if run is not None and slot_passed(self.env, self.priority):
-            # A fast-forwarded run's step that ended now was applied and the next one formed, as step by step
-            # it would have been before this event: the queue must see a request arriving after that step
-            # was formed (Scheduler.add_request's tie rule).
-            i = bisect_left(run.ends, now)
-            if i < len(run.ends) and run.ends[i] == now:
-                self.sched.step_formed(now)
+        if self.run is not None and self._step_passed(self.run, now):
+            # The queue must see a request arriving after that step's successor was formed
+            # (Scheduler.add_request's tie rule).
+            self.sched.step_formed(now)
         if not self.sched.add_request(req, now):
             self.on_done(req)
             return
@@ -225,16 +221,22 @@ class Worker:
             return
         # The worker resumes at the end of the step in progress (the first step ending at or after now; ends
         # increase), in its own end-of-step slot: after every event of that instant. A step ending now is
-        # in progress only while this worker's slot of the instant is still to come; once it has passed (the
-        # event that woke the worker came after it: another worker's step end, or what one triggered), step
-        # by step that step was applied and the next one formed before this event, so the run stops at the
-        # end of the next.
+        # in progress only until that slot has passed (_step_passed); then the run stops at the end of the next.
         t = now_ns(self.env)
         m = bisect_left(run.ends, t) + 1
-        if run.ends[m - 1] == t and slot_passed(self.env, self.priority):
+        if self._step_passed(run, t):
             m += 1
         cut = self._cut = StepEnd(self.env, run.ends[m - 1] - t, self.priority)
         cut.callbacks.append(lambda _: fire(wake, m))  # type: ignore[union-attr]
+
+    def _step_passed(self, run: DecodeRun, t: int) -> bool:
+        """Whether a step of the fast-forwarded ``run`` ends at ``t`` and this worker's end-of-step slot of the
+        instant has passed (the event being processed came after it: another worker's step end, or what one
+        triggered): step by step, that step was applied and the next one formed before this event."""
+        if not slot_passed(self.env, self.priority):
+            return False
+        i = bisect_left(run.ends, t)
+        return i < len(run.ends) and run.ends[i] == t
 
     def sync(self) -> None:
         """Bring a fast-forwarded worker's state to what step-by-step simulation shows now (for readers)."""
