@@ -573,9 +573,20 @@ def keep_shipped(engine: str, data: dict[str, Any], notes: dict[str, str],
     kept = {k: (data[k] if k in only else v) for k, v in shipped.items() if k != "provenance"}
     for k in data:
         kept.setdefault(k, data[k])
-    shipped_notes: dict[str, str] = {}
+    shipped_notes = _read_notes(path.read_text())
+    merged = {}
+    for k in {**shipped_notes, **notes}:  # a refitted block's note first, any other block's shipped one
+        first, second = (notes, shipped_notes) if k.split(".", 1)[0] in only else (shipped_notes, notes)
+        merged[k] = first.get(k, second.get(k, ""))
+    return kept, {k: v for k, v in merged.items() if v}
+
+
+def _read_notes(text: str) -> dict[str, str]:
+    """The notes :func:`_yaml_with_notes` wrote: block (``group.key`` inside gemm / moe) -> the comment above
+    it ('' for a block with none)."""
+    notes: dict[str, str] = {}
     note, group = "", ""
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         stripped = line.strip()
         if stripped.startswith("#"):
             note = stripped[1:].strip()
@@ -584,14 +595,12 @@ def keep_shipped(engine: str, data: dict[str, Any], notes: dict[str, str],
             continue
         key = stripped.split(":", 1)[0]
         if line.startswith("  "):
-            shipped_notes[f"{group}.{key}"] = note
+            notes[f"{group}.{key}"] = note
         else:
             group = key
-            shipped_notes[key] = note
+            notes[key] = note
         note = ""
-    merged = {k: (v if k.split(".", 1)[0] in only else shipped_notes.get(k, v))
-              for k, v in {**shipped_notes, **notes}.items()}
-    return kept, {k: v for k, v in merged.items() if v}
+    return notes
 
 
 if __name__ == "__main__":
