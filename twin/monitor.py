@@ -16,6 +16,12 @@ class Monitor:
 
     At each tick, if no other event is scheduled, nothing can ever happen again: ``on_idle`` is called
     (the runner raises a stall error there if work is pending) and sampling stops.
+
+    A still stretch (no worker holds a request, and the row just written repeats the one before but for
+    its time) is written as its first and last rows: the monitor sleeps to the last tick before the next
+    scheduled event, since nothing changes a gauge before that event. The rows left out are copies but for
+    their time; a trace whose times start far from zero (epoch seconds) would otherwise tick through the
+    whole gap.
     """
 
     def __init__(self, env: simpy.Environment, workers: Sequence[Worker], interval_ns: int,
@@ -78,14 +84,26 @@ class Monitor:
         extra = list(self.extra().values()) if self.extra is not None else []
         self.rows.append((now_s, waiting, running, used / total, rate, hit, preempt, *per_worker, *extra))
 
+    def _still(self) -> bool:
+        """Whether the last row repeats the one before but for its time, and only an event can change that."""
+        marks = self._marks
+        if len(marks) < 2 or marks[-1][1:] != marks[-2][1:]:
+            return False
+        return all(w.run is None and not w.sched.running and not w.sched.waiting for w in self.workers)
+
     def _run(self) -> ProcessGen:
         env = self.env
+        step = self.interval_ns
         while True:
             self.sample()
             if not env._queue:  # nothing else scheduled: the simulation can never move again
                 self.on_idle()
                 return
-            yield env.timeout(self.interval_ns)
+            wait = step
+            if self._still():  # sleep to the last tick strictly before the next event
+                ticks = (int(env.peek()) - 1 - int(env.now)) // step
+                wait = max(ticks, 1) * step
+            yield env.timeout(wait)
 
     def table(self) -> dict[str, np.ndarray]:
         cols = self.columns()

@@ -268,6 +268,30 @@ def test_the_last_time_series_row_is_a_rate_over_its_own_interval_and_never_repe
     assert list(at_zero["time_s"]) == [0.0]
 
 
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_a_still_stretch_of_the_time_series_is_its_first_and_last_rows(tmp_path, fast_forward):
+    """a (100 + 10) at 0 s finishes within the first second; b (100 + 10) arrives at 10.5 s. Sampling every
+    second, the rows are 0, 1 (a's 10 tokens), 2 (the first still row), 10 (the last tick before b) and b's
+    end: rows 3-9 would repeat row 2 but for their time. With b at 1.7e9 + 0.5 s (an epoch-stamped trace) the
+    run writes the same five rows instead of ticking through 54 years."""
+    def rows(b_s):
+        sessions = [Session(id="a", arrival_s=0.0, calls=(Call(append_tokens=100, output_tokens=10),)),
+                    Session(id="b", arrival_s=b_s, calls=(Call(append_tokens=100, output_tokens=10),))]
+        cfg = sessions_config(tmp_path, sessions, metrics={"sample_interval_s": 1.0},
+                              run={"fast_forward": fast_forward})
+        return run(cfg).timeseries
+
+    ts = rows(10.5)
+    t = list(ts["time_s"])
+    assert t[:4] == [0.0, 1.0, 2.0, 10.0] and len(t) == 5 and 10.5 < t[4] < 11.0
+    assert list(ts["output_tokens_per_s"][:4]) == [0.0, 10.0, 0.0, 0.0]
+    for col, v in ts.items():  # the row at 10 s repeats the row at 2 s but for its time
+        if col != "time_s":
+            assert v[3] == v[2] or (np.isnan(v[3]) and np.isnan(v[2])), col
+    far = rows(1.7e9 + 0.5)["time_s"]
+    assert list(far[:4]) == [0.0, 1.0, 2.0, 1.7e9] and len(far) == 5
+
+
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])  # vLLM: a decode cohort; SGLang's admission: none
 @pytest.mark.parametrize("fast_forward", [True, False])
 def test_itl_leaves_out_requests_that_arrived_before_the_warmup(tmp_path, engine, fast_forward):
