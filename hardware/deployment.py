@@ -26,9 +26,17 @@ SAMPLINGS = ("greedy", "top_k_top_p")
 CONV_STATE_BYTES = 2   # Mamba / GDN convolution state is kept in the activation dtype
 
 
+class DeploymentError(ValueError):
+    """A deployment that cannot be built, and the :class:`Deployment` field whose value is wrong."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 def _pos(inst: object, attr: "attrs.Attribute[int]", value: int) -> None:
     if value < 1:
-        raise ValueError(f"Deployment.{attr.name} must be >= 1, got {value}")
+        raise DeploymentError(attr.name, f"Deployment.{attr.name} must be >= 1, got {value}")
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -89,30 +97,41 @@ class Deployment:
 
     def __attrs_post_init__(self) -> None:
         if self.spec_tokens < 0:
-            raise ValueError(f"spec_tokens must be >= 0, got {self.spec_tokens}")
+            raise DeploymentError("spec_tokens", f"spec_tokens must be >= 0, got {self.spec_tokens}")
         if self.spec_tokens and not self.model.mtp_layers:
-            raise ValueError(f"MTP speculative decoding needs a next-token-prediction module, and {self.model.name} "
-                             f"has none (num_nextn_predict_layers = 0)")
-        check_dtype("weight_dtype", self.weight_dtype, WEIGHT_DTYPES)
-        check_dtype("kv_dtype", self.kv_dtype, KV_DTYPES)
+            raise DeploymentError("spec_tokens", f"MTP speculative decoding needs a next-token-prediction module, "
+                                  f"and {self.model.name} has none (num_nextn_predict_layers = 0)")
+        for field, dtype, valid in (("weight_dtype", self.weight_dtype, WEIGHT_DTYPES),
+                                    ("kv_dtype", self.kv_dtype, KV_DTYPES)):
+            try:
+                check_dtype(field, dtype, valid)
+            except ValueError as exc:
+                raise DeploymentError(field, str(exc)) from None
         if self.moe_kernel not in MOE_KERNELS:
-            raise ValueError(f"moe_kernel must be one of {', '.join(MOE_KERNELS)}, got {self.moe_kernel!r}")
+            raise DeploymentError("moe_kernel", f"moe_kernel must be one of {', '.join(MOE_KERNELS)}, "
+                                  f"got {self.moe_kernel!r}")
         if self.moe_routing not in SERVING_ROUTINGS:
-            raise ValueError(f"moe_routing must be one of {', '.join(SERVING_ROUTINGS)}, got {self.moe_routing!r}")
+            raise DeploymentError("moe_routing", f"moe_routing must be one of {', '.join(SERVING_ROUTINGS)}, "
+                                  f"got {self.moe_routing!r}")
         if self.sampling not in SAMPLINGS:
-            raise ValueError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {self.sampling!r}")
+            raise DeploymentError("sampling", f"sampling must be one of {', '.join(SAMPLINGS)}, got {self.sampling!r}")
         if self.moe_kernel == "deepgemm" and self.weight_dtype != "fp8_block":
-            raise ValueError(f"moe_kernel deepgemm runs block-FP8 weights only, got weight_dtype {self.weight_dtype!r}")
+            raise DeploymentError("moe_kernel", f"moe_kernel deepgemm runs block-FP8 weights only, got weight_dtype "
+                                  f"{self.weight_dtype!r}")
         m = self.model
         if m.num_heads % self.tp:
-            raise ValueError(f"tp={self.tp} does not divide {m.name}'s {m.num_heads} attention heads")
+            raise DeploymentError("tp", f"tp={self.tp} does not divide {m.name}'s {m.num_heads} attention heads")
         if m.num_kv_heads % self.tp and self.tp % m.num_kv_heads:
-            raise ValueError(f"tp={self.tp} and {m.name}'s {m.num_kv_heads} KV heads: one must divide the other")
+            raise DeploymentError("tp", f"tp={self.tp} and {m.name}'s {m.num_kv_heads} KV heads: one must divide "
+                                  f"the other")
         if self.pp > m.num_layers:
-            raise ValueError(f"pp={self.pp} exceeds {m.name}'s {m.num_layers} layers")
+            raise DeploymentError("pp", f"pp={self.pp} exceeds {m.name}'s {m.num_layers} layers")
+        if not m.is_moe and self.ep != 1:  # (it was ignored: the run had no expert parallelism to speak of)
+            raise DeploymentError("ep", f"ep={self.ep} splits MoE experts over GPUs, and {m.name} is a dense model "
+                                  f"(no experts): ep must be 1")
         if m.is_moe and self.moe_tp * self.ep != self.tp * self.attn_dp:
-            raise ValueError(f"moe_tp x ep = {self.moe_tp} x {self.ep} must equal tp x attn_dp = "
-                             f"{self.tp} x {self.attn_dp} GPUs")
+            raise DeploymentError("ep", f"moe_tp x ep = {self.moe_tp} x {self.ep} must equal tp x attn_dp = "
+                                  f"{self.tp} x {self.attn_dp} GPUs")
 
     # --- sharding -------------------------------------------------------------------------------
     @property

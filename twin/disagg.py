@@ -106,9 +106,9 @@ class DisaggSystem:
         assert config.kv_cache.block_size is not None
         self.block_size = config.kv_cache.block_size
         self.p_dep = make_deployment(config, spec.prefill.tp, spec.prefill.gpu, ep=spec.prefill.ep,
-                                     attention_dp=spec.prefill.attention_dp)
+                                     attention_dp=spec.prefill.attention_dp, where="system.prefill")
         self.d_dep = make_deployment(config, spec.decode.tp, spec.decode.gpu, ep=spec.decode.ep,
-                                     attention_dp=spec.decode.attention_dp)
+                                     attention_dp=spec.decode.attention_dp, where="system.decode")
         self._block_bytes = self.p_dep.bytes_per_block(self.block_size) * self.p_dep.tp
         """Bytes of one KV block over all of a prefill worker's GPUs (what a transfer moves per block)."""
         self._layers = self.p_dep.layers_per_gpu

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import attrs
 
-from hardware import CostModel, Deployment, load_engine, load_gpu, load_model
+from hardware import CostModel, Deployment, DeploymentError, load_engine, load_gpu, load_model
 from hardware.calibration import CURVE_MOE_KERNELS, calibration_for_engine
 from twin.config import SystemSpec, TwinConfig, positive
 from twin.errors import ConfigError
@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 
 
 def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: int = 1,
-                    attention_dp: int = 1) -> Deployment:
-    """The hardware model's view of one worker; hardware errors become config errors with a path."""
+                    attention_dp: int = 1, where: str = "system") -> Deployment:
+    """The hardware model's view of one worker; hardware errors become config errors naming the field
+    (the worker's own under ``where``, the system section it is built from, or the model's or engine's)."""
     dtypes = {k: v for k, v in (("weight_dtype", config.model.weight_dtype), ("kv_dtype", config.model.kv_dtype))
               if v != "auto"}
     parallel: dict[str, int] = {"ep": ep}
@@ -45,14 +46,26 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
                          engine=load_engine(config.engine.name), tp=tp, moe_kernel=config.engine.moe_kernel,
                          moe_routing=config.model.moe_routing, sampling=config.engine.sampling,
                          **parallel, **dtypes)  # type: ignore[arg-type]
+    except DeploymentError as exc:
+        raise ConfigError(_deployment_field(exc.field, where), str(exc)) from None
     except (ValueError, TypeError, NotImplementedError) as exc:
-        raise ConfigError("system", str(exc)) from None
+        raise ConfigError(where, str(exc)) from None
     if dep.model.is_moe and dep.moe_kernel in CURVE_MOE_KERNELS:
         try:
             calibration_for_engine(dep.engine.name).moe_for(dep.weight_dtype, dep.moe_kernel)
         except ValueError as exc:
             raise ConfigError("engine.moe_kernel", str(exc)) from None
     return dep
+
+
+def _deployment_field(field: str, where: str) -> str:
+    """The config field that set a :class:`Deployment` field."""
+    own = {"tp": "tp", "pp": "pp", "ep": "ep", "attn_dp": "attention_dp"}
+    if field in own:
+        return f"{where}.{own[field]}"
+    return {"weight_dtype": "model.weight_dtype", "kv_dtype": "model.kv_dtype", "moe_routing": "model.moe_routing",
+            "moe_kernel": "engine.moe_kernel", "sampling": "engine.sampling",
+            "spec_tokens": "engine.speculative.num_speculative_tokens"}.get(field, where)
 
 
 def kv_blocks(config: TwinConfig, dep: Deployment, override: int | None = None) -> int:
@@ -201,8 +214,13 @@ class Colocated(SystemSpec):
 
     def build(self, env: simpy.Environment, config: TwinConfig,
               on_done: Callable[[Request], None]) -> ColocatedSystem:
+        from twin.config import TransferConfig
         from twin.worker import StepPrices, Worker
 
+        for field in attrs.fields(TransferConfig):  # (each was ignored without a word)
+            if getattr(config.transfer, field.name) != field.default:
+                raise ConfigError(f"transfer.{field.name}", "the KV hand-off between prefill and decode workers: "
+                                  "set only for system.kind disaggregated (this system is colocated)")
         dep = make_deployment(config, self.tp, ep=self.ep, attention_dp=self.attention_dp)
         blocks = kv_blocks(config, dep)
         seqs = worker_max_num_seqs(config, dep, blocks)

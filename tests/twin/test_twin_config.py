@@ -331,10 +331,28 @@ def test_errors_name_the_override_that_set_the_value_and_the_file_at_build_time(
     assert f"{config}, override scheduler.max_num_seqs=abc: scheduler.max_num_seqs: expected an integer" \
         in capsys.readouterr().err
     assert main(["run", str(config), "--out", str(tmp_path / "out"), "--set", "system.tp=3"]) == 2
-    assert f"{config}, override system.tp=3: system: tp=3 does not divide" in capsys.readouterr().err
+    assert f"{config}, override system.tp=3: system.tp: tp=3 does not divide" in capsys.readouterr().err
     config.write_text("model: {name: Qwen/Qwen3-0.6B}\nsystem: {tp: 3}\n")
     assert main(["run", str(config), "--out", str(tmp_path / "out")]) == 2
-    assert f"{config}: system: tp=3 does not divide" in capsys.readouterr().err
+    assert f"{config}: system.tp: tp=3 does not divide" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("overrides, path, message", [
+    (["system.ep=2"], "system.ep", "ep=2 splits MoE experts over GPUs, and meta-llama/Llama-3.1-8B is a dense model"),
+    (["system.kind=disaggregated", "system.decode.ep=2"], "system.decode.ep", "is a dense model"),
+    (["system.kind=disaggregated", "system.prefill.tp=3"], "system.prefill.tp", "tp=3 does not divide"),
+    (["model.name=Qwen/Qwen3-30B-A3B", "system.tp=2", "system.ep=4"], "system.ep",
+     "moe_tp x ep = 1 x 4 must equal tp x attn_dp = 2 x 1"),
+    (["model.name=Qwen/Qwen3-30B-A3B", "engine.moe_kernel=deepgemm"], "engine.moe_kernel", "block-FP8 weights only"),
+    (["transfer.kind=push"], "transfer.kind", "set only for system.kind disaggregated"),
+    (["transfer.lease_s=5"], "transfer.lease_s", "(this system is colocated)"),
+])
+def test_a_setting_the_deployment_cannot_take_or_would_ignore_names_its_field(overrides, path, message):
+    """Found reading the build: a deployment refused by the hardware model named only the section
+    ("system: ..."), and ep on a dense model or transfer settings on a colocated system were ignored."""
+    with pytest.raises(ConfigError) as info:
+        Simulation(load_config(None, overrides))
+    assert info.value.path == path and message in str(info.value)
 
 
 @pytest.mark.parametrize("kind, name", [("sessions", "missing.jsonl"), ("trace_csv", "missing.csv"),

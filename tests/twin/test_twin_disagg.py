@@ -452,7 +452,7 @@ def test_a_request_longer_than_max_model_len_fails_when_it_arrives(kind):
                "workload": {"kind": "synthetic", "num_requests": 2, "arrival": {"kind": "all_at_once"},
                             "input_tokens": {"fixed": 60}, "output_tokens": {"fixed": output}}}
         rows = Simulation(load_config(cfg)).run().requests
-        colocated = Simulation(load_config({**cfg, "system": {"kind": "colocated"}})).run().requests
+        colocated = Simulation(load_config({**cfg, "system": {"kind": "colocated"}, "transfer": {}})).run().requests
         assert list(rows["status"]) == list(colocated["status"]) == [status] * 2
         assert list(rows["fail_reason"]) == list(colocated["fail_reason"])
         if status == "failed":
