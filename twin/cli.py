@@ -197,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--jobs", type=_at_least_one, default=1, help="local worker processes")
     p.add_argument("--dask", metavar="ADDRESS", help="run on a Dask distributed scheduler instead")
-    p.add_argument("--keep-runs", action="store_true", help="also write every run's results folder")
+    p.add_argument("--keep-runs", action="store_true", help="also write every run's results folder, OUT/runs/runNNNN in grid order "
+                   "(an earlier sweep's runNNNN folders there are removed first)")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("validate", help="compare predictions with measured benchmarks")

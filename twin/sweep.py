@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import csv
 import itertools
+import re
+import shutil
 import time
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -101,11 +103,19 @@ def _yaml(value: Any) -> str:
 def sweep(base: str | dict[str, Any] | None, grid: dict[str, list[Any]], *, overrides: list[str] | None = None,
           executor: Executor | None = None, out: str | Path | None = None, progress: bool = False
           ) -> list[dict[str, Any]]:
-    """Run every grid point; returns the rows in grid order (``executor=None`` runs them here, in turn)."""
+    """Run every grid point; returns the rows in grid order (``executor=None`` runs them here, in turn).
+
+    With ``out``, point i writes its results folder to ``out/run{i:04d}``; the ``runNNNN`` folders already
+    there (an earlier sweep's) are removed first, so every folder is this sweep's and a failed point has none.
+    """
     pts = points(grid)
     # Fail on a bad grid value before anything runs.
     for point in pts:
         load_config(base, [*(overrides or []), *(f"{k}={_yaml(v)}" for k, v in point.items())])
+    if out is not None:  # an earlier sweep's run folders would pass for this one's (a failed point writes none)
+        for old in Path(out).glob("run*"):
+            if old.is_dir() and re.fullmatch(r"run\d{4,}", old.name):
+                shutil.rmtree(old)
     outs = [str(Path(out) / f"run{i:04d}") if out is not None else None for i in range(len(pts))]
     start = time.perf_counter()
     if executor is None:

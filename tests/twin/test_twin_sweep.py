@@ -65,3 +65,17 @@ def test_grid_values_that_are_lists_or_quoted_keep_their_commas():
                     "scheduler.max_num_seqs": [4, 64]}
     rows = sweep(BASE, {"engine.cuda_graph_sizes": grid["engine.cuda_graph_sizes"]})
     assert [row["error"] for row in rows] == ["", ""]
+
+
+def test_kept_run_folders_are_this_sweeps_only(tmp_path):
+    """Found reading the sweep: a second sweep into the same folder left the first one's run0002 (three
+    points, then two), and a point that fails writes no folder, so an old one passed for its results. Run
+    folders of an earlier sweep are removed first; anything else in the folder is left alone."""
+    runs = tmp_path / "runs"
+    sweep(BASE, {"scheduler.max_num_seqs": [2, 8, 32]}, out=runs)
+    assert sorted(p.name for p in runs.iterdir()) == ["run0000", "run0001", "run0002"]
+    (runs / "notes.txt").write_text("mine")
+    rows = sweep(BASE, {"kv_cache.host_memory_gib": [1.0, 1e-6]}, out=runs)
+    assert rows[1]["error"] != ""
+    assert sorted(p.name for p in runs.iterdir()) == ["notes.txt", "run0000"]
+    assert (runs / "run0000" / "requests.csv").exists()
