@@ -8,6 +8,8 @@ engine and table, the median and p90 of |predicted / measured - 1| and the media
 also writes kernel_report.csv. Decode attention is also reported on the shapes serving steps have
 (``serving``: at most 128 requests of 256-8k tokens) and on the rows measured faster than the GPU's HBM
 bandwidth allows (``> HBM peak``: cache-resident re-reads of the collector, unlike any serving step).
+Each table is also reported per GPU (``@h100_sxm``, ``@h200_sxm``): its curves are fitted on both GPUs at
+once, so a bias that differs between them is one the GPU specs do not explain.
 """
 
 from __future__ import annotations
@@ -158,6 +160,7 @@ def report(data: Path, engines: Iterable[str]) -> list[dict[str, object]]:
                     if meas > 0:
                         e = predict(cal, gpu, r) / meas - 1.0
                         errs.setdefault(name, []).append(e)
+                        errs.setdefault(f"{name} @{gpu}", []).append(e)
                         fmt = r.get("gemm_dtype") or r.get("moe_dtype")
                         if table == "generation_attention_perf":
                             fmt = "kv " + r["kv_cache_dtype"]
