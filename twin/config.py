@@ -17,7 +17,7 @@ from hardware.calibration import MOE_KERNELS
 from hardware.deployment import SAMPLINGS
 from hardware.engine import ADMISSION_RESERVES, GRAPH_MODES, PREEMPTION_RULES
 from hardware.kernels import SERVING_ROUTINGS
-from twin.configio import INT64_MAX, from_dict, parse_override, read_yaml, set_path, to_dict
+from twin.configio import INT64_MAX, from_dict, key_lines, parse_override, read_yaml, set_path, to_dict
 from twin.errors import ConfigError
 from twin.registry import Pluggable
 
@@ -412,7 +412,8 @@ def load_config(source: str | Path | dict[str, Any] | None = None, overrides: li
 
 def blame(exc: ConfigError, label: str | None, overrides: Sequence[str] = ()) -> ConfigError:
     """``exc`` naming where the bad value came from: the override that set its field (or a field inside it,
-    or the section it is in), else the config file ``label``."""
+    or the section it is in), else the config file ``label`` and the line of the field there (or of its
+    nearest section in the file, for a field the file leaves out)."""
     if exc.source is not None:
         return exc
     for text in overrides:
@@ -420,7 +421,15 @@ def blame(exc: ConfigError, label: str | None, overrides: Sequence[str] = ()) ->
         if exc.path == path or exc.path.startswith(f"{path}.") or path.startswith(f"{exc.path}."):
             return ConfigError(exc.path, exc.message, source=f"{label}, override {text}" if label
                                else f"override {text}")
-    return ConfigError(exc.path, exc.message, source=label) if label else exc
+    if not label:
+        return exc
+    lines = key_lines(label) if Path(label).is_file() else {}
+    parts = exc.path.split(".") if exc.path else []
+    for end in range(len(parts), 0, -1):  # the field's own line, else its nearest section's in the file
+        line = lines.get(".".join(parts[:end]))
+        if line is not None:
+            return ConfigError(exc.path, exc.message, source=f"{label}, line {line}")
+    return ConfigError(exc.path, exc.message, source=label)
 
 
 def _apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -236,6 +236,28 @@ def parse_override(text: str) -> tuple[str, Any]:
     return path.strip(), value
 
 
+def key_lines(path: str | Path) -> dict[str, int]:
+    """The line (1-based) of every key of a YAML config file, by dotted path (``workload.arrival.kind``);
+    empty when the file cannot be read or parsed (its reader reports that)."""
+    try:
+        root = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    lines: dict[str, int] = {}
+
+    def walk(node: yaml.Node | None, prefix: str) -> None:
+        if not isinstance(node, yaml.MappingNode):
+            return
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                dotted = f"{prefix}{key.value}"
+                lines.setdefault(dotted, key.start_mark.line + 1)
+                walk(value, f"{dotted}.")
+
+    walk(root, "")
+    return lines
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """A YAML mapping from a file; syntax errors name the file and line."""
     try:

@@ -65,7 +65,7 @@ def test_yaml_errors_name_file_and_line(tmp_path):
         load_config(twice)  # YAML would let the last one win silently
     wrong = tmp_path / "wrong.yaml"
     wrong.write_text("scheduler:\n  max_num_seqs: 0\n")
-    with pytest.raises(ConfigError, match=rf"{wrong}: scheduler.max_num_seqs"):
+    with pytest.raises(ConfigError, match=rf"{wrong}, line 2: scheduler.max_num_seqs"):
         load_config(wrong)
 
 
@@ -334,7 +334,7 @@ def test_errors_name_the_override_that_set_the_value_and_the_file_at_build_time(
     assert f"{config}, override system.tp=3: system.tp: tp=3 does not divide" in capsys.readouterr().err
     config.write_text("model: {name: Qwen/Qwen3-0.6B}\nsystem: {tp: 3}\n")
     assert main(["run", str(config), "--out", str(tmp_path / "out")]) == 2
-    assert f"{config}: system.tp: tp=3 does not divide" in capsys.readouterr().err
+    assert f"{config}, line 2: system.tp: tp=3 does not divide" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("overrides, path, message", [
@@ -437,3 +437,21 @@ def test_the_clocks_range_is_the_bound():
     assert cfg.run.duration_s == CLOCK_MAX_S
     with pytest.raises(ConfigError):
         load_config(None, [f"run.duration_s={CLOCK_MAX_S * 1.000001!r}"])
+
+
+def test_a_value_error_names_the_line_of_its_field_or_of_its_section(tmp_path, capsys):
+    """Found reading the errors: a value refused after parsing (a rule between fields, a field left out, a
+    deployment the hardware model refuses) named the file but no line; only syntax errors had one. Now the
+    field's own line, else the line of its nearest section in the file."""
+    config = tmp_path / "c.yaml"
+    config.write_text("model: {name: Qwen/Qwen3-0.6B}\nkv_cache:\n  prefix_caching: false\n  host_memory_gib: 4\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(config)
+    assert str(info.value).startswith(f"{config}, line 4: kv_cache.host_memory_gib: host_memory_gib needs")
+    config.write_text("run: {seed: 1}\nworkload:\n  kind: sessions\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(config)
+    assert str(info.value).startswith(f"{config}, line 2: workload.path: ")
+    config.write_text("model:\n  name: Qwen/Qwen3-0.6B\n\nsystem:\n  kind: colocated\n  tp: 3\n")
+    assert main(["run", str(config), "--out", str(tmp_path / "out")]) == 2
+    assert f"{config}, line 6: system.tp: tp=3 does not divide" in capsys.readouterr().err
