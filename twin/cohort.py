@@ -86,9 +86,10 @@ class DecodeCohort:
         return top + self.updates + 1
 
     # ------------------------------------------------------------------------------------- membership
-    def join(self, running: list[Request], prev_end: int, budget: int) -> None:
+    def join(self, running: list[Request], prev_end: int, budget: int, ghosts: int = 0) -> None:
         """Extend the cohort over the running requests after it that are plain decodes which sampled at
-        ``prev_end`` (the previous step's end), while ``budget`` leaves each a token."""
+        ``prev_end`` (the previous step's end), while ``budget`` leaves each a token. ``ghosts``: finished
+        members still in ``running`` among the members (their last token in flight, async_output)."""
         members = self.members
         kv = self.kv
         size = kv.block_size
@@ -97,9 +98,9 @@ class DecodeCohort:
         finishes = self._finishes
         u = self.updates
         n = len(members)
-        limit = min(len(running), budget)
+        limit = min(len(running) - ghosts, budget)
         while n < limit:
-            req = running[n]
+            req = running[n + ghosts]
             computed = req.num_computed_tokens
             if (req.prompt_tokens + req.num_output_tokens - computed != 1 or req.last_token_ns != prev_end
                     or req.status is Status.FINISHED):  # (async_output: its last token is in flight)

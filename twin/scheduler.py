@@ -319,6 +319,11 @@ class Scheduler:
         those tokens fill enter the prefix cache after the next schedule()."""
         self._cohort_fills: list[tuple[Request, int]] = []
         """async_output: the same for the lazy cohort's members: (member, tokens to register)."""
+        self._ghosts: list[Request] = []
+        """async_output: cohort members that sampled their last token in the last step applied. They stay in
+        ``running`` among the members until the next schedule's :meth:`_apply_outputs`, so the cohort is
+        ``running[:len(cohort) + len(_ghosts)]`` less them (leaving it whole would cost a rejoin of every
+        member at each finish)."""
         self._late_ns = NO_TIME
         self._late: set[int] = set()
         self._idle_turn_ns = NO_TIME
@@ -483,7 +488,7 @@ class Scheduler:
             assert self.cohort is not None
             fast_n, fast_kv, fast_max = lazy, self.cohort.context(), self.cohort.max_context()
             budget -= lazy
-            i = lazy
+            i = lazy + len(self._ghosts)
         while i < n_running and budget > 0:
             req = running[i]
             if req.status is Status.FINISHED:  # (async_output) its last token is in flight: vLLM skips it
@@ -601,12 +606,13 @@ class Scheduler:
                 # Most likely a pure-decode step, which fast-forward plans from a full list: joining the
                 # cohort only to disband it at once would cost more than the step.
                 return 0
-        cohort.join(running, prev, budget)
+        ghosts = len(self._ghosts)
+        cohort.join(running, prev, budget, ghosts)
         n = len(cohort)
         if not n:
             return 0
         events = cohort.block_events(placeholders)
-        need = sum(1 for _, allocates in events if allocates) + self._tail_blocks(n, budget - n)
+        need = sum(1 for _, allocates in events if allocates) + self._tail_blocks(n + ghosts, budget - n)
         if need > self.kv.pool.num_free:
             self._disband(placeholders)
             return 0
@@ -622,9 +628,14 @@ class Scheduler:
         assert self.cohort is not None
         members = self.cohort.disband()
         if members and placeholders:
-            self._fresh = members + self._fresh
+            fresh = members + self._fresh
+            if self._ghosts:  # finished members among them: the fresh go in running order
+                order = {r: i for i, r in enumerate(self.running)}
+                fresh.sort(key=order.__getitem__)
+            self._fresh = fresh
             if self.kv.enable_prefix_caching:
                 self.kv.placeholders = {*self.kv.placeholders, *(r.id for r in members)}
+        self._ghosts = []
 
     def _tail_blocks(self, start: int, budget: int) -> int:
         """Blocks that the running requests from ``start`` on would take this step (the budget shared out
@@ -900,10 +911,10 @@ class Scheduler:
             finished = self.cohort.advance(now, prev)  # ahead of the others in running order
             sampled = out.lazy
             if finished and fresh is not None:
-                # They stay in `running` through the next schedule(), where the cohort must be its prefix:
-                # it disbands, and its members' tokens are placeholders like the others'.
-                fresh = self.running[:out.lazy]
-                self.cohort.disband()
+                # They stay in `running` through the next schedule(), among the members: ghosts there, their
+                # last tokens placeholders like the others'.
+                fresh = list(finished)
+                self._ghosts = fresh[:]
         for req, q in out.scheduled:
             a = None if drafts is None else drafts.get(req)
             if a is None:
@@ -971,23 +982,30 @@ class Scheduler:
         if kv.placeholders:
             kv.placeholders = NO_PLACEHOLDERS
         fills = self._cohort_fills
+        fresh = self._fresh
+        ghosts = self._ghosts
+        self._ghosts = []
         if fills:  # the cohort's members first: they lead the running order of the last step
             self._cohort_fills = []
-            for req, tokens in fills:
-                kv.cache_computed(req, tokens)
-        fresh = self._fresh
-        if fresh:
+            if ghosts and kv.enable_prefix_caching:
+                # ... with its finished members among them (at the head of `fresh`), each in its place
+                assert fresh[:len(ghosts)] == ghosts
+                fresh = fresh[len(ghosts):]
+                order = {r: i for i, r in enumerate(self.running)}
+                lead = sorted([*fills, *((r, -1) for r in ghosts)], key=lambda e: order[e[0]])
+                for req, tokens in lead:
+                    if tokens >= 0:
+                        kv.cache_computed(req, tokens)
+                    else:
+                        self._register_fresh(req)
+            else:
+                for req, tokens in fills:
+                    kv.cache_computed(req, tokens)
+        if self._fresh:
             self._fresh = []
             if kv.enable_prefix_caching:
-                # Only a block that a placeholder token filled waits: a decode's, when its computed tokens
-                # reached a multiple of the block size (every other block was registered when its step was
-                # formed, its tokens known).
-                req_blocks = kv.req_blocks
-                size = kv.block_size
                 for req in fresh:
-                    computed = req.num_computed_tokens
-                    if computed % size == 0 and req.status is not Status.PREEMPTED and req.id in req_blocks:
-                        kv.cache_computed(req, computed)
+                    self._register_fresh(req)
         deferred = self._deferred
         if deferred:
             self._deferred = []
@@ -996,6 +1014,14 @@ class Scheduler:
                 running.remove(req)
                 if not self.retain_finished_kv:
                     self._release(req)
+
+    def _register_fresh(self, req: Request) -> None:
+        """async_output: the block that ``req``'s placeholder token filled enters the prefix cache. Only such
+        a block waits: a decode's, when its computed tokens reached a multiple of the block size (every other
+        block was registered when its step was formed, its tokens known)."""
+        computed = req.num_computed_tokens
+        if computed % self.kv.block_size == 0 and req.status is not Status.PREEMPTED and req.id in self.kv.req_blocks:
+            self.kv.cache_computed(req, computed)
 
     def sampled(self, reqs: list[Request], finished: list[Request], now: int) -> None:
         """The step applied at ``now`` sampled a token for each of ``reqs`` (those of a lazy cohort aside),

@@ -103,3 +103,31 @@ def test_cohort_rebasing_its_update_count_changes_nothing(tmp_path, monkeypatch)
     for name in ("requests.csv", "timeseries.csv", "token_times.json"):
         assert (tmp_path / "on" / name).read_bytes() == (tmp_path / "off" / name).read_bytes(), name
     assert on.ledger == off.ledger
+
+
+def test_a_member_that_finishes_leaves_the_cohort_without_breaking_it_up(tmp_path):
+    """vLLM's async scheduling keeps a request that sampled its last token in the running list until the next
+    step is formed. a (100 + 4) and b (100 + 12) decode in the cohort while c's 2,000-token prompt runs in
+    256-token chunks; a finishes in step 4. Step 5 is formed with a still listed: b stays lazy (the cohort
+    used to break up there, b going step by step for one step and every member rejoining after), and the
+    steps, outputs and ledger are those of step-by-step simulation."""
+    from workloads.io import write_sessions
+    from workloads.sessions import Call, Session
+
+    path = tmp_path / "w.jsonl"
+    write_sessions(path, [Session(id="a", arrival_s=0.0, calls=(Call(append_tokens=100, output_tokens=4),)),
+                          Session(id="b", arrival_s=0.0, calls=(Call(append_tokens=100, output_tokens=12),)),
+                          Session(id="c", arrival_s=0.0, calls=(Call(append_tokens=2000, output_tokens=3),))],
+                   source="test")
+    cfg = load_config({"workload": {"kind": "sessions", "path": str(path)},
+                       "scheduler": {"max_num_batched_tokens": 256}, "metrics": {"record_token_times": True}})
+    lazy: list[int] = []
+    shapes_on: list = []
+    shapes_off: list = []
+    on = _run(cfg, tmp_path / "on", True, lazy, shapes_on)
+    assert lazy == [0, 2, 2, 2, 1, 1, 1, 1, 1, 0, 0, 0]
+    off = _run(cfg, tmp_path / "off", False, shapes=shapes_off)
+    assert shapes_on == shapes_off
+    for name in ("requests.csv", "timeseries.csv", "token_times.json"):
+        assert (tmp_path / "on" / name).read_bytes() == (tmp_path / "off" / name).read_bytes(), name
+    assert on.ledger == off.ledger
