@@ -139,7 +139,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     executor, shutdown = make_executor(args.jobs, args.dask)
     try:
         rows = sweep(source, grid, overrides=list(args.set or []), executor=executor,
-                     out=Path(args.out) / "runs" if args.keep_runs else None, progress=True)
+                     out=Path(args.out) / "runs" if args.keep_runs else None, progress=True,
+                     journal=Path(args.out) / "sweep.jsonl", resume=args.resume)
     finally:
         shutdown()
     out = Path(args.out)
@@ -199,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dask", metavar="ADDRESS", help="run on a Dask distributed scheduler instead")
     p.add_argument("--keep-runs", action="store_true", help="also write every run's results folder, OUT/runs/runNNNN in grid order "
                    "(an earlier sweep's runNNNN folders there are removed first)")
+    p.add_argument("--resume", action="store_true",
+                   help="reuse the points already run in OUT/sweep.jsonl (an interrupted sweep) and run the rest")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("validate", help="compare predictions with measured benchmarks")

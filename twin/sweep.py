@@ -8,7 +8,9 @@ results come back as one table: the grid values, then the headline metrics of ea
 from __future__ import annotations
 
 import csv
+import hashlib
 import itertools
+import json
 import re
 import shutil
 import time
@@ -101,38 +103,105 @@ def _yaml(value: Any) -> str:
 
 
 def sweep(base: str | dict[str, Any] | None, grid: dict[str, list[Any]], *, overrides: list[str] | None = None,
-          executor: Executor | None = None, out: str | Path | None = None, progress: bool = False
-          ) -> list[dict[str, Any]]:
+          executor: Executor | None = None, out: str | Path | None = None, progress: bool = False,
+          journal: str | Path | None = None, resume: bool = False) -> list[dict[str, Any]]:
     """Run every grid point; returns the rows in grid order (``executor=None`` runs them here, in turn).
 
     With ``out``, point i writes its results folder to ``out/run{i:04d}``; the ``runNNNN`` folders already
     there (an earlier sweep's) are removed first, so every folder is this sweep's and a failed point has none.
+    With ``journal``, each row is appended to that JSON-lines file as its point ends, with the point's place
+    and a fingerprint of its resolved config (and of its workload file's size and time); ``resume`` reuses
+    the journalled rows whose place and fingerprint match (and, with ``out``, whose folder is there) and
+    runs the rest. A code change is not noticed: resume only an interrupted sweep of the same code.
     """
     pts = points(grid)
     # Fail on a bad grid value before anything runs.
-    for point in pts:
-        load_config(base, [*(overrides or []), *(f"{k}={_yaml(v)}" for k, v in point.items())])
+    prints = [_fingerprint(load_config(base, [*(overrides or []), *(f"{k}={_yaml(v)}" for k, v in point.items())]))
+              for point in pts]
+    reused: dict[int, dict[str, Any]] = {}
+    if resume:
+        if journal is None:
+            raise ValueError("resume needs the journal of the sweep it continues")
+        done = _read_journal(Path(journal))
+        for i, fp in enumerate(prints):
+            row = done.get((i, fp))
+            if row is not None and (out is None or (Path(out) / f"run{i:04d}" / "summary.json").exists()
+                                    or row["error"]):
+                reused[i] = row
     if out is not None:  # an earlier sweep's run folders would pass for this one's (a failed point writes none)
         for old in Path(out).glob("run*"):
-            if old.is_dir() and re.fullmatch(r"run\d{4,}", old.name):
+            if (old.is_dir() and re.fullmatch(r"run\d{4,}", old.name)
+                    and not (int(old.name[3:]) in reused and not reused[int(old.name[3:])]["error"])):
                 shutil.rmtree(old)
+    log = None
+    if journal is not None:
+        log = open(journal, "w", encoding="utf-8")
+        for i in sorted(reused):
+            _journal(log, i, prints[i], reused[i])
     outs = [str(Path(out) / f"run{i:04d}") if out is not None else None for i in range(len(pts))]
+    todo = [i for i in range(len(pts)) if i not in reused]
+    results: list[dict[str, Any] | None] = [reused.get(i) for i in range(len(pts))]
     start = time.perf_counter()
-    if executor is None:
-        rows = []
-        for i, (p, o) in enumerate(zip(pts, outs), 1):
-            rows.append(run_point(base, overrides or [], p, o))
-            if progress:
-                print(f"{i}/{len(pts)} runs done ({time.perf_counter() - start:.1f} s)", flush=True)
-        return rows
-    futures: dict[Future[dict[str, Any]], int] = {
-        executor.submit(run_point, base, overrides or [], p, o): i for i, (p, o) in enumerate(zip(pts, outs))}
-    results: list[dict[str, Any] | None] = [None] * len(pts)
-    for done, fut in enumerate(as_completed(futures), 1):
-        results[futures[fut]] = fut.result()
+
+    def finished(i: int, row: dict[str, Any], count: int) -> None:
+        results[i] = row
+        if log is not None:
+            _journal(log, i, prints[i], row)
         if progress:
-            print(f"{done}/{len(pts)} runs done ({time.perf_counter() - start:.1f} s)", flush=True)
+            print(f"{count}/{len(todo)} runs done ({time.perf_counter() - start:.1f} s)"
+                  + (f", {len(reused)} reused" if reused else ""), flush=True)
+
+    try:
+        if executor is None:
+            for count, i in enumerate(todo, 1):
+                finished(i, run_point(base, overrides or [], pts[i], outs[i]), count)
+        else:
+            futures: dict[Future[dict[str, Any]], int] = {
+                executor.submit(run_point, base, overrides or [], pts[i], outs[i]): i for i in todo}
+            for count, fut in enumerate(as_completed(futures), 1):
+                finished(futures[fut], fut.result(), count)
+    finally:
+        if log is not None:
+            log.close()
     return [r for r in results if r is not None]
+
+
+def _fingerprint(config: Any) -> str:
+    """What a point's row depends on: its resolved config, and its workload file's size and time."""
+    data = config.to_dict()
+    path = data.get("workload", {}).get("path")
+    if isinstance(path, str) and path:
+        from twin.sources import resolve_data_path
+
+        try:
+            st = resolve_data_path(path).stat()
+            data["_workload_file"] = [st.st_size, st.st_mtime_ns]
+        except (OSError, TwinError):
+            pass
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _journal(log: Any, index: int, fingerprint: str, row: dict[str, Any]) -> None:
+    log.write(json.dumps({"index": index, "fingerprint": fingerprint, "row": row}) + "\n")
+    log.flush()
+
+
+def _read_journal(path: Path) -> dict[tuple[int, str], dict[str, Any]]:
+    """(place, fingerprint) -> row of a sweep journal; a line cut short by an interruption is skipped."""
+    done: dict[tuple[int, str], dict[str, Any]] = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return done
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the sweep journal {path}: {exc}") from None
+    for line in lines:
+        try:
+            entry = json.loads(line)
+            done[(int(entry["index"]), str(entry["fingerprint"]))] = dict(entry["row"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return done
 
 
 def make_executor(jobs: int, dask_address: str | None) -> tuple[Executor | None, Callable[[], None]]:

@@ -79,3 +79,44 @@ def test_kept_run_folders_are_this_sweeps_only(tmp_path):
     assert rows[1]["error"] != ""
     assert sorted(p.name for p in runs.iterdir()) == ["notes.txt", "run0000"]
     assert (runs / "run0000" / "requests.csv").exists()
+
+
+def test_an_interrupted_sweep_resumes_from_its_journal(tmp_path, monkeypatch):
+    """Each point's row is journalled as it ends; --resume reuses the rows whose place and resolved config
+    match and runs the rest (here: the journal of a three-point sweep cut inside its second line)."""
+    import twin.sweep
+
+    grid = {"scheduler.max_num_seqs": [2, 8, 32]}
+    journal = tmp_path / "sweep.jsonl"
+    full = sweep(BASE, grid, journal=journal)
+    lines = journal.read_text().splitlines()
+    assert len(lines) == 3
+    journal.write_text(lines[0] + "\n" + lines[1][:40])  # interrupted while writing the second row
+    ran: list[dict] = []
+    real = twin.sweep.run_point
+    monkeypatch.setattr(twin.sweep, "run_point", lambda b, o, p, out: ran.append(p) or real(b, o, p, out))
+    resumed = sweep(BASE, grid, journal=journal, resume=True)
+    assert ran == [{"scheduler.max_num_seqs": 8}, {"scheduler.max_num_seqs": 32}]
+    assert resumed[0] == full[0]  # reused as journalled, its wall time included
+    assert [{k: v for k, v in r.items() if k != "wall_s"} for r in resumed] == \
+        [{k: v for k, v in r.items() if k != "wall_s"} for r in full]
+    assert len(journal.read_text().splitlines()) == 3
+    ran.clear()
+    sweep(BASE, grid, journal=journal, resume=True, overrides=["run.seed=1"])  # another config: nothing reused
+    assert len(ran) == 3
+
+
+def test_resume_with_kept_runs_reruns_a_point_whose_folder_is_gone(tmp_path, capsys):
+    """With --keep-runs a journalled point is reused only while its run folder is there."""
+    config = tmp_path / "base.yaml"
+    config.write_text(yaml.safe_dump(BASE))
+    out = tmp_path / "out"
+    args = ["sweep", str(config), "--grid", "scheduler.max_num_seqs=2,8", "--out", str(out), "--keep-runs"]
+    assert main(args) == 0
+    import shutil
+    shutil.rmtree(out / "runs" / "run0001")
+    capsys.readouterr()
+    assert main([*args, "--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert "1/1 runs done (" in printed and ", 1 reused" in printed
+    assert (out / "runs" / "run0000" / "summary.json").exists() and (out / "runs" / "run0001" / "summary.json").exists()
