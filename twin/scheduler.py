@@ -631,7 +631,7 @@ class Scheduler:
             fresh = members + self._fresh
             if self._ghosts:  # finished members among them: the fresh go in running order
                 order = {r: i for i, r in enumerate(self.running)}
-                fresh.sort(key=order.__getitem__)
+                fresh.sort(key=lambda r: order.get(r, -1))  # (-1: aborted since; it registers nothing)
             self._fresh = fresh
             if self.kv.enable_prefix_caching:
                 self.kv.placeholders = {*self.kv.placeholders, *(r.id for r in members)}
