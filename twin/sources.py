@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 import attrs
 import numpy as np
 
-from twin.config import ArrivalSpec, WorkloadSpec, non_negative, on_clock, positive, rate_on_clock
+from twin.config import CLOCK_MAX_S, ArrivalSpec, WorkloadSpec, non_negative, on_clock, positive, rate_on_clock
 from twin.errors import ConfigError
 from twin.registry import register
 from workloads.sessions import Session
@@ -23,6 +23,33 @@ class WorkloadPlan:
     start_s: np.ndarray
     max_concurrent: int | None = None
     wait_scale: float = 1.0
+
+    def __attrs_post_init__(self) -> None:
+        # A time past the clock's range stalled the run (the queues take nothing queued past 2**62 ns) and
+        # the monitor then ticked through the gap (a hang); a trace in epoch milliseconds read as seconds
+        # is such a case, and an infinite time a traceback naming nothing.
+        start = np.asarray(self.start_s, dtype=np.float64)
+        late = np.flatnonzero(~(start <= CLOCK_MAX_S))
+        if len(late):
+            i = int(late[0])
+            raise ConfigError("workload", f"session {self.sessions[i].id!r} starts at {float(start[i])!r} s, past the "
+                              f"simulated clock's range (at most {CLOCK_MAX_S:.4g} s: it counts nanoseconds in "
+                              f"64 bits)")
+        for session, t in zip(self.sessions, start.tolist()):
+            if len(session.calls) > 1 or session.calls[0].subagents:
+                waits = _waits_s(session, self.wait_scale)
+                if not t + waits <= CLOCK_MAX_S:
+                    raise ConfigError("workload", f"session {session.id!r} starts at {t!r} s and its waits add up "
+                                      f"to {waits!r} s (wait_s x wait_scale and min_interval_s, its sub-agents' "
+                                      f"included), past the simulated clock's range (at most {CLOCK_MAX_S:.4g} s)")
+
+
+def _waits_s(session: Session, wait_scale: float) -> float:
+    """The waits and pacing intervals of ``session`` and its sub-agents, summed as the driver takes them (no
+    wait after the last call): its calls are sent no later than its start plus these and the service times."""
+    last = len(session.calls) - 1
+    return sum((c.wait_after_s * wait_scale if k < last else 0.0) + c.min_interval_s
+               + sum(_waits_s(s, wait_scale) for s in c.subagents) for k, c in enumerate(session.calls))
 
 
 def resolve_data_path(path: str) -> Path:

@@ -1,6 +1,7 @@
 """End-to-end runs: event times in a tiny scenario, prefix hits across turns, failures, stalls, determinism."""
 
 import json
+import re
 from pathlib import Path
 
 import attrs
@@ -595,3 +596,40 @@ def test_vllm_with_prefill_first_steps_runs_without_its_async_scheduling(tmp_pat
     assert (limits.mixed_prefill, limits.lookahead, limits.async_output) == (False, True, False)
     t = sim.run().requests
     assert list(t["status"]) == ["finished"] * 3
+
+
+def test_a_session_starting_or_waiting_past_the_clock_range_is_a_config_error(tmp_path):
+    """Found by fuzzing: a trace time past 2**62 ns (about 146 years; a trace in epoch milliseconds read as
+    seconds) stalled the run, and with later arrivals the monitor ticked through the gap (a hang); an
+    infinite one (1e300 s) was a traceback naming nothing; so were a session's waits adding up past it.
+    Each is now a config error naming the session before the run; 4e9 s still runs."""
+    from twin.config import CLOCK_MAX_S
+
+    trace = tmp_path / "t.csv"
+    for time_s in ("1e10", "1e300"):
+        trace.write_text(f"arrival_s,input_tokens,output_tokens\n0,10,10\n{time_s},10,10\n")
+        stamp = re.escape(repr(float(time_s)))
+        with pytest.raises(ConfigError, match=rf"^workload: session 'req-1' starts at {stamp} s, past the "
+                                              r"simulated clock's range \(at most 4.612e\+09 s"):
+            Simulation(load_config({"workload": {"kind": "trace_csv", "path": str(trace)}}))
+    trace.write_text("arrival_s,input_tokens,output_tokens\n4e9,10,10\n")
+    assert run(load_config({"workload": {"kind": "trace_csv", "path": str(trace)}})).summary["requests"][
+        "completed"] == 1
+    # Poisson arrivals at 1e-9 per s: the fourth of five draws lies past the range.
+    poisson = {"kind": "synthetic", "num_requests": 5, "arrival": {"kind": "poisson", "rate_per_s": 1e-9}}
+    with pytest.raises(ConfigError, match=r"^workload: session 'req-3' starts at"):
+        Simulation(load_config({"workload": poisson, "run": {"seed": 0}}))
+    waits = [Session(id="a", arrival_s=1e9, calls=(Call(append_tokens=10, output_tokens=5, wait_after_s=2e9),
+                                                   Call(append_tokens=10, output_tokens=5, wait_after_s=9e9))),
+             Session(id="b", arrival_s=1.0, calls=(
+                 Call(append_tokens=10, output_tokens=5, subagents=(
+                     Session(id="s", calls=(Call(append_tokens=10, output_tokens=5, wait_after_s=CLOCK_MAX_S),
+                                            Call(append_tokens=10, output_tokens=5))),)),))]
+    cfg = sessions_config(tmp_path, waits[:1])  # (the last call's wait is never taken)
+    assert run(cfg).summary["requests"]["completed"] == 2
+    with pytest.raises(ConfigError, match=r"^workload: session 'a' starts at 1000000000.0 s and its waits add "
+                                          r"up to 4000000000.0 s \(wait_s x wait_scale"):
+        Simulation(load_config({**cfg.to_dict(), "workload": {**cfg.to_dict()["workload"], "wait_scale": 2.0}}))
+    with pytest.raises(ConfigError, match=r"^workload: session 'b' starts at 1.0 s and its waits add up to "
+                                          rf"{CLOCK_MAX_S!r} s"):
+        Simulation(sessions_config(tmp_path, waits[1:]))
