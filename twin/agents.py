@@ -37,6 +37,7 @@ class SessionDriver:
         stop_ns: int | None = None,
         record_token_times: bool = False,
         warmup_s: float = 0.0,
+        max_model_len: int | None = None,
     ) -> None:
         if len(sessions) != len(start_ns):
             raise ValueError(f"{len(sessions)} sessions but {len(start_ns)} start times")
@@ -52,6 +53,9 @@ class SessionDriver:
         self.warmup_s = warmup_s
         """Requests sent before it are not measured (their gaps stay out of the ITL, as the summary's
         figures leave them out: the same test on the same float, ``arrival_s >= warmup_s``)."""
+        self.max_model_len = max_model_len
+        """The engines' limit on prompt + output tokens: a request above it fails on arrival, its block keys
+        never read, so none are computed (a trace's 10**12-token prompt took hours and all memory)."""
         self.requests: list[Request] = []
         self.sessions = {"started": 0, "finished": 0, "failed": 0, "skipped": 0}
         """The workload's own sessions; skipped: not started, as they would have arrived after
@@ -212,7 +216,9 @@ class SessionDriver:
         prompt = len(seq)
         seq.extend(src, stream_len, call.output_tokens)
         bs = self.block_size
-        keys = seq.block_keys(bs) if self.keys is None else seq.block_ids(bs, self.keys)
+        keys: Sequence[int] = ()
+        if self.max_model_len is None or prompt + call.output_tokens <= self.max_model_len:
+            keys = seq.block_keys(bs) if self.keys is None else seq.block_ids(bs, self.keys)
         req = Request(id=len(self.requests), prompt_tokens=prompt, max_output_tokens=call.output_tokens,
                       block_keys=tuple(keys), arrival_ns=now_ns(self.env), session=sid, turn=k,
                       priority=priority)
@@ -223,15 +229,17 @@ class SessionDriver:
 
     def _prefix(self, group: str, tokens: int) -> TokenSequence:
         """A new sequence holding the first ``tokens`` tokens of prefix group ``group``, with the keys of
-        its full blocks computed (and numbered) when the first session of the group starts."""
+        its full blocks computed (and numbered) when the first session of the group starts, unless every
+        request on it is refused (the prefix alone reaches max_model_len)."""
         shared = self._prefixes.get((group, tokens))
         if shared is None:
             shared = TokenSequence()
             shared.extend(self.sources.get(("group", group)), 0, tokens)
-            if self.keys is None:
-                shared.block_keys(self.block_size)
-            else:
-                shared.block_ids(self.block_size, self.keys)
+            if self.max_model_len is None or tokens < self.max_model_len:
+                if self.keys is None:
+                    shared.block_keys(self.block_size)
+                else:
+                    shared.block_ids(self.block_size, self.keys)
             self._prefixes[(group, tokens)] = shared
         return shared.copy()
 

@@ -74,7 +74,7 @@ class Simulation:
             block_size=cfg.kv_cache.block_size, sources=self.sources,
             keys=KeyTable() if _keys_recur(plan.sessions) else None,
             wait_scale=plan.wait_scale, max_concurrent=plan.max_concurrent, stop_ns=stop_ns,
-            warmup_s=cfg.run.warmup_s,
+            warmup_s=cfg.run.warmup_s, max_model_len=self.workers[0].sched.limits.max_model_len,
         )
         from twin.monitor import Monitor
 

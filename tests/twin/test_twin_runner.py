@@ -108,6 +108,27 @@ def test_request_above_max_model_len_fails_at_the_door(tmp_path):
         Simulation(sessions_config(tmp_path, sessions, engine={"max_model_len": 131_073}))
 
 
+@pytest.mark.parametrize("kind", ["colocated", "disaggregated"])
+def test_a_request_above_max_model_len_gets_no_block_keys(tmp_path, kind):
+    """Found by fuzzing: the client computed the block keys of a request's whole prompt and output before
+    the engine refused it for max_model_len, so a trace row asking for 10**12 tokens ran for hours in all the
+    memory there was; so did a prefix group's keys, computed when its first session starts. Refused on
+    arrival, the request has none (its keys are never read), nor has a prefix that reaches max_model_len;
+    the requests beside them are served as before (10**7 tokens: 625,000 keys of 16 tokens)."""
+    sessions = [Session(id="huge", arrival_s=0.0, calls=(Call(append_tokens=10**7, output_tokens=10),)),
+                Session(id="ok", arrival_s=0.0, calls=(Call(append_tokens=100, output_tokens=50),)),
+                Session(id="prefixed", arrival_s=0.0, prefix_group="g", prefix_tokens=10**7,
+                        calls=(Call(append_tokens=0, output_tokens=1),))]
+    sim = Simulation(sessions_config(tmp_path, sessions, system={"kind": kind}, engine={"max_model_len": 150}))
+    t = sim.run().requests
+    assert list(t["status"]) == ["failed", "finished", "failed"]
+    assert t["fail_reason"][0] == ("asks for 10000010 tokens (10000000 prompt + 10 output), more than the "
+                                   "engine's max_model_len 150")
+    huge, ok, prefixed = sim.driver.requests
+    assert huge.block_keys == prefixed.block_keys == () and len(ok.block_keys) == 150 // 16
+    assert [seq._keys for seq in sim.driver._prefixes.values()] == [{}]
+
+
 def test_abort_drops_a_running_and_a_queued_request_at_the_next_step_boundary(tmp_path):
     """One seat: a (100 + 50) runs, b waits. a is aborted mid-step at t: the step in progress still gives it
     its token, then it leaves, its KV freed, and b is admitted at that boundary. b, aborted while queued,
