@@ -16,7 +16,8 @@ from collections.abc import Iterable, Iterator
 from typing import IO, Any, cast
 
 from workloads.errors import WorkloadFormatError
-from workloads.sessions import FORMAT_NAME, FORMAT_VERSION, Call, Session, kept_stream, session_to_dict
+from workloads.sessions import (FORMAT_NAME, FORMAT_VERSION, INT64_MAX, Call, Session, kept_stream,
+                                session_to_dict)
 
 PathLike = str | os.PathLike[str]
 
@@ -180,6 +181,8 @@ class _Parser:
             raise self.fail(where, f"expected an integer >= {minimum}, got {_kind(value)}")
         if value < minimum:
             raise self.fail(where, f"expected an integer >= {minimum}, got {value}")
+        if value > INT64_MAX:
+            raise self.fail(where, f"expected an integer of at most 2**63 - 1 (64 bits), got {value}")
         return value
 
     def float_(self, value: Any, where: str) -> float:
@@ -210,6 +213,9 @@ class _Parser:
         priority = obj.get("priority", 0)
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise self.fail(_join(where, "priority"), f"expected an integer, got {_kind(priority)}")
+        if abs(priority) > INT64_MAX:
+            raise self.fail(_join(where, "priority"), f"expected an integer of at most 2**63 - 1 in size (64 bits), "
+                                                      f"got {priority}")
         calls_value = obj["calls"]
         if not isinstance(calls_value, list) or not calls_value:
             raise self.fail(
@@ -284,6 +290,11 @@ class _Parser:
                 raise self.fail(
                     _join(call_where, "append"),
                     "expected a prompt of at least one token (prefix + kept stream + append is 0)",
+                )
+            if prompt > INT64_MAX:
+                raise self.fail(
+                    _join(call_where, "append"),
+                    f"expected a prompt of at most 2**63 - 1 tokens (prefix + kept stream + append is {prompt})",
                 )
             if call.block_hashes is not None:
                 need = -(-call.append_tokens // call.hash_block_tokens)

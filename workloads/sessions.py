@@ -25,6 +25,9 @@ import attrs
 
 FORMAT_NAME = "servetwin-sessions"
 FORMAT_VERSION = 1
+INT64_MAX = 2**63 - 1
+"""The largest count or priority a workload file may give: the twin's tables and its compiled block pool
+count in 64 bits, and a prompt longer than this is no Python sequence length."""
 
 
 def _non_negative(instance: Any, attribute: attrs.Attribute, value: float | int) -> None:  # type: ignore[type-arg]

@@ -13,7 +13,7 @@ from typing import TypeVar
 import attrs
 
 from workloads.errors import WorkloadFormatError
-from workloads.sessions import Call, Session
+from workloads.sessions import INT64_MAX, Call, Session
 
 PathLike = str | os.PathLike[str]
 _T = TypeVar("_T", int, float)
@@ -133,6 +133,8 @@ def _cell(path: PathLike, line: int, column: str, text: str, parse: Callable[[st
 def _count(text: str) -> int:
     if _DIGITS.match(text) is None or int(text) < 1:
         raise ValueError("expected an integer >= 1 (a request has a prompt and generates at least one token)")
+    if int(text) > INT64_MAX:
+        raise ValueError("expected an integer of at most 2**63 - 1 (64 bits)")
     return int(text)
 
 

@@ -228,3 +228,16 @@ def test_lmbenchmark_duration_controls_joining_users() -> None:
     ]
     with pytest.raises(ValueError, match="num_rounds >= 2"):
         lmbenchmark_multiround(4, 1, 2.0, 10, 20, 5)
+
+
+def test_a_trace_count_past_64_bits_names_file_line_and_column(tmp_path: Path) -> None:
+    """Found by fuzzing: a length past 64 bits was read, and the run failed with "cannot fit 'int' into an
+    index-sized integer", naming nothing; 2**63 - 1 is still read (the engine refuses it on arrival)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0,9223372036854775807,1\n0,10,9223372036854775808\n")
+    with pytest.raises(WorkloadFormatError) as info:
+        read_request_csv(trace)
+    assert str(info.value) == (f"{trace}:3: output_tokens: expected an integer of at most 2**63 - 1 (64 bits), "
+                               "got '9223372036854775808'")
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0,9223372036854775807,1\n")
+    assert read_request_csv(trace)[0].calls[0].append_tokens == 2**63 - 1

@@ -262,3 +262,38 @@ def test_a_call_with_block_hashes_names_the_prompt_after_the_prefix(tmp_path: Pa
     with pytest.raises(WorkloadFormatError) as info:
         read_sessions(bad)
     assert "calls[1].block_hashes: expected ceil(70 appended tokens / 32) = 3 ids" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            '{"id":"a","calls":[{"append":10,"output":99999999999999999999999}]}',
+            "calls[0].output: expected an integer of at most 2**63 - 1 (64 bits), got 99999999999999999999999",
+        ),
+        (
+            '{"id":"a","priority":-99999999999999999999999,"calls":[{"append":10,"output":5}]}',
+            "priority: expected an integer of at most 2**63 - 1 in size (64 bits), got -99999999999999999999999",
+        ),
+        (
+            '{"id":"a","prefix_group":"g","prefix_tokens":9223372036854775807,"calls":[{"append":10,"output":5}]}',
+            "calls[0].append: expected a prompt of at most 2**63 - 1 tokens (prefix + kept stream + append is "
+            "9223372036854775817)",
+        ),
+        (
+            '{"id":"a","calls":[{"append":9223372036854775807,"output":5},{"append":0,"output":5}]}',
+            "calls[1].append: expected a prompt of at most 2**63 - 1 tokens (prefix + kept stream + append is "
+            "9223372036854775812)",
+        ),
+    ],
+)
+def test_counts_past_64_bits_name_file_line_and_field(tmp_path: Path, line: str, message: str) -> None:
+    """Found by fuzzing: a count or priority past 64 bits, or a prompt (prefix + stream) that sums past them,
+    was read, and the run failed with "cannot fit 'int' into an index-sized integer" or "Python int too large
+    to convert to C long", naming nothing. The largest 64-bit prompt is still read (the engine refuses it)."""
+    path = write_lines(tmp_path / "bad.jsonl", HEADER, line)
+    with pytest.raises(WorkloadFormatError) as info:
+        read_sessions(path)
+    assert str(info.value) == f"{path}:2: {message}"
+    edge = write_lines(tmp_path / "edge.jsonl", HEADER, '{"id":"a","calls":[{"append":9223372036854775807,"output":1}]}')
+    assert read_sessions(edge)[0].calls[0].append_tokens == 2**63 - 1
