@@ -24,6 +24,7 @@ the filler reply, and the sampler's cost follows the deployment (``engine.sampli
 from __future__ import annotations
 
 import json
+import math
 import queue
 import select
 import socket
@@ -108,8 +109,8 @@ class SimulationServer:
         from twin.config import load_config
         from twin.runner import Simulation
 
-        if not time_scale > 0:
-            raise ValueError(f"time_scale must be > 0, got {time_scale}")
+        if not 0 < time_scale < math.inf:  # (infinity slept NaN seconds: the simulation thread died)
+            raise ValueError(f"time_scale must be a finite number > 0, got {time_scale}")
         data = config.to_dict()
         data["workload"] = {"kind": "external"}
         data["run"] = {**data["run"], "fast_forward": False}  # tokens become visible step by step

@@ -239,3 +239,16 @@ def test_defaults_of_refused_options_are_accepted(endpoint):
     chat = json.loads(post(f"{base}/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                                                            "max_tokens": 2, "logprobs": False, "top_logprobs": 0}))
     assert chat["choices"][0]["message"]["content"] == " tok" * 2
+
+
+@pytest.mark.parametrize("scale", [float("inf"), float("nan"), 0.0, -1.0])
+def test_a_time_scale_that_is_not_a_finite_positive_number_is_refused(scale, capsys):
+    """Found by fuzzing: --time-scale inf was taken, and the simulation thread died at its first sleep (of NaN
+    seconds, a traceback), every request then answered with a 500; it is now refused up front (exit 2)."""
+    from twin.cli import main
+    from twin.serve import SimulationServer
+
+    with pytest.raises(ValueError, match=rf"^time_scale must be a finite number > 0, got {scale}$"):
+        SimulationServer(load_config(None), time_scale=scale)
+    assert main(["serve", "--port", "0", "--time-scale", str(scale)]) == 2
+    assert capsys.readouterr().err == f"twin: error: time_scale must be a finite number > 0, got {scale}\n"
