@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import queue
+import re
 import select
 import socket
 import threading
@@ -49,6 +50,8 @@ FILLER = " tok"
 POLL_S = 0.002
 GONE = "the client disconnected (aborted, as vLLM aborts a request whose client goes away)"
 T = TypeVar("T")
+_BODY_PIECE = 1 << 20
+"""Bytes of a request body read at a time."""
 
 
 @register("workload", "external")
@@ -255,7 +258,7 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                 self._error(404, f"no route {self.path}")
                 return
             try:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                body = json.loads(self._body() or b"{}")
                 if not isinstance(body, dict):
                     raise ValueError("the body must be a JSON object")
                 chat = path.endswith("chat/completions")
@@ -297,6 +300,24 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                             server.abort(served, GONE)
                         return
                 self._finish(children, rid, chat)
+
+        def _body(self) -> bytes:
+            """The request's body, read in pieces as it arrives: a Content-Length of 10**11 was one allocation
+            of that size (a MemoryError, a traceback and no reply), and a negative one read until the client
+            closed. A length that is not a whole number, or a body that ends short of it, is a ValueError."""
+            text = self.headers.get("Content-Length", "0").strip()
+            if re.fullmatch("[0-9]+", text) is None:
+                self.close_connection = True  # (where this body ends, and the next request begins, is unknown)
+                raise ValueError(f"Content-Length must be a whole number of bytes, got {text!r}")
+            left = int(text)
+            pieces = []
+            while left > 0:
+                piece = self.rfile.read(min(left, _BODY_PIECE))
+                if not piece:
+                    raise ValueError(f"the body ended after {int(text) - left} of its {text} bytes")
+                pieces.append(piece)
+                left -= len(piece)
+            return b"".join(pieces)
 
         def _gone(self) -> bool:
             """Whether the client closed its connection: its socket reads as ended (a client that sent

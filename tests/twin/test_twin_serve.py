@@ -252,3 +252,29 @@ def test_a_time_scale_that_is_not_a_finite_positive_number_is_refused(scale, cap
         SimulationServer(load_config(None), time_scale=scale)
     assert main(["serve", "--port", "0", "--time-scale", str(scale)]) == 2
     assert capsys.readouterr().err == f"twin: error: time_scale must be a finite number > 0, got {scale}\n"
+
+
+@pytest.mark.parametrize(("length", "message"), [
+    ("99999999999", "bad request: the body ended after 2 of its 99999999999 bytes"),  # was a MemoryError
+    ("-5", "bad request: Content-Length must be a whole number of bytes, got '-5'"),  # read until the client left
+    ("2x", "bad request: Content-Length must be a whole number of bytes, got '2x'"),
+])
+def test_a_content_length_the_body_does_not_match_is_a_400(endpoint, length, message):
+    """Found by fuzzing: the body was read in one call of Content-Length bytes, so 10**11 was an allocation of
+    that size (a MemoryError traceback, no reply) and -5 read until the client closed; the client here sends
+    two bytes and closes its side. Nothing is simulated for either."""
+    import socket
+    from urllib.parse import urlparse
+
+    base, sim = endpoint
+    conn = socket.create_connection(("127.0.0.1", urlparse(base).port))
+    conn.settimeout(10)
+    conn.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n{{}}".encode())
+    conn.shutdown(socket.SHUT_WR)
+    reply = b""
+    while chunk := conn.recv(4096):
+        reply += chunk
+    conn.close()
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and json.loads(body)["error"]["message"] == message
+    assert not sim.requests
