@@ -37,7 +37,8 @@ class Skip(Exception):
 
 def read_rows(path: str | Path) -> list[dict[str, str]]:
     """The CSV's rows; a missing column or an unreadable file is an error naming the file."""
-    with open(path, newline="") as fh:
+    # utf-8-sig: a byte-order mark (Excel writes one) is not part of the first column's name
+    with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
         if missing:

@@ -55,7 +55,8 @@ def read_request_csv(path: PathLike, *, id_prefix: str = "req") -> list[Session]
     negative time is an error naming the file and line. Ids are the id column or ``{id_prefix}-{row}``
     (row counted from 0).
     """
-    with open(path, newline="", encoding="utf-8") as handle:
+    # utf-8-sig: a byte-order mark (Excel writes one) is not part of the first column's name
+    with open(path, newline="", encoding="utf-8-sig") as handle:
         reader = csv.reader(handle)
         try:
             header = next(reader)

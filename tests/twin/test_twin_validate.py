@@ -615,3 +615,16 @@ def test_resume_simulates_a_row_edited_since_it_was_journalled(tmp_path: Path) -
     assert out[0]["osl"] == "8"  # it used to report the journalled osl 16 and its prediction
     with pytest.raises(ValueError, match="limit must be >= 1, got -1"):
         validate_silicon(path, tmp_path / "out", progress=False, limit=-1)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path: Path) -> None:
+    """Found by fuzzing: a CSV saved with a UTF-8 byte-order mark (Excel's "CSV UTF-8") was refused for a
+    missing column 'id', its first column read as '\\ufeffid'; it reads as the file without the mark."""
+    plain = tmp_path / "plain.csv"
+    with open(plain, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(COLUMNS)
+        w.writerow([row(id="ok")[c] for c in COLUMNS])
+    marked = tmp_path / "marked.csv"
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    assert read_rows(marked) == read_rows(plain) and read_rows(marked)[0]["id"] == "ok"

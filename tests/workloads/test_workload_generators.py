@@ -241,3 +241,12 @@ def test_a_trace_count_past_64_bits_names_file_line_and_column(tmp_path: Path) -
                                "got '9223372036854775808'")
     trace.write_text("arrival_s,input_tokens,output_tokens\n0,9223372036854775807,1\n")
     assert read_request_csv(trace)[0].calls[0].append_tokens == 2**63 - 1
+
+
+def test_a_trace_with_a_byte_order_mark_reads_as_without_it(tmp_path: Path) -> None:
+    """Found by fuzzing: a trace saved with a UTF-8 byte-order mark (Excel's "CSV UTF-8") was refused, its
+    header read as ['\\ufeffarrival_s', ...]; it reads as the file without the mark, CRLF line ends too."""
+    trace = tmp_path / "t.csv"
+    trace.write_bytes(b"\xef\xbb\xbfarrival_s,input_tokens,output_tokens\r\n0.5,10,3\r\n")
+    (session,) = read_request_csv(trace)
+    assert (session.id, session.arrival_s, session.calls) == ("req-0", 0.5, (Call(append_tokens=10, output_tokens=3),))
