@@ -25,6 +25,7 @@ import numpy as np
 
 from twin.kv_cache import cdiv
 from twin.results import jsonable
+from workloads.errors import utf8_lines
 
 WEIGHT_FORMATS = {"": "bf16", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_block": "fp8_block",
                   "nvfp4": "fp4", "fp4": "fp4", "mxfp4": "fp4", "int4_wo": "int4", "int4": "int4"}
@@ -39,7 +40,7 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
     """The CSV's rows; a missing column or an unreadable file is an error naming the file."""
     # utf-8-sig: a byte-order mark (Excel writes one) is not part of the first column's name
     with open(path, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.DictReader(fh)
+        reader = csv.DictReader(utf8_lines(path, fh))
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
         if missing:
             raise ValueError(f"{path}: missing column(s) {missing}; expected the silicon sample columns")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 
 
 class WorkloadFormatError(ValueError):
@@ -18,3 +19,12 @@ class WorkloadFormatError(ValueError):
         where = self.path if line is None else f"{self.path}:{line}"
         text = f"{where}: {field}: {message}" if field else f"{where}: {message}"
         super().__init__(text)
+
+
+def utf8_lines(path: str | os.PathLike[str], lines: Iterable[str]) -> Iterator[str]:
+    """The lines of a file opened as UTF-8 text; bytes that are not UTF-8 are an error naming the file (a
+    bare UnicodeDecodeError named none). Text is decoded a buffer ahead of the lines, so no line is named."""
+    try:
+        yield from lines
+    except UnicodeDecodeError as exc:
+        raise WorkloadFormatError(path, f"expected UTF-8 text ({exc})") from None

@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import attrs
 
-from workloads.errors import WorkloadFormatError
+from workloads.errors import WorkloadFormatError, utf8_lines
 from workloads.sessions import INT64_MAX, Call, Session
 
 PathLike = str | os.PathLike[str]
@@ -57,7 +57,7 @@ def read_request_csv(path: PathLike, *, id_prefix: str = "req") -> list[Session]
     """
     # utf-8-sig: a byte-order mark (Excel writes one) is not part of the first column's name
     with open(path, newline="", encoding="utf-8-sig") as handle:
-        reader = csv.reader(handle)
+        reader = csv.reader(utf8_lines(path, handle))
         try:
             header = next(reader)
         except StopIteration:

@@ -628,3 +628,14 @@ def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path: Path) -> No
     marked = tmp_path / "marked.csv"
     marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
     assert read_rows(marked) == read_rows(plain) and read_rows(marked)[0]["id"] == "ok"
+
+
+def test_bytes_that_are_not_utf8_name_the_file(tmp_path: Path) -> None:
+    """Found by fuzzing: a byte that is not UTF-8 was a bare UnicodeDecodeError naming no file (`twin
+    validate silicon` printed only "'utf-8' codec can't decode byte 0xff ...")."""
+    path = tmp_path / "s.csv"
+    path.write_bytes(b"id,backend\n\xff,1\n")
+    with pytest.raises(ValueError) as info:
+        read_rows(path)
+    assert str(info.value) == (f"{path}: expected UTF-8 text ('utf-8' codec can't decode byte 0xff in position 11: "
+                               "invalid start byte)")

@@ -271,3 +271,20 @@ def test_azure_and_registry(tmp_path: Path) -> None:
         convert("vidur", [path])
     with pytest.raises(ValueError, match="already registered"):
         register_converter("azure", convert_mooncake)
+
+
+def test_bytes_that_are_not_utf8_name_the_file(tmp_path: Path) -> None:
+    """Found by fuzzing: a byte that is not UTF-8 in a Mooncake trace or a request CSV was a bare
+    UnicodeDecodeError ("'utf-8' codec can't decode byte 0xff ..."), naming no file."""
+    from workloads.traces import read_request_csv
+
+    trace = tmp_path / "m.jsonl"
+    trace.write_bytes(b'{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1], "x": "\xff"}\n')
+    with pytest.raises(WorkloadFormatError) as info:
+        convert_mooncake([trace])
+    assert str(info.value) == (f"{trace}: expected UTF-8 text ('utf-8' codec can't decode byte 0xff in position "
+                               "80: invalid start byte)")
+    table = tmp_path / "t.csv"
+    table.write_bytes(b"arrival_s,input_tokens,output_tokens,id\n0,10,10,\xff\n")
+    with pytest.raises(WorkloadFormatError, match=rf"^{table}: expected UTF-8 text \('utf-8' codec can't decode"):
+        read_request_csv(table)

@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from workloads.errors import WorkloadFormatError
+from workloads.errors import WorkloadFormatError, utf8_lines
 from workloads.sessions import Call, Session
 
 PathLike = str | os.PathLike[str]
@@ -36,7 +36,7 @@ def convert_mooncake(
                                             f"whose name starts the same")
         with open(path, encoding="utf-8") as handle:
             row = 0
-            for number, text in enumerate(handle, start=1):
+            for number, text in enumerate(utf8_lines(path, handle), start=1):
                 if not text.strip():
                     raise WorkloadFormatError(
                         path, "empty line; expected one request object per line", line=number
