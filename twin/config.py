@@ -437,13 +437,16 @@ def _apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> 
 
     So ``workload.arrival.rate_per_s=3`` works when the file never mentions the arrival. Setting a
     ``kind`` replaces its section (with the file's own section when that already has the kind); kinds are
-    set first, so the other overrides apply on top of them whatever their order.
+    set first, outer sections before inner ones, so the overrides apply on top of them whatever their order.
     """
     try:
         full = from_dict(TwinConfig, data).to_dict()
     except ConfigError:
         full = data  # the overrides may be what repairs the file: apply them to it as written
-    kinds = [(p, v) for p, v in overrides if p == "kind" or p.endswith(".kind")]
+    # (in the order given, workload.arrival.kind=gamma before workload.kind=synthetic was dropped: the
+    # second replaced the section, bringing the file's own arrival back)
+    kinds = sorted(((p, v) for p, v in overrides if p == "kind" or p.endswith(".kind")),
+                   key=lambda item: item[0].count("."))
     others = [(p, v) for p, v in overrides if not (p == "kind" or p.endswith(".kind"))]
     for path, value in kinds:
         if path == "kind":

@@ -53,6 +53,19 @@ def test_a_kind_override_is_applied_before_the_others_in_its_section():
         assert load_config(None, order).workload.num_requests == 5
 
 
+def test_kind_overrides_of_nested_sections_apply_in_any_order():
+    """Found by fuzzing: workload.arrival.kind=gamma given before workload.kind=synthetic was dropped without a
+    word (the workload kind, applied second, replaced the section with the file's own, Poisson arrival
+    included); after it, it took. Outer sections' kinds now apply first, so both orders give gamma."""
+    from twin.cli import example_path
+    from twin.sources import GammaArrival
+
+    kinds = ["workload.arrival.kind=gamma", "workload.kind=synthetic"]
+    for order in (kinds, kinds[::-1]):
+        arrival = load_config(example_path("chat"), [*order, "workload.arrival.rate_per_s=2"]).workload.arrival
+        assert arrival == GammaArrival(rate_per_s=2.0, cv=1.0, start_s=0.0)
+
+
 def test_yaml_errors_name_file_and_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("scheduler:\n  max_num_seqs: [1,\n")
