@@ -114,6 +114,12 @@ def sweep(base: str | dict[str, Any] | None, grid: dict[str, list[Any]], *, over
     the journalled rows whose place and fingerprint match (and, with ``out``, whose folder is there) and
     runs the rest. A code change is not noticed: resume only an interrupted sweep of the same code.
     """
+    for text in overrides or []:  # (applied before each point's grid values, it would be replaced in every one)
+        path = text.partition("=")[0].strip()
+        for key in grid:
+            if path == key or path.startswith(f"{key}."):
+                raise ValueError(f"override {text!r} is replaced in every point by the grid's {key}; give "
+                                 f"{path} in the grid or as an override, not both")
     pts = points(grid)
     # Fail on a bad grid value before anything runs.
     prints = [_fingerprint(load_config(base, [*(overrides or []), *(f"{k}={_yaml(v)}" for k, v in point.items())]))

@@ -57,6 +57,25 @@ def test_a_failing_point_is_a_row_with_its_reason_and_the_sweep_goes_on(tmp_path
     assert "sweep point kv_cache.host_memory_gib=1e-06: " in capsys.readouterr().err
 
 
+def test_an_override_the_grid_replaces_in_every_point_is_refused(tmp_path, capsys):
+    """Found by fuzzing: --set workload.num_requests=2 beside --grid workload.num_requests=3,4 was dropped
+    without a word (the grid's values apply after the overrides), as was a field inside a swept section; an
+    override refining a swept section's kind still applies."""
+    with pytest.raises(ValueError, match=r"^override 'workload.num_requests=2' is replaced in every point by the "
+                                         r"grid's workload.num_requests; give workload.num_requests in the grid "
+                                         r"or as an override, not both$"):
+        sweep(BASE, {"workload.num_requests": [3, 4]}, overrides=["workload.num_requests=2"])
+    with pytest.raises(ValueError, match=r"^override 'workload.arrival.cv=2' is replaced in every point by the "
+                                         r"grid's workload.arrival;"):
+        sweep(BASE, {"workload.arrival": [{"kind": "gamma", "rate_per_s": 5.0}]}, overrides=["workload.arrival.cv=2"])
+    rows = sweep(BASE, {"workload.arrival.kind": ["gamma"]},
+                 overrides=["workload.arrival.rate_per_s=5", "workload.arrival.cv=2"])
+    assert [row["error"] for row in rows] == [""]
+    assert main(["sweep", "--grid", "run.seed=1,2", "--set", "run.seed=3", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("twin: error: override 'run.seed=3' is replaced in every point")
+    assert not (tmp_path / "sweep.csv").exists()
+
+
 def test_grid_values_that_are_lists_or_quoted_keep_their_commas():
     """Found by fuzzing: the values were cut at every comma, so a list-valued field could not be swept
     (engine.cuda_graph_sizes=[8,16],[32] failed on '[8': "while parsing a flow sequence")."""
