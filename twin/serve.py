@@ -88,11 +88,35 @@ def render_chat(messages: list[dict[str, Any]]) -> str:
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             raise ValueError(f"messages[{i}] must be an object with a role and content")
-        content = m.get("content") or ""
-        if isinstance(content, list):  # OpenAI content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        parts.append(f"<|{m.get('role', 'user')}|>{content}\n")
+        role = m.get("role", "user")
+        if not isinstance(role, str):
+            raise ValueError(f"messages[{i}].role must be a string, got {json.dumps(role)}")
+        parts.append(f"<|{role}|>{_content_text(m.get('content'), f'messages[{i}].content')}\n")
     return "".join(parts) + "<|assistant|>"
+
+
+def _content_text(content: Any, where: str) -> str:
+    """A message's text: its content string, or its content parts' texts joined (null: none). A wrong type is
+    a ValueError naming it, as vLLM's request models refuse it with a 400; parts without text (images ...)
+    add nothing, and a plain string part is text, as vLLM's chat parser reads it."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise ValueError(f"{where} must be a string or a list of content parts, got {json.dumps(content)}")
+    texts = []
+    for j, part in enumerate(content):
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        if not isinstance(part, dict):
+            raise ValueError(f"{where}[{j}] must be a content part (an object) or a string, got {json.dumps(part)}")
+        text = part.get("text", "")
+        if not isinstance(text, str):
+            raise ValueError(f"{where}[{j}].text must be a string, got {json.dumps(text)}")
+        texts.append(text)
+    return "".join(texts)
 
 
 class ServedRequest:
@@ -270,9 +294,11 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                 max_tokens = self._max_tokens(body, chat)
                 n = self._n(body)
                 self._refuse_unsimulated(body, chat)
+                stream = self._flag(body, "stream")
                 options = body.get("stream_options") or {}
                 if not isinstance(options, dict):
                     raise ValueError("stream_options must be an object")
+                include_usage = self._flag(options, "include_usage", "stream_options.include_usage")
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 self._error(400, f"bad request: {exc}")
                 return
@@ -288,8 +314,8 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
             for served in children:  # one hand-over after another: the intake adds them at one instant
                 server.submit(served)
             rid = f"{'chatcmpl' if chat else 'cmpl'}-{id(children[0]):x}"
-            if body.get("stream"):
-                self._stream(children, rid, chat, bool(options.get("include_usage")))
+            if stream:
+                self._stream(children, rid, chat, include_usage)
             else:
                 while not all(served.done.wait(0.05) for served in children):
                     if not server.thread.is_alive():
@@ -354,9 +380,23 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
             return value
 
         @staticmethod
-        def _refuse_unsimulated(body: dict[str, Any], chat: bool) -> None:
+        def _flag(body: dict[str, Any], key: str, name: str | None = None) -> bool:
+            """A boolean field, false when absent or null. Anything else is a ValueError naming it ("no" was
+            truthy, so it streamed): a JSON boolean, as max_tokens must be a JSON integer (pydantic's lax
+            mode behind vLLM's models also takes "yes" / "no" / 1 / 0, and refuses every other value)."""
+            value = body.get(key)
+            if value is None:
+                return False
+            if not isinstance(value, bool):
+                raise ValueError(f"{name or key} must be a boolean (true or false), got {json.dumps(value)}")
+            return value
+
+        @classmethod
+        def _refuse_unsimulated(cls, body: dict[str, Any], chat: bool) -> None:
             """Options the twin cannot answer are refused, naming them, rather than dropped; ``best_of`` as
             vLLM's V1 engine refuses it (only 1 is accepted)."""
+            for key in ("echo", "logprobs") if chat else ("echo",):  # (a completions request's logprobs is a count)
+                cls._flag(body, key)
             best_of = body.get("best_of")
             if best_of is not None and best_of != 1:
                 raise ValueError(f"best_of is not supported (vLLM's V1 engine accepts only 1), got "
@@ -377,9 +417,15 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                     raise ValueError("messages must be a non-empty list")
                 return approx_tokens(render_chat(messages))
             prompt = body["prompt"]
-            if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-                return list(prompt)
             if isinstance(prompt, list):
+                if not prompt:  # (vLLM: "please provide at least one prompt")
+                    raise ValueError("prompt must be non-empty: a string, a list of token ids or a list of one "
+                                     "string, got []")
+                if isinstance(prompt[0], int):
+                    for i, t in enumerate(prompt):
+                        if isinstance(t, bool) or not isinstance(t, int):
+                            raise ValueError(f"prompt[{i}] must be a token id (an integer), got {json.dumps(t)}")
+                    return list(prompt)
                 if len(prompt) != 1:
                     raise ValueError("one prompt per request")
                 prompt = prompt[0]

@@ -278,3 +278,51 @@ def test_a_content_length_the_body_does_not_match_is_a_400(endpoint, length, mes
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400") and json.loads(body)["error"]["message"] == message
     assert not sim.requests
+
+
+@pytest.mark.parametrize("route, body, message", [
+    ("completions", {"prompt": []}, "prompt must be non-empty: a string, a list of token ids or a list of one string, "
+                                    "got []"),  # was "one prompt per request"
+    ("completions", {"prompt": [1, "a"]}, 'prompt[1] must be a token id (an integer), got \\"a\\"'),
+    ("completions", {"prompt": "hi", "stream": "no"}, 'stream must be a boolean (true or false), got \\"no\\"'),
+    ("completions", {"prompt": "hi", "stream": 1}, "stream must be a boolean (true or false), got 1"),
+    ("completions", {"prompt": "hi", "stream": True, "stream_options": {"include_usage": "yes"}},
+     'stream_options.include_usage must be a boolean (true or false), got \\"yes\\"'),
+    ("completions", {"prompt": "hi", "echo": "no"}, 'echo must be a boolean (true or false), got \\"no\\"'),
+    ("chat/completions", {"messages": [{"role": "user", "content": "hi"}], "logprobs": "no"},
+     'logprobs must be a boolean (true or false), got \\"no\\"'),
+    ("chat/completions", {"messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": 5}]},
+     "messages[1].content must be a string or a list of content parts, got 5"),
+    ("chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
+     "messages[0].content[0].text must be a string, got 5"),  # was "sequence item 0: expected str instance"
+    ("chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, 7]}]},
+     "messages[0].content[1] must be a content part (an object) or a string, got 7"),  # was dropped
+    ("chat/completions", {"messages": [{"role": 3, "content": "hi"}]}, "messages[0].role must be a string, got 3"),
+])
+def test_fields_of_the_wrong_type_are_a_400_naming_them(endpoint, route, body, message):
+    """Found by fuzzing: "prompt": [] was answered "one prompt per request"; "stream": "no" was truthy and
+    streamed; a message content of 5 was taken (as "5"), and a text part's text of 5 was a bare "sequence item
+    0: expected str instance, int found". vLLM's request models refuse each with a 400; nothing is simulated."""
+    base, sim = endpoint
+    with pytest.raises(urllib.error.HTTPError) as info:
+        post(f"{base}/v1/{route}", {"max_tokens": 2, **body})
+    assert info.value.code == 400 and message in info.value.read().decode()
+    assert not sim.requests
+
+
+def test_valid_booleans_and_contents_keep_their_meaning(endpoint):
+    """null and false are not streamed; null content is no text; a plain string part is text, as vLLM's chat
+    parser reads it (it was dropped), so the prompt counts it."""
+    base, _ = endpoint
+    for stream in (None, False):
+        out = json.loads(post(f"{base}/v1/completions", {"prompt": "hi", "max_tokens": 2, "stream": stream,
+                                                          "echo": None}))
+        assert out["choices"][0]["text"] == " tok" * 2
+    text = "Hello there, how are you?"
+    chat = [{"role": "system", "content": None}, {"role": "user", "content": text}]
+    parts = [{"role": "system", "content": None}, {"role": "user", "content": ["Hello there, ",
+                                                                              {"type": "text", "text": "how are you?"}]}]
+    usage = [json.loads(post(f"{base}/v1/chat/completions", {"messages": m, "max_tokens": 2}))["usage"]
+             for m in (chat, parts)]
+    assert usage[0] == usage[1]
+    assert render_chat(parts) == render_chat(chat) == f"<|system|>\n<|user|>{text}\n<|assistant|>"
