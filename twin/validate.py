@@ -366,7 +366,7 @@ def row_spec(row: dict[str, str]) -> RowSpec:
     if gpu not in hardware.list_gpus():
         raise Skip(f"GPU {gpu!r} has no spec in hardware/ (known: {', '.join(hardware.list_gpus())})")
     try:
-        hardware.load_model(row["model_path"])
+        model = hardware.load_model(row["model_path"])
     except (ValueError, NotImplementedError) as exc:
         raise Skip(f"model: {exc}") from None
     backend = row["backend"].strip()
@@ -376,6 +376,12 @@ def row_spec(row: dict[str, str]) -> RowSpec:
     isl, osl, conc = _int(row, "isl"), _int(row, "osl"), concurrency(row)
     if isl < 1 or osl < 1 or conc < 1:
         raise Skip(f"isl={isl}, osl={osl}, concurrency={conc}: all must be >= 1")
+    # Checked before the deployment is built: a harness's token budget grows with isl (deployment_limits), so
+    # a huge isl was skipped for an activation reserve that does not fit in memory, and a merely long one
+    # simulated requests that the engine then refused.
+    if isl + osl > model.context_length:
+        raise Skip(f"isl={isl} + osl={osl} = {isl + osl} tokens is more than {model.name}'s context length, "
+                   f"{model.context_length} (the engine's max_model_len): the engine refuses every request")
     notes: list[str] = []
     mode = row["mode"].strip()
     common = dict(gpu=gpu, model=row["model_path"], backend=backend, weight_dtype=fmt, isl=isl, osl=osl)

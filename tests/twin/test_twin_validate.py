@@ -639,3 +639,41 @@ def test_bytes_that_are_not_utf8_name_the_file(tmp_path: Path) -> None:
         read_rows(path)
     assert str(info.value) == (f"{path}: expected UTF-8 text ('utf-8' codec can't decode byte 0xff in position 11: "
                                "invalid start byte)")
+
+
+SILICON_HEADER = ",".join(COLUMNS)
+LLAMA_8B_TRTLLM_ROW = (  # a row of the H100 / H200 silicon CSV, as measured
+    "meta_llama_llama_3_1_8b_instruct_meta_llama_llama_3_1_8b_instruct_h100_sxm_trtllm_agg_1024x128_c8_tp1_"
+    "epnone_1,source_file=/Users/harrli/projects/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/"
+    "meta-llama_Llama-3.1-8B-Instruct.csv; silicon_concurrency=8,trtllm,1.0.0rc3,"
+    "meta-llama/Llama-3.1-8B-Instruct,h100_sxm,,agg,1024,128,,,8,1,1,,1,1,,,,,,,,,,,,,,,190.9545068625,7.94357745")
+
+
+def test_a_row_longer_than_the_models_context_is_skipped_for_it(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture) -> None:
+    """Found by fuzzing: isl=1000000000000 was skipped for memory ("does not fit on h100_sxm ... reserve
+    95367432.79 GiB", the harness's token budget following isl), and isl=131000 with osl=128 simulated ten
+    requests the engine refused; both are skipped for the context length, before any deployment is built.
+    A row at the context length exactly, and the row as measured, still run; the last row is past --limit."""
+    from twin.cli import main
+
+    def variant(name: str, isl: int) -> str:
+        return LLAMA_8B_TRTLLM_ROW.replace("_epnone_1,", f"_epnone_1_{name},").replace(",agg,1024,128,",
+                                                                                      f",agg,{isl},128,")
+
+    path = tmp_path / "s.csv"
+    rows = [variant("huge", 10**12), variant("long", 131000), variant("edge", 131072 - 128), LLAMA_8B_TRTLLM_ROW,
+            variant("past", 10**12)]
+    path.write_text("\n".join([SILICON_HEADER, *rows]) + "\n")
+    assert main(["validate", "silicon", str(path), "--out", str(tmp_path / "out"), "--limit", "4",
+                 "--waves", "1"]) == 0
+    capsys.readouterr()
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["rows_represented"] == 2
+    context = ("meta-llama/Llama-3.1-8B's context length, 131072 (the engine's max_model_len): the engine refuses "
+               "every request")
+    assert [(r["id"].rsplit("_", 1)[1], r["line"], r["reason"]) for r in summary["rows_skipped"]] == [
+        ("huge", 2, f"isl=1000000000000 + osl=128 = 1000000000128 tokens is more than {context}"),
+        ("long", 3, f"isl=131000 + osl=128 = 131128 tokens is more than {context}")]
+    with pytest.raises(Skip, match="^isl=131000 \\+ osl=128 = 131128 tokens is more than"):
+        row_spec(read_rows(path)[1])
