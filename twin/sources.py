@@ -61,11 +61,16 @@ def resolve_data_path(path: str) -> Path:
 
 def read_workload_file(read: Callable[[Path], list[Session]], path: str) -> list[Session]:
     """The sessions ``read`` takes from the workload's file; one that cannot be opened names the field (a
-    bare OSError named neither the field nor the config)."""
+    bare OSError named neither the field nor the config), and so does one with no sessions: the readers take
+    a header alone as an empty workload (``twin workload stats`` counts it), which ran 0 requests to null
+    metrics."""
     try:
-        return read(resolve_data_path(path))
+        sessions = read(resolve_data_path(path))
     except OSError as exc:
         raise ConfigError("workload.path", f"cannot read {path!r}: {exc.strerror or exc}") from None
+    if not sessions:
+        raise ConfigError("workload.path", f"no requests in {path!r}: the file has a header and nothing after it")
+    return sessions
 
 
 # ------------------------------------------------------------------------------------------ arrivals

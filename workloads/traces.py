@@ -51,27 +51,27 @@ def read_request_csv(path: PathLike, *, id_prefix: str = "req") -> list[Session]
     * ``TIMESTAMP, ContextTokens, GeneratedTokens`` (Azure LLM inference traces: ``YYYY-MM-DD hh:mm:ss.f``
       datetimes, up to 9 fractional digits, made relative to the first row with integer nanoseconds).
 
-    Times in seconds are taken as they are. Any other column, a missing cell, a non-integer length or a
-    negative time is an error naming the file and line. Ids are the id column or ``{id_prefix}-{row}``
+    Times in seconds are taken as they are. Blank lines (no cells at all, as a trailing one) hold no request
+    and are skipped. Any other column, a missing cell, a non-integer length or a negative time is an error
+    naming the file and line. Ids are the id column or ``{id_prefix}-{row}``
     (row counted from 0).
     """
     # utf-8-sig: a byte-order mark (Excel writes one) is not part of the first column's name
     with open(path, newline="", encoding="utf-8-sig") as handle:
         reader = csv.reader(utf8_lines(path, handle))
-        try:
-            header = next(reader)
-        except StopIteration:
-            raise WorkloadFormatError(path, "empty file; expected a header row", line=1) from None
-        columns = _match_header(path, header)
+        header = next((row for row in reader if row), None)
+        if header is None:
+            raise WorkloadFormatError(path, "empty file; expected a header row", line=1)
+        columns = _match_header(path, header, reader.line_num)
         index = {name: i for i, name in enumerate(header)}
         id_col = next((index[c] for c in _ID_COLUMNS if c in index), None)
         sessions: list[Session] = []
         first_ns: int | None = None
         seen: set[str] = set()
         for row in reader:
-            line = reader.line_num
-            if not row:
-                raise WorkloadFormatError(path, "empty row; expected one request per row", line=line)
+            line = reader.line_num  # (the row's last physical line: skipped blank lines count)
+            if not row:  # a blank line; a row of empty cells (",,") has cells, and is refused below
+                continue
             if len(row) != len(header):
                 raise WorkloadFormatError(path, f"expected {len(header)} cells, got {len(row)}", line=line)
             time_text = row[index[columns.time]]
@@ -105,7 +105,7 @@ def read_request_csv(path: PathLike, *, id_prefix: str = "req") -> list[Session]
     return sessions
 
 
-def _match_header(path: PathLike, header: list[str]) -> _Columns:
+def _match_header(path: PathLike, header: list[str], line: int) -> _Columns:
     names = set(header)
     for columns in _COLUMN_SETS:
         needed = {columns.time, columns.input, columns.output}
@@ -115,12 +115,12 @@ def _match_header(path: PathLike, header: list[str]) -> _Columns:
                 raise WorkloadFormatError(
                     path,
                     f"unexpected or repeated column(s) {extra} for the {columns.name} " f"column set",
-                    line=1,
+                    line=line,
                 )
             return columns
     known = "; ".join(",".join((c.time, c.input, c.output)) for c in _COLUMN_SETS)
     raise WorkloadFormatError(
-        path, f"expected a header with one of the column sets [{known}], got {header}", line=1
+        path, f"expected a header with one of the column sets [{known}], got {header}", line=line
     )
 
 

@@ -379,6 +379,21 @@ def test_a_workload_file_that_cannot_be_read_names_the_field(tmp_path, kind, nam
     assert info.value.path == "workload.path" and str(path) in info.value.message
 
 
+@pytest.mark.parametrize("kind, name, text", [
+    ("trace_csv", "t.csv", "arrival_s,input_tokens,output_tokens\n"),
+    ("trace_csv", "blank.csv", "arrival_s,input_tokens,output_tokens\n\n\n"),
+    ("sessions", "s.jsonl", '{"format": "servetwin-sessions", "version": 1, "source": "x"}\n'),
+])
+def test_a_workload_file_with_a_header_and_no_requests_names_the_file(tmp_path, kind, name, text):
+    """Found by fuzzing: a trace CSV or a session script holding only its header ran 0 requests and wrote
+    null metrics without a word; the readers take it as an empty workload, and the run refuses it."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        Simulation(load_config({"workload": {"kind": kind, "path": str(path)}}))
+    assert str(info.value) == f"workload.path: no requests in {str(path)!r}: the file has a header and nothing after it"
+
+
 def test_an_integer_field_takes_a_float_only_when_it_is_an_exact_integer():
     """Found by fuzzing: run.seed=1e30 ran with seed 1000000000000000019884624838656, the float's value
     (and system.prefill.workers=1e30 tried to build that many workers)."""

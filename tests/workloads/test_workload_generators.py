@@ -250,3 +250,25 @@ def test_a_trace_with_a_byte_order_mark_reads_as_without_it(tmp_path: Path) -> N
     trace.write_bytes(b"\xef\xbb\xbfarrival_s,input_tokens,output_tokens\r\n0.5,10,3\r\n")
     (session,) = read_request_csv(trace)
     assert (session.id, session.arrival_s, session.calls) == ("req-0", 0.5, (Call(append_tokens=10, output_tokens=3),))
+
+
+def test_blank_lines_of_a_trace_are_skipped_and_later_lines_keep_their_numbers(tmp_path: Path) -> None:
+    """Found by fuzzing: a trailing blank line (as many editors and exports leave) was refused as "empty row";
+    a line with no cells holds no request, before the header too. A row of empty cells (",,") is still an
+    error, on its own line as counted with the blank lines."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("\narrival_s,input_tokens,output_tokens\n0.5,10,3\n\n\n1.5,20,4\n\n")
+    assert read_request_csv(trace) == [
+        Session(id="req-0", arrival_s=0.5, calls=(Call(append_tokens=10, output_tokens=3),)),
+        Session(id="req-1", arrival_s=1.5, calls=(Call(append_tokens=20, output_tokens=4),)),
+    ]
+    trace.write_bytes(b"arrival_s,input_tokens,output_tokens\r\n\r\n0.5,10,3\r\n\r\n,,\r\n")
+    with pytest.raises(WorkloadFormatError) as info:
+        read_request_csv(trace)
+    assert str(info.value) == f"{trace}:5: arrival_s: expected a time in seconds, got ''"
+    trace.write_text("\n\nx,input_tokens,output_tokens\n")
+    with pytest.raises(WorkloadFormatError, match=r"t.csv:3: expected a header with one of the column sets"):
+        read_request_csv(trace)
+    trace.write_text("\n\n")
+    with pytest.raises(WorkloadFormatError, match=r"t.csv:1: empty file; expected a header row"):
+        read_request_csv(trace)
