@@ -73,6 +73,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     source = Path(args.config) if args.config else example_path(args.example or "chat")
     overrides = list(args.set or [])
     if args.seed is not None:
+        given = [text for text in overrides if text.partition("=")[0].strip() == "run.seed"]
+        if given:  # (the later of the two was taken without a word)
+            raise TwinError(f"--seed {args.seed} and --set {given[0]} both set run.seed; give one")
         overrides.append(f"run.seed={args.seed}")
     config = load_config(source, overrides)
     name = config.name or source.stem

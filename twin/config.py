@@ -403,11 +403,25 @@ def load_config(source: str | Path | dict[str, Any] | None = None, overrides: li
     if base_dir is not None:
         _resolve_paths(data, base_dir)
     try:
-        if overrides:
-            data = _apply_overrides(data, [parse_override(text) for text in overrides])
+        parsed = [parse_override(text) for text in overrides]
+    except ConfigError as exc:
+        raise blame(exc, label, overrides) from None
+    _refuse_repeats(overrides, parsed, label)
+    try:
+        if parsed:
+            data = _apply_overrides(data, parsed)
         return from_dict(TwinConfig, data)
     except ConfigError as exc:
         raise blame(exc, label, overrides) from None
+
+
+def _refuse_repeats(overrides: Sequence[str], parsed: list[tuple[str, Any]], label: str | None) -> None:
+    """A field given by two overrides is an error naming both (the last one was taken without a word)."""
+    first: dict[str, str] = {}
+    for text, (path, _) in zip(overrides, parsed):
+        if path in first:
+            raise ConfigError(path, f"set twice: overrides {first[path]!r} and {text!r}; give it once", source=label)
+        first[path] = text
 
 
 def blame(exc: ConfigError, label: str | None, overrides: Sequence[str] = ()) -> ConfigError:

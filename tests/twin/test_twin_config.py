@@ -451,6 +451,7 @@ def test_times_rates_and_sizes_past_the_clocks_64_bits_name_their_field(setting,
     """Found by fuzzing: each passed the config and the run ended in 'cannot convert float infinity to
     integer' (or NaN), naming no field: the clock counts nanoseconds and the pools bytes in 64 bits."""
     base = ["workload.kind=synthetic", "workload.arrival.kind=poisson", "workload.arrival.rate_per_s=1"]
+    base = [text for text in base if text.partition("=")[0] != path]  # (a field is set once)
     with pytest.raises(ConfigError) as info:
         load_config(None, [*base, setting])
     message = info.value.message
@@ -483,3 +484,23 @@ def test_a_value_error_names_the_line_of_its_field_or_of_its_section(tmp_path, c
     config.write_text("model:\n  name: Qwen/Qwen3-0.6B\n\nsystem:\n  kind: colocated\n  tp: 3\n")
     assert main(["run", str(config), "--out", str(tmp_path / "out")]) == 2
     assert f"{config}, line 6: system.tp: tp=3 does not divide" in capsys.readouterr().err
+
+
+def test_a_field_set_twice_by_overrides_or_by_seed_is_refused_naming_both(tmp_path, capsys):
+    """Found by fuzzing: --set scheduler.max_num_seqs=1 --set scheduler.max_num_seqs=2, and --set run.seed=1
+    --seed 3, ran with the last value without a word. Other fields beside them, and a kind with fields of its
+    section, still load."""
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["scheduler.max_num_seqs=1", "run.seed=4", " scheduler.max_num_seqs = 2"])
+    assert str(info.value) == ("scheduler.max_num_seqs: set twice: overrides 'scheduler.max_num_seqs=1' and "
+                               "' scheduler.max_num_seqs = 2'; give it once")
+    source = tmp_path / "c.yaml"
+    source.write_text("run:\n  seed: 2\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(source))}: workload.kind: set twice: overrides "
+                                          r"'workload.kind=synthetic' and 'workload.kind=sessions'; give it once$"):
+        load_config(source, ["workload.kind=synthetic", "workload.kind=sessions"])
+    cfg = load_config(source, ["workload.arrival.kind=gamma", "workload.arrival.rate_per_s=3", "run.seed=5"])
+    assert (cfg.workload.arrival.kind, cfg.workload.arrival.rate_per_s, cfg.run.seed) == ("gamma", 3, 5)
+    assert main(["run", "--seed", "3", "--set", "run.seed=1", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == "twin: error: --seed 3 and --set run.seed=1 both set run.seed; give one\n"
+    assert not (tmp_path / "out").exists()
