@@ -451,7 +451,8 @@ def _apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> 
 
     So ``workload.arrival.rate_per_s=3`` works when the file never mentions the arrival. Setting a
     ``kind`` replaces its section (with the file's own section when that already has the kind); kinds are
-    set first, outer sections before inner ones, so the overrides apply on top of them whatever their order.
+    set first, outer sections before inner ones, so the overrides apply on top of them whatever their order;
+    then the other overrides, a section before the fields inside it.
     """
     try:
         full = from_dict(TwinConfig, data).to_dict()
@@ -461,7 +462,10 @@ def _apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> 
     # second replaced the section, bringing the file's own arrival back)
     kinds = sorted(((p, v) for p, v in overrides if p == "kind" or p.endswith(".kind")),
                    key=lambda item: item[0].count("."))
-    others = [(p, v) for p, v in overrides if not (p == "kind" or p.endswith(".kind"))]
+    # A section and a field inside it: the field applies on top, whatever the order (given second, the section
+    # replaced the field's value without a word).
+    others = sorted(((p, v) for p, v in overrides if not (p == "kind" or p.endswith(".kind"))),
+                    key=lambda item: item[0].count("."))
     for path, value in kinds:
         if path == "kind":
             raise ConfigError("kind", "unknown key: a kind belongs to a section (workload.kind, router.kind, ...)")

@@ -66,6 +66,15 @@ def test_kind_overrides_of_nested_sections_apply_in_any_order():
         assert arrival == GammaArrival(rate_per_s=2.0, cv=1.0, start_s=0.0)
 
 
+def test_a_field_applies_on_top_of_its_section_whatever_the_order():
+    """Found by fuzzing: --set scheduler.max_num_seqs=8 then --set 'scheduler={max_num_seqs: 4, ...}' took 4,
+    the section replacing the field given before it without a word; the other order took 8."""
+    pair = ["scheduler.max_num_seqs=8", "scheduler={max_num_seqs: 4, max_num_batched_tokens: 1024}"]
+    for order in (pair, pair[::-1]):
+        s = load_config(None, order).scheduler
+        assert (s.max_num_seqs, s.max_num_batched_tokens) == (8, 1024)
+
+
 def test_yaml_errors_name_file_and_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("scheduler:\n  max_num_seqs: [1,\n")
