@@ -17,7 +17,8 @@ from hardware.calibration import MOE_KERNELS
 from hardware.deployment import SAMPLINGS
 from hardware.engine import ADMISSION_RESERVES, GRAPH_MODES, PREEMPTION_RULES
 from hardware.kernels import SERVING_ROUTINGS
-from twin.configio import INT64_MAX, from_dict, key_lines, parse_override, read_yaml, set_path, to_dict
+from twin.configio import (INT64_MAX, from_dict, key_lines, parse_override, read_yaml, set_path, to_dict,
+                           within)
 from twin.errors import ConfigError
 from twin.registry import Pluggable
 
@@ -432,7 +433,7 @@ def blame(exc: ConfigError, label: str | None, overrides: Sequence[str] = ()) ->
         return exc
     for text in overrides:
         path = text.partition("=")[0].strip()
-        if exc.path == path or exc.path.startswith(f"{path}.") or path.startswith(f"{exc.path}."):
+        if within(exc.path, path) or within(path, exc.path):
             return ConfigError(exc.path, exc.message, source=f"{label}, override {text}" if label
                                else f"override {text}")
     if not label:
@@ -458,23 +459,22 @@ def _apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> 
         full = from_dict(TwinConfig, data).to_dict()
     except ConfigError:
         full = data  # the overrides may be what repairs the file: apply them to it as written
-    # (in the order given, workload.arrival.kind=gamma before workload.kind=synthetic was dropped: the
-    # second replaced the section, bringing the file's own arrival back)
-    kinds = sorted(((p, v) for p, v in overrides if p == "kind" or p.endswith(".kind")),
-                   key=lambda item: item[0].count("."))
-    # A section and a field inside it: the field applies on top, whatever the order (given second, the section
-    # replaced the field's value without a word).
-    others = sorted(((p, v) for p, v in overrides if not (p == "kind" or p.endswith(".kind"))),
-                    key=lambda item: item[0].count("."))
-    for path, value in kinds:
+    # In the order given, a later section dropped what an earlier override had set inside it without a word
+    # (workload.kind=synthetic after workload.arrival.kind=gamma brought the file's own arrival back; a
+    # scheduler={...} after scheduler.max_num_seqs=8 its own value).
+    def is_kind(path: str) -> bool:
+        return path == "kind" or path.endswith(".kind")
+
+    for path, value in sorted(overrides, key=lambda item: (not is_kind(item[0]), item[0].count("."))):
+        if not is_kind(path):
+            set_path(full, path, value)
+            continue
         if path == "kind":
             raise ConfigError("kind", "unknown key: a kind belongs to a section (workload.kind, router.kind, ...)")
         section = path[: -len(".kind")]
         own = _get_path(data, section)
         replacement = own if isinstance(own, dict) and own.get("kind") == value else {"kind": value}
         set_path(full, section, _deepcopy(replacement))
-    for path, value in others:
-        set_path(full, path, value)
     return full
 
 

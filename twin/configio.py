@@ -210,6 +210,11 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
+def within(path: str, section: str) -> bool:
+    """Whether the dotted ``path`` is ``section`` or a field inside it."""
+    return path == section or path.startswith(f"{section}.")
+
+
 def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
     """Set ``a.b.c`` inside nested dicts, creating levels that are missing."""
     parts = dotted.split(".")

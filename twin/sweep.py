@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from twin.config import load_config
-from twin.configio import parse_override
+from twin.configio import parse_override, within
 from twin.errors import TwinError
 
 METRICS: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
@@ -117,34 +117,35 @@ def sweep(base: str | dict[str, Any] | None, grid: dict[str, list[Any]], *, over
     for text in overrides or []:  # (applied before each point's grid values, it would be replaced in every one)
         path = text.partition("=")[0].strip()
         for key in grid:
-            if path == key or path.startswith(f"{key}."):
+            if within(path, key):
                 raise ValueError(f"override {text!r} is replaced in every point by the grid's {key}; give "
                                  f"{path} in the grid or as an override, not both")
     pts = points(grid)
     # Fail on a bad grid value before anything runs.
     prints = [_fingerprint(load_config(base, [*(overrides or []), *(f"{k}={_yaml(v)}" for k, v in point.items())]))
               for point in pts]
+    names = [f"run{i:04d}" for i in range(len(pts))]
+    outs = [str(Path(out) / name) if out is not None else None for name in names]
     reused: dict[int, dict[str, Any]] = {}
     if resume:
         if journal is None:
             raise ValueError("resume needs the journal of the sweep it continues")
         done = _read_journal(Path(journal))
-        for i, fp in enumerate(prints):
+        for i, (fp, o) in enumerate(zip(prints, outs)):
             row = done.get((i, fp))
-            if row is not None and (out is None or (Path(out) / f"run{i:04d}" / "summary.json").exists()
-                                    or row["error"]):
+            # (a point that ran is reused with its folder only; a failed one has none)
+            if row is not None and (row["error"] or o is None or (Path(o) / "summary.json").exists()):
                 reused[i] = row
     if out is not None:  # an earlier sweep's run folders would pass for this one's (a failed point writes none)
+        kept = {names[i] for i, row in reused.items() if not row["error"]}
         for old in Path(out).glob("run*"):
-            if (old.is_dir() and re.fullmatch(r"run\d{4,}", old.name)
-                    and not (int(old.name[3:]) in reused and not reused[int(old.name[3:])]["error"])):
+            if old.is_dir() and re.fullmatch(r"run\d{4,}", old.name) and old.name not in kept:
                 shutil.rmtree(old)
     log = None
     if journal is not None:
         log = open(journal, "w", encoding="utf-8")
         for i in sorted(reused):
             _journal(log, i, prints[i], reused[i])
-    outs = [str(Path(out) / f"run{i:04d}") if out is not None else None for i in range(len(pts))]
     todo = [i for i in range(len(pts)) if i not in reused]
     results: list[dict[str, Any] | None] = [reused.get(i) for i in range(len(pts))]
     start = time.perf_counter()
