@@ -981,31 +981,24 @@ class Scheduler:
         kv = self.kv
         if kv.placeholders:
             kv.placeholders = NO_PLACEHOLDERS
-        fills = self._cohort_fills
-        fresh = self._fresh
-        ghosts = self._ghosts
-        self._ghosts = []
-        if fills:  # the cohort's members first: they lead the running order of the last step
+        fills, fresh, ghosts = self._cohort_fills, self._fresh, self._ghosts
+        if fills:
             self._cohort_fills = []
-            if ghosts and kv.enable_prefix_caching:
-                # ... with its finished members among them (at the head of `fresh`), each in its place
-                assert fresh[:len(ghosts)] == ghosts
-                fresh = fresh[len(ghosts):]
-                order = {r: i for i, r in enumerate(self.running)}
-                lead = sorted([*fills, *((r, -1) for r in ghosts)], key=lambda e: order[e[0]])
-                for req, tokens in lead:
-                    if tokens >= 0:
-                        kv.cache_computed(req, tokens)
-                    else:
-                        self._register_fresh(req)
-            else:
-                for req, tokens in fills:
-                    kv.cache_computed(req, tokens)
-        if self._fresh:
+        if fresh:
             self._fresh = []
-            if kv.enable_prefix_caching:
-                for req in fresh:
-                    self._register_fresh(req)
+        if ghosts:
+            self._ghosts = []
+        if kv.enable_prefix_caching:
+            # The cohort's members first: they lead the running order of the last step.
+            if ghosts and fills:  # ... with its finished members among them (the head of `fresh`), in place
+                assert fresh[:len(ghosts)] == ghosts
+                order = {r: i for i, r in enumerate(self.running)}
+                fills = sorted([*fills, *self._fresh_fills(ghosts)], key=lambda fill: order[fill[0]])
+                fresh = fresh[len(ghosts):]
+            for req, tokens in fills:
+                kv.cache_computed(req, tokens)
+            for req, tokens in self._fresh_fills(fresh):
+                kv.cache_computed(req, tokens)
         deferred = self._deferred
         if deferred:
             self._deferred = []
@@ -1015,13 +1008,14 @@ class Scheduler:
                 if not self.retain_finished_kv:
                     self._release(req)
 
-    def _register_fresh(self, req: Request) -> None:
-        """async_output: the block that ``req``'s placeholder token filled enters the prefix cache. Only such
-        a block waits: a decode's, when its computed tokens reached a multiple of the block size (every other
-        block was registered when its step was formed, its tokens known)."""
-        computed = req.num_computed_tokens
-        if computed % self.kv.block_size == 0 and req.status is not Status.PREEMPTED and req.id in self.kv.req_blocks:
-            self.kv.cache_computed(req, computed)
+    def _fresh_fills(self, reqs: list[Request]) -> list[tuple[Request, int]]:
+        """async_output: the blocks that the placeholder tokens of ``reqs`` filled, (request, tokens) to
+        register. Only such a block waits: a decode's, when its computed tokens reached a multiple of the block
+        size (every other block was registered when its step was formed, its tokens known)."""
+        size = self.kv.block_size
+        req_blocks = self.kv.req_blocks
+        return [(req, req.num_computed_tokens) for req in reqs if req.num_computed_tokens % size == 0
+                and req.status is not Status.PREEMPTED and req.id in req_blocks]
 
     def sampled(self, reqs: list[Request], finished: list[Request], now: int) -> None:
         """The step applied at ``now`` sampled a token for each of ``reqs`` (those of a lazy cohort aside),
