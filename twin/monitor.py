@@ -89,7 +89,7 @@ class Monitor:
         marks = self._marks
         if len(marks) < 2 or marks[-1][1:] != marks[-2][1:]:
             return False
-        return all(w.run is None and not w.sched.running and not w.sched.waiting for w in self.workers)
+        return all(w.run is None and not w.sched.has_work for w in self.workers)
 
     def _run(self) -> ProcessGen:
         env = self.env
