@@ -232,6 +232,14 @@ class SimulationServer:
         return "\n".join(out) + "\n"
 
 
+def _token_ids(prompt: list[Any], name: str) -> list[int]:
+    """A prompt given as token ids: every item an integer (a JSON true is not one), else a ValueError naming it."""
+    for i, t in enumerate(prompt):
+        if isinstance(t, bool) or not isinstance(t, int):
+            raise ValueError(f"{name}[{i}] must be a token id (an integer), got {json.dumps(t)}")
+    return list(prompt)
+
+
 def _drain(inbox: queue.Queue[T]) -> Iterator[T]:
     """What is in ``inbox`` now, taken out in order, without waiting."""
     while True:
@@ -411,6 +419,9 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
 
         @staticmethod
         def _prompt(body: dict[str, Any], chat: bool) -> list[str] | list[int]:
+            field = "messages" if chat else "prompt"
+            if field not in body:
+                raise ValueError(f"missing field '{field}' (required)")
             if chat:
                 messages = body["messages"]
                 if not isinstance(messages, list) or not messages:
@@ -420,15 +431,16 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
             if isinstance(prompt, list):
                 if not prompt:  # (vLLM: "please provide at least one prompt")
                     raise ValueError("prompt must be non-empty: a string, a list of token ids or a list of one "
-                                     "string, got []")
+                                     "string or token list, got []")
                 if isinstance(prompt[0], int):
-                    for i, t in enumerate(prompt):
-                        if isinstance(t, bool) or not isinstance(t, int):
-                            raise ValueError(f"prompt[{i}] must be a token id (an integer), got {json.dumps(t)}")
-                    return list(prompt)
+                    return _token_ids(prompt, "prompt")
                 if len(prompt) != 1:
                     raise ValueError("one prompt per request")
                 prompt = prompt[0]
+                if isinstance(prompt, list):  # a batch of one token list, as vLLM takes it
+                    if not prompt:
+                        raise ValueError("prompt[0] must be a non-empty list of token ids, got []")
+                    return _token_ids(prompt, "prompt[0]")
             if not isinstance(prompt, str):
                 raise ValueError("prompt must be a string or a list of token ids")
             return approx_tokens(prompt)

@@ -281,8 +281,13 @@ def test_a_content_length_the_body_does_not_match_is_a_400(endpoint, length, mes
 
 
 @pytest.mark.parametrize("route, body, message", [
-    ("completions", {"prompt": []}, "prompt must be non-empty: a string, a list of token ids or a list of one string, "
-                                    "got []"),  # was "one prompt per request"
+    ("completions", {"prompt": []}, "prompt must be non-empty: a string, a list of token ids or a list of one string "
+                                    "or token list, got []"),  # was "one prompt per request"
+    ("completions", {}, "missing field 'prompt' (required)"),  # was a bare "'prompt'"
+    ("chat/completions", {}, "missing field 'messages' (required)"),
+    ("completions", {"prompt": [[]]}, "prompt[0] must be a non-empty list of token ids, got []"),
+    ("completions", {"prompt": [[1, True]]}, "prompt[0][1] must be a token id (an integer), got true"),
+    ("completions", {"prompt": [[1], [2]]}, "one prompt per request"),
     ("completions", {"prompt": [1, "a"]}, 'prompt[1] must be a token id (an integer), got \\"a\\"'),
     ("completions", {"prompt": "hi", "stream": "no"}, 'stream must be a boolean (true or false), got \\"no\\"'),
     ("completions", {"prompt": "hi", "stream": 1}, "stream must be a boolean (true or false), got 1"),
@@ -308,6 +313,14 @@ def test_fields_of_the_wrong_type_are_a_400_naming_them(endpoint, route, body, m
         post(f"{base}/v1/{route}", {"max_tokens": 2, **body})
     assert info.value.code == 400 and message in info.value.read().decode()
     assert not sim.requests
+
+
+def test_a_batch_of_one_token_list_is_that_prompt(endpoint):
+    """vLLM takes "prompt": [[ids]] as a batch of one prompt; the twin refused it ("must be a string")."""
+    base, _ = endpoint
+    ids = [11, 12, 13, 14, 15]
+    usage = [json.loads(post(f"{base}/v1/completions", {"prompt": p, "max_tokens": 2}))["usage"] for p in (ids, [ids])]
+    assert usage[0] == usage[1] == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
 
 
 def test_valid_booleans_and_contents_keep_their_meaning(endpoint):
