@@ -84,10 +84,8 @@ def read_workload(path: PathLike) -> tuple[dict[str, Any], list[Session]]:
                 if header is None:
                     header = _parse_header(path, number, text)
                     continue
-                if not text.strip():
-                    raise WorkloadFormatError(
-                        path, "empty line; expected one session object per line", line=number
-                    )
+                if not text.strip():  # a blank line (a trailing one, as editors leave) holds no session
+                    continue
                 session = _parse_session_line(path, number, text)
                 if session.id in seen:
                     raise WorkloadFormatError(

@@ -86,6 +86,18 @@ def test_prompt_tokens_follow_keep_then_append() -> None:
     ]
 
 
+def test_blank_lines_are_skipped_and_later_lines_keep_their_numbers(tmp_path: Path) -> None:
+    """A blank line (a trailing one, as editors leave) was refused as "empty line"; it holds no session."""
+    first = '{"id":"s","calls":[{"append":1,"output":2}]}'
+    second = '{"id":"t","calls":[{"append":4,"output":1}]}'
+    plain = read_sessions(write_lines(tmp_path / "plain.jsonl", HEADER, first, second))
+    assert read_sessions(write_lines(tmp_path / "blank.jsonl", HEADER, "", first, "  ", second, "")) == plain
+    assert len(plain) == 2
+    with pytest.raises(WorkloadFormatError) as info:
+        read_sessions(write_lines(tmp_path / "bad.jsonl", HEADER, first, "", "[1]"))
+    assert info.value.line == 4
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [
@@ -160,7 +172,6 @@ def test_prompt_tokens_follow_keep_then_append() -> None:
         ),
         ("[1, 2]", "bad.jsonl:3: expected a session object, got array"),
         ('{"id":"a","calls":[{"append":1,"output":2}]', "bad.jsonl:3: invalid JSON"),
-        ("", "bad.jsonl:3: empty line"),
     ],
 )
 def test_malformed_lines_name_file_line_and_field(tmp_path: Path, line: str, message: str) -> None:

@@ -37,10 +37,8 @@ def convert_mooncake(
         with open(path, encoding="utf-8") as handle:
             row = 0
             for number, text in enumerate(utf8_lines(path, handle), start=1):
-                if not text.strip():
-                    raise WorkloadFormatError(
-                        path, "empty line; expected one request object per line", line=number
-                    )
+                if not text.strip():  # a blank line (a trailing one, as editors leave) holds no request
+                    continue
                 sessions.append(_request(path, number, text, f"{stem}-{row}", block_tokens))
                 row += 1
     return sessions
