@@ -15,7 +15,8 @@ from typing import Callable, Sequence
 import simpy
 
 from twin.request import Request, Status
-from twin.sim import ProcessGen, now_ns, to_ns
+from twin.errors import ConfigError
+from twin.sim import CLOCK_MAX_NS, ProcessGen, now_ns, to_ns
 from twin.tokens import KeyTable, SourceTable, TokenSequence
 from workloads.sessions import Call, Session
 
@@ -156,6 +157,7 @@ class SessionDriver:
             if call.min_interval_s and last_send_ns is not None:
                 earliest = last_send_ns + to_ns(call.min_interval_s)
                 if earliest > env.now:
+                    self._on_clock(earliest, sid, k, "its pacing interval (min_interval_s)")
                     self.in_wait += 1
                     yield env.timeout(earliest - env.now)
                     self.in_wait -= 1
@@ -176,11 +178,22 @@ class SessionDriver:
                         for sub in call.subagents]
                 yield simpy.AllOf(env, subs)
             if call.wait_after_s and k + 1 < len(session.calls):
+                wait_ns = to_ns(call.wait_after_s * self.wait_scale)
+                self._on_clock(now_ns(env) + wait_ns, sid, k + 1, "its wait (wait_s x wait_scale)")
                 self.in_wait += 1
-                yield env.timeout(to_ns(call.wait_after_s * self.wait_scale))
+                yield env.timeout(wait_ns)
                 self.in_wait -= 1
         counts["finished"] += 1
         self.active -= 1
+
+    def _on_clock(self, send_ns: int, sid: str, k: int, what: str) -> None:
+        """Refuses to send call ``k`` of ``sid`` past the clock's range. The plan checks each session's own
+        waits before the run, but a closed loop starts a session only when another ends, so their waits add
+        up across sessions; past the range the run would stall (the scheduler takes nothing queued there)."""
+        if send_ns > CLOCK_MAX_NS:
+            raise ConfigError("workload", f"session {sid!r} would send call {k} at {send_ns / 1e9!r} s after "
+                              f"{what}, past the simulated clock's range (at most {CLOCK_MAX_NS / 1e9:.4g} s: it "
+                              f"counts nanoseconds in 64 bits); simulated until {now_ns(self.env) / 1e9!r} s")
 
     def _context(self, session: Session, context: TokenSequence | None) -> TokenSequence:
         """The sequence a session's first call extends: a sub-agent's forked context, the session's prefix

@@ -20,6 +20,7 @@ from hardware.kernels import SERVING_ROUTINGS
 from twin.configio import (INT64_MAX, from_dict, key_lines, parse_override, read_yaml, set_path, to_dict,
                            within)
 from twin.errors import ConfigError
+from twin.sim import CLOCK_MAX_NS
 from twin.registry import Pluggable
 
 
@@ -41,7 +42,7 @@ def one_tick(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ign
                          f"got {value!r}")
 
 
-CLOCK_MAX_S = 2**62 / 1e9
+CLOCK_MAX_S = CLOCK_MAX_NS / 1e9
 """The longest time the simulated clock holds, in seconds (about 146 years): it counts nanoseconds in 64-bit
 integers, and a time, a sum of times or a gap past this leaves that range (a traceback naming nothing)."""
 

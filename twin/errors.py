@@ -14,8 +14,13 @@ class ConfigError(TwinError, ValueError):
         self.path = path
         self.message = message
         self.source = source
-        where = f"{source}: " if source else ""
-        super().__init__(f"{where}{path}: {message}" if path else f"{where}{message}")
+        # The arguments themselves, so type(exc)(*exc.args) rebuilds it: SimPy copies an exception that way
+        # when it passes a failed process on to the one waiting for it (a TypeError before).
+        super().__init__(path, message, source)
+
+    def __str__(self) -> str:
+        where = f"{self.source}: " if self.source else ""
+        return f"{where}{self.path}: {self.message}" if self.path else f"{where}{self.message}"
 
 
 class StallError(TwinError, RuntimeError):

@@ -12,7 +12,7 @@ import numpy as np
 import simpy
 
 from twin.agents import SessionDriver
-from twin.sim import to_ns
+from twin.sim import CLOCK_MAX_NS, to_ns
 from twin.config import TwinConfig, blame, load_config
 from twin.errors import ConfigError, InvariantError, StallError
 from twin.request import Request, Status
@@ -97,6 +97,9 @@ class Simulation:
 
     def _stall_report(self, pending: list[Request]) -> str:
         lines = [f"simulation stalled at t={self.env.now / 1e9:.6f}s with {len(pending)} request(s) pending:"]
+        if self.env.now > CLOCK_MAX_NS:
+            lines[0] += (f" the clock is past its range ({CLOCK_MAX_NS / 1e9:.4g} s, nanoseconds in 64 bits), where "
+                         f"the scheduler takes nothing queued")
         for w in self.workers:
             s = w.sched
             lines.append(f"  worker {w.wid}: {len(s.waiting)} waiting, {len(s.running)} running, "

@@ -26,6 +26,7 @@ from twin.cohort import DecodeCohort
 from twin.errors import InvariantError
 from twin.kv_cache import NO_PLACEHOLDERS, KVCacheManager, cdiv
 from twin.request import NO_TIME, Request, Status
+from twin.sim import CLOCK_MAX_NS
 
 
 @attrs.frozen(kw_only=True)
@@ -244,7 +245,7 @@ class Drafter:
 
     def forget(self, req: Request) -> None:
         self._streams.pop(req.id, None)
-_NO_CUTOFF = 1 << 62
+_NO_CUTOFF = CLOCK_MAX_NS
 _GAP_RUN_BATCH = 4096
 """Gaps handed in bulk (:meth:`Scheduler.add_gap_run`) that are packed into arrays at once."""
 _GAP_BLOCK_ITEMS = 1 << 22

@@ -13,6 +13,10 @@ from simpy.events import NORMAL, EventPriority
 
 NS = 1_000_000_000
 
+CLOCK_MAX_NS = 1 << 62
+"""The latest instant the simulated clock holds (about 146 years): it counts nanoseconds in 64-bit integers,
+and the scheduler's "no cutoff" and fast-forward's "never" sit here."""
+
 ProcessGen = Generator[simpy.Event, Any, None]
 """The type of a SimPy process function's generator."""
 

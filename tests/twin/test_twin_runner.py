@@ -606,6 +606,38 @@ def test_host_loads_after_a_preemption_are_timed_but_are_not_prefix_hits(tmp_pat
     assert res.summary["prefix_cache"]["host_hit_tokens"] <= res.summary["prefix_cache"]["cached_tokens"]
 
 
+def test_closed_loop_waits_that_add_up_past_the_clock_range_are_an_error_naming_the_session(tmp_path):
+    """One session at a time: b starts when a ends (after a's 3e9 s wait), so its own 3e9 s wait would send its
+    second call at 6e9 s, past 2**62 ns. Each session's waits fit the range, so the plan passes them; the run
+    stalled with b's request "waiting" and no word of the clock. Now the driver refuses the send, naming the
+    session, the call and the time; a pacing interval likewise. With a 2e9 s wait both sessions fit and run."""
+    def sessions(wait_s, interval_s=0.0):
+        return [Session(id=n, arrival_s=0.0, calls=(Call(append_tokens=10, output_tokens=5, wait_after_s=wait_s),
+                                                    Call(append_tokens=10, output_tokens=5,
+                                                         min_interval_s=interval_s)))
+                for n in "ab"]
+
+    def closed(sessions_):
+        cfg = sessions_config(tmp_path, sessions_).to_dict()
+        return load_config({**cfg, "workload": {**cfg["workload"], "max_concurrent_sessions": 1}})
+
+    with pytest.raises(ConfigError, match=r"^workload: session 'b' would send call 1 at 600000000\d\.\d+ s after "
+                                          r"its wait \(wait_s x wait_scale\), past the simulated clock's range"):
+        Simulation(closed(sessions(3e9))).run()
+    with pytest.raises(ConfigError, match=r"^workload: session 'b' would send call 1 at \S+ s after its pacing "
+                                          r"interval \(min_interval_s\)"):
+        Simulation(closed(sessions(0.0, 3e9))).run()
+    assert list(run(closed(sessions(2e9))).requests["status"]) == ["finished"] * 4
+
+
+def test_config_errors_survive_simpy_copying_them():
+    """SimPy hands a failed process's exception to the process waiting on it as type(exc)(*exc.args): a
+    ConfigError built from its formatted text alone was a TypeError there."""
+    exc = ConfigError("workload", "bad", source="c.yaml")
+    copy = type(exc)(*exc.args)
+    assert (str(copy), copy.path, copy.message, copy.source) == ("c.yaml: workload: bad", "workload", "bad", "c.yaml")
+
+
 def test_vllm_with_prefill_first_steps_runs_without_its_async_scheduling(tmp_path):
     """scheduler.mixed_prefill: false on vLLM (which always mixes) is a what-if the twin can run: its async
     scheduling is modelled for mixed steps only, so the scheduler keeps the plain overlap (it raised a bare
