@@ -307,6 +307,9 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                 if not isinstance(options, dict):
                     raise ValueError("stream_options must be an object")
                 include_usage = self._flag(options, "include_usage", "stream_options.include_usage")
+                # (vLLM: usage in every chunk only with include_usage as well)
+                continuous = self._flag(options, "continuous_usage_stats",
+                                        "stream_options.continuous_usage_stats") and include_usage
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 self._error(400, f"bad request: {exc}")
                 return
@@ -323,7 +326,7 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                 server.submit(served)
             rid = f"{'chatcmpl' if chat else 'cmpl'}-{id(children[0]):x}"
             if stream:
-                self._stream(children, rid, chat, include_usage)
+                self._stream(children, rid, chat, include_usage, continuous)
             else:
                 while not all(served.done.wait(0.05) for served in children):
                     if not server.thread.is_alive():
@@ -468,7 +471,8 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                              "created": int(time.time()), "model": server.model_name, "choices": choices,
                              "usage": self._usage(children)})
 
-        def _stream(self, children: list[ServedRequest], rid: str, chat: bool, include_usage: bool) -> None:
+        def _stream(self, children: list[ServedRequest], rid: str, chat: bool, include_usage: bool,
+                    continuous: bool = False) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
@@ -481,12 +485,20 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
 
-            def chunk(index: int, first: bool, finish: str | None) -> str:
-                delta = {"role": "assistant", "content": FILLER} if first else {"content": FILLER}
+            prompt = len(children[0].prompt_tokens)
+
+            def chunk(index: int, count: int, finish: str | None) -> str:
+                """The ``count``-th token of choice ``index``; with continuous usage stats, that choice's
+                usage so far (as vLLM counts it per output)."""
+                delta = {"role": "assistant", "content": FILLER} if count == 1 else {"content": FILLER}
                 choice: dict[str, Any] = ({"index": index, "delta": delta, "finish_reason": finish} if chat
                                           else {"index": index, "text": FILLER, "finish_reason": finish})
-                return json.dumps({"id": rid, "object": kind, "created": int(time.time()),
-                                   "model": server.model_name, "choices": [choice]})
+                out: dict[str, Any] = {"id": rid, "object": kind, "created": int(time.time()),
+                                       "model": server.model_name, "choices": [choice]}
+                if continuous:
+                    out["usage"] = {"prompt_tokens": prompt, "completion_tokens": count,
+                                    "total_tokens": prompt + count}
+                return json.dumps(out)
 
             def abort_all() -> None:
                 for served in children:
@@ -510,7 +522,7 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                         ok = finished and req is not None and req.status is Status.FINISHED
                         while sent[index] < ready:
                             sent[index] += 1
-                            send(chunk(index, sent[index] == 1, "length" if ok and sent[index] == produced else None))
+                            send(chunk(index, sent[index], "length" if ok and sent[index] == produced else None))
                 except (BrokenPipeError, ConnectionResetError):
                     abort_all()
                     return

@@ -59,6 +59,31 @@ def test_chat_stream_then_second_turn_hits_the_prefix_cache(endpoint):
     assert int(hits.rsplit(" ", 1)[1]) >= 16 * 8  # the first turn's prompt and reply blocks were reused
 
 
+def test_continuous_usage_stats_put_each_choices_usage_so_far_in_every_chunk(endpoint):
+    """As vLLM: stream_options.continuous_usage_stats (with include_usage) adds usage to every token chunk,
+    counting that choice's tokens so far; without include_usage it adds nothing, and plain include_usage
+    only the final usage chunk."""
+    base, _ = endpoint
+
+    def chunks(options, n=1):
+        text = post(f"{base}/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 3, "stream": True, "n": n,
+                                                "stream_options": options})
+        return [json.loads(line[6:]) for line in text.splitlines()
+                if line.startswith("data: ") and line != "data: [DONE]"]
+
+    both = chunks({"include_usage": True, "continuous_usage_stats": True}, n=2)
+    per_choice = {0: [], 1: []}
+    for c in both[:-1]:
+        per_choice[c["choices"][0]["index"]].append(c["usage"])
+    assert per_choice[0] == per_choice[1] == [{"prompt_tokens": 3, "completion_tokens": k, "total_tokens": 3 + k}
+                                              for k in (1, 2, 3)]
+    assert both[-1]["choices"] == [] and both[-1]["usage"] == {"prompt_tokens": 3, "completion_tokens": 6,
+                                                               "total_tokens": 9}
+    assert not any("usage" in c for c in chunks({"continuous_usage_stats": True}))
+    plain = chunks({"include_usage": True})
+    assert not any("usage" in c for c in plain[:-1]) and plain[-1]["usage"]["completion_tokens"] == 3
+
+
 def test_bad_request_is_a_400(endpoint):
     base, _ = endpoint
     with pytest.raises(urllib.error.HTTPError) as info:
@@ -291,6 +316,9 @@ def test_a_content_length_the_body_does_not_match_is_a_400(endpoint, length, mes
     ("completions", {"prompt": [1, "a"]}, 'prompt[1] must be a token id (an integer), got \\"a\\"'),
     ("completions", {"prompt": "hi", "stream": "no"}, 'stream must be a boolean (true or false), got \\"no\\"'),
     ("completions", {"prompt": "hi", "stream": 1}, "stream must be a boolean (true or false), got 1"),
+    ("completions", {"prompt": "hi", "stream": True, "stream_options": {"include_usage": True,
+                                                                        "continuous_usage_stats": 1}},
+     "stream_options.continuous_usage_stats must be a boolean (true or false), got 1"),
     ("completions", {"prompt": "hi", "stream": True, "stream_options": {"include_usage": "yes"}},
      'stream_options.include_usage must be a boolean (true or false), got \\"yes\\"'),
     ("completions", {"prompt": "hi", "echo": "no"}, 'echo must be a boolean (true or false), got \\"no\\"'),
