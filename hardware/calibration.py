@@ -149,13 +149,24 @@ class Calibration:
     def graph_mode(self, kernel_floor_s: float) -> "Calibration":
         """The same curves with the floors a replayed CUDA graph pays: ``kernel_floor_s`` per kernel.
 
-        The opdb tables time each op eagerly, so an op's fitted floor is its eager cost at tiny sizes,
-        which for multi-kernel ops is mostly the CPU launching them (vLLM's block-FP8 GEMMs take 60 us at
-        every small shape, MoE floors are 36-67 us for ops whose GPU work at one token is a few us; the
-        all-reduce table, timed both ways, shows 16 us of eager overhead per call). Inside a replayed graph
-        every kernel instead costs an engine-level ``kernel_floor_s`` (its launch slot in the graph, the
-        dependency wait and the tail of a nearly empty grid) times the kernels the op launches
-        (``OP_KERNELS``); elementwise kernels pay it too. The all-reduce table is already graph-timed.
+        Inside a replayed graph every kernel costs an engine-level ``kernel_floor_s`` (its launch slot in
+        the graph, the dependency wait and the tail of a nearly empty grid) times the kernels the op launches
+        (``OP_KERNELS``); elementwise kernels pay it too. ``kernel_floor_s`` is fitted on serving rows
+        (experiments/validation_report.py fit-host, H100 TRAIN rows), not on the tables.
+
+        This was first written as "the opdb tables time each op eagerly". That is not how they were made.
+        aiconfigurator's collectors replay each op in a captured CUDA graph (collector/helper.py
+        ``benchmark_with_power``, #153 of 2025-12-12; collect_moe.py captured its own graph before that).
+        The exceptions are vLLM's block-FP8 GEMMs, timed eagerly (collect_gemm.py ``use_cuda_graph=gemm_type
+        != "fp8_block"``), and TensorRT-LLM's MoE, which falls back to eager where capture fails
+        (``allow_graph_fail=True``). So the MoE floors of 15-89 us are mostly graph-replay floors of
+        multi-kernel ops. Still, the serving rows price graphed decode better with this replacement. A likely
+        reason, not measured here: a graph holding one small op, replayed back to back, waits for each
+        replay's launch, while a whole-model graph runs its kernels one after another with no launch between.
+        Stop 31 (hardware/STATUS.md) kept the tables' floors in graph steps instead, and the
+        whole file got worse: TPOT MAPE 12.0 -> 14.9 %. vLLM's gpt-oss TPOT went 5.5 -> 33.0 % (H200), and
+        TensorRT-LLM's H100 TRAIN fit went 8.5 -> 17.6 % median |error|. Only the TensorRT-LLM H200 MoE
+        rows gained (gpt-oss 21.6 -> 11.1 %).
         """
         return self._floored(f"{self.name}[graph]", lambda r, kernels: kernels * kernel_floor_s)
 
