@@ -630,6 +630,20 @@ def test_closed_loop_waits_that_add_up_past_the_clock_range_are_an_error_naming_
     assert list(run(closed(sessions(2e9))).requests["status"]) == ["finished"] * 4
 
 
+def test_a_stall_past_the_clock_range_says_so(tmp_path):
+    """The scheduler takes nothing queued past 2**62 ns, so a stall there is the clock's range, not the
+    engine: the report's first line says so (and only there)."""
+    from twin.sim import CLOCK_MAX_NS
+
+    sim = Simulation(sessions_config(tmp_path, [Session(id="s", arrival_s=0.0,
+                                                        calls=(Call(append_tokens=10, output_tokens=2),))]))
+    assert "past its range" not in sim._stall_report([])
+    sim.env._now = CLOCK_MAX_NS + 1
+    assert sim._stall_report([]).splitlines()[0] == (
+        "simulation stalled at t=4611686018.427388s with 0 request(s) pending: the clock is past its range "
+        "(4.612e+09 s, nanoseconds in 64 bits), where the scheduler takes nothing queued")
+
+
 def test_config_errors_survive_simpy_copying_them():
     """SimPy hands a failed process's exception to the process waiting on it as type(exc)(*exc.args): a
     ConfigError built from its formatted text alone was a TypeError there."""
