@@ -102,6 +102,10 @@ class DisaggSystem:
         self.env = env
         self.config = config
         self.tcfg: TransferConfig = config.transfer
+        if self.tcfg.kind == "push" and self.tcfg.max_handoffs_per_s is not None:  # (it was ignored without a word)
+            raise ConfigError("transfer.max_handoffs_per_s", "paces the pulls of decode workers; transfer.kind "
+                              "push sends each request's KV as its prefill ends, unpaced: set it only with "
+                              "kind pull")
         self.on_done = on_done
         assert config.kv_cache.block_size is not None
         self.block_size = config.kv_cache.block_size
@@ -112,10 +116,12 @@ class DisaggSystem:
         self._block_bytes = self.p_dep.bytes_per_block(self.block_size) * self.p_dep.tp
         """Bytes of one KV block over all of a prefill worker's GPUs (what a transfer moves per block)."""
         self._layers = self.p_dep.layers_per_gpu
-        p_blocks = kv_blocks(config, self.p_dep, spec.prefill.num_blocks)
-        d_blocks = kv_blocks(config, self.d_dep, spec.decode.num_blocks)
-        p_seqs = worker_max_num_seqs(config, self.p_dep, p_blocks, spec.prefill.max_num_seqs)
-        d_seqs = worker_max_num_seqs(config, self.d_dep, d_blocks, spec.decode.max_num_seqs)
+        p_blocks = kv_blocks(config, self.p_dep, spec.prefill.num_blocks, max_num_seqs=spec.prefill.max_num_seqs,
+                             max_num_batched_tokens=spec.prefill.max_num_batched_tokens)
+        d_blocks = kv_blocks(config, self.d_dep, spec.decode.num_blocks, max_num_seqs=spec.decode.max_num_seqs,
+                             max_num_batched_tokens=spec.decode.max_num_batched_tokens)
+        p_seqs = worker_max_num_seqs(config, self.p_dep, p_blocks, spec.prefill.max_num_seqs, "system.prefill")
+        d_seqs = worker_max_num_seqs(config, self.d_dep, d_blocks, spec.decode.max_num_seqs, "system.decode")
         p_prices = StepPrices(cost_model(config, self.p_dep, max_num_seqs=p_seqs,
                                          max_num_batched_tokens=spec.prefill.max_num_batched_tokens))
         d_prices = StepPrices(cost_model(config, self.d_dep, max_num_seqs=d_seqs,
@@ -151,18 +157,31 @@ class DisaggSystem:
 
     # ------------------------------------------------------------------------------------ topology
     def _place(self, spec: Disaggregated) -> None:
-        """Pack workers onto nodes in order (prefill first), each node holding ``gpus_per_node`` GPUs."""
-        per_node = spec.gpus_per_node or self.p_dep.gpu.scaleup_domain_gpus
+        """Pack workers onto nodes in order (prefill first), each node holding ``gpus_per_node`` GPUs (default:
+        the pool's GPU's scale-up domain).
+
+        A worker takes all its GPUs, tp x attention_dp (counting tp alone put two such workers on a node
+        that holds one, joined by NVLink); and pools of two GPU kinds never share a node (no NVLink joins an
+        H100 to an H200)."""
         self.node: dict[int, int] = {}
-        gpu = 0
-        for w, tp in [(w, spec.prefill.tp) for w in self.prefill] + [(w, spec.decode.tp) for w in self.decode]:
-            if tp > per_node:
-                raise ConfigError("system.gpus_per_node", f"a worker with tp={tp} does not fit a node of "
+        node = gpu = 0  # the node being filled, and the GPUs taken on it
+        kind = None
+        for workers, dep, pool in ((self.prefill, self.p_dep, spec.prefill), (self.decode, self.d_dep, spec.decode)):
+            per_node = spec.gpus_per_node or dep.gpu.scaleup_domain_gpus
+            if kind is not None and dep.gpu.name != kind:
+                node, gpu = node + (gpu > 0), 0
+            kind = dep.gpu.name
+            size = dep.gpus
+            if size > per_node:
+                shape = f"tp={pool.tp}" + (f" x attention_dp={pool.attention_dp} = {size} GPUs"
+                                           if pool.attention_dp != 1 else "")
+                raise ConfigError("system.gpus_per_node", f"a worker with {shape} does not fit a node of "
                                                           f"{per_node} GPUs")
-            if gpu % per_node + tp > per_node:
-                gpu += per_node - gpu % per_node  # a worker never straddles two nodes
-            self.node[w.wid] = gpu // per_node
-            gpu += tp
+            for w in workers:
+                if gpu + size > per_node:  # a worker never straddles two nodes
+                    node, gpu = node + 1, 0
+                self.node[w.wid] = node
+                gpu += size
 
     def _capacities(self) -> dict[str, float]:
         eff = self.tcfg.efficiency
@@ -296,6 +315,7 @@ class DisaggSystem:
             reserve = known + grow - len(hits) * self.block_size
             if not sched.kv.allocate_slots(req, reserve, hits, cache=False):
                 return
+            self._handed_off(pending.prefill, now)
             decode.pull_queue.popleft()
             assert req.kv is not None
             req.kv.to(KVState.PULLING, now)
@@ -314,17 +334,26 @@ class DisaggSystem:
         return hits[: known // self.block_size]
 
     def _handoff_allowed(self, prefill: Worker, decode: DecodeWorker, now: int) -> bool:
+        """Whether the pacing limit lets a transfer leave ``prefill`` now (else ``decode`` is woken when it
+        does). Only a pull that starts takes the slot (:meth:`_handed_off`): one that then finds no room
+        on the decode worker moved nothing, and charging it would hold the next pull back a whole interval
+        after the room appears."""
         rate = self.tcfg.max_handoffs_per_s
         if rate is None:
             return True
         nxt = self._next_handoff_ns.get(prefill.wid, 0)
         if now >= nxt:
-            self._next_handoff_ns[prefill.wid] = now + to_ns(1.0 / rate)
             return True
         if decode.wid not in self._pacing_wake:
             self._pacing_wake.add(decode.wid)
             self.env.process(self._wake_at(decode, nxt))
         return False
+
+    def _handed_off(self, prefill: Worker, now: int) -> None:
+        """A transfer left ``prefill`` now: the next may leave one pacing interval later."""
+        rate = self.tcfg.max_handoffs_per_s
+        if rate is not None:
+            self._next_handoff_ns[prefill.wid] = now + to_ns(1.0 / rate)
 
     def _wake_at(self, worker: DecodeWorker, t_ns: int) -> ProcessGen:
         yield self.env.timeout(t_ns - now_ns(self.env))

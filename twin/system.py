@@ -68,31 +68,40 @@ def _deployment_field(field: str, where: str) -> str:
             "spec_tokens": "engine.speculative.num_speculative_tokens"}.get(field, where)
 
 
-def kv_blocks(config: TwinConfig, dep: Deployment, override: int | None = None) -> int:
-    """Blocks per worker: an override, or derived from memory (never typed in by hand)."""
+def kv_blocks(config: TwinConfig, dep: Deployment, override: int | None = None, *,
+              max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None) -> int:
+    """Blocks per worker: an override, or derived from memory (never typed in by hand).
+
+    The memory left for KV depends on the worker's own step limits (its activation peak, SGLang's chunk
+    size): a pool's ``max_num_batched_tokens`` / ``max_num_seqs`` where given, else the config's (a prefill
+    pool with a larger token budget used to be sized as if it had the config's)."""
     if override is not None:
         return override
     if config.kv_cache.num_blocks is not None:
         return config.kv_cache.num_blocks
     assert config.kv_cache.block_size is not None
+    tokens = max_num_batched_tokens or config.scheduler.max_num_batched_tokens
+    seqs = max_num_seqs or config.scheduler.max_num_seqs
     fraction = config.kv_cache.gpu_memory_utilization
     try:
         if fraction is None:   # the engine derives it per deployment (SGLang's mem_fraction_static heuristic)
             e = config.engine
             graphs = e.cuda_graph_max_size or (max(e.cuda_graph_sizes) if e.cuda_graph_sizes else None)
-            fraction = dep.default_memory_fraction(max_num_batched_tokens=config.scheduler.max_num_batched_tokens,
-                                                   cuda_graph_max_bs=graphs)
-        return dep.kv_capacity_blocks(config.kv_cache.block_size, fraction,
-                                      max_num_batched_tokens=config.scheduler.max_num_batched_tokens,
-                                      max_num_seqs=config.scheduler.max_num_seqs)
+            fraction = dep.default_memory_fraction(max_num_batched_tokens=tokens, cuda_graph_max_bs=graphs)
+        return dep.kv_capacity_blocks(config.kv_cache.block_size, fraction, max_num_batched_tokens=tokens,
+                                      max_num_seqs=seqs)
     except ValueError as exc:
         raise ConfigError("kv_cache", str(exc)) from None
 
 
 def worker_max_num_seqs(config: TwinConfig, dep: Deployment, num_blocks: int,
-                        override: int | None = None) -> int:
+                        override: int | None = None, where: str | None = None) -> int:
     """A worker's running-request cap: its pool's setting, else the config's, else what the engine derives
-    from the worker's KV pool (SGLang's max_running_requests rule, EngineProfile.pool_max_num_seqs)."""
+    from the worker's KV pool (SGLang's max_running_requests rule, EngineProfile.pool_max_num_seqs).
+
+    ``where`` is the worker's pool section (``system.decode``) where it has one: when nothing can be derived
+    the error names that pool's field, as the pool's own blocks were too few (naming only
+    ``scheduler.max_num_seqs`` sent a user with a tiny decode pool to the setting of every pool)."""
     if override is not None:
         return override
     if config.scheduler.max_num_seqs is not None:
@@ -100,8 +109,11 @@ def worker_max_num_seqs(config: TwinConfig, dep: Deployment, num_blocks: int,
     assert config.kv_cache.block_size is not None
     seqs = dep.engine.pool_max_num_seqs(num_blocks * config.kv_cache.block_size, dep.model.context_length)
     if seqs is None or seqs < 1:
-        raise ConfigError("scheduler.max_num_seqs", f"{dep.engine.name} derives no running-request cap from "
-                                                     f"a pool of {num_blocks} KV blocks; set it")
+        whose = "a" if where is None else f"a {where.rsplit('.', 1)[-1]} worker's"
+        field = "scheduler.max_num_seqs" if where is None else f"{where}.max_num_seqs"
+        also = "" if where is None else " (or scheduler.max_num_seqs, for every pool)"
+        raise ConfigError(field, f"{dep.engine.name} derives no running-request cap from {whose} pool of "
+                                 f"{num_blocks} KV block{'s' if num_blocks != 1 else ''}; set it{also}")
     return seqs
 
 

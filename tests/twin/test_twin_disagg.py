@@ -224,6 +224,8 @@ def scenarios(draw):
                 "lease_s": draw(st.sampled_from([None, 0.02, 1.0])),
                 "decode_headroom_blocks": draw(st.integers(0, 2)),
                 "max_handoffs_per_s": draw(st.sampled_from([None, 50.0]))}
+    if transfer["kind"] == "push":  # (pacing is refused there: it paces pulls)
+        transfer["max_handoffs_per_s"] = None
     return sessions, system, transfer
 
 
