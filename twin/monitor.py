@@ -7,15 +7,15 @@ from typing import Callable, Sequence
 import numpy as np
 import simpy
 
-from twin.sim import ProcessGen
+from twin.sim import ProcessGen, next_live_event_ns
 from twin.worker import Worker
 
 
 class Monitor:
     """Gauges per worker (waiting, running, KV usage, cached blocks) and totals (tokens/s, hit rate).
 
-    At each tick, if no other event is scheduled, nothing can ever happen again: ``on_idle`` is called
-    (the runner raises a stall error there if work is pending) and sampling stops.
+    At each tick, if no other event that can change anything is scheduled, nothing can ever happen again:
+    ``on_idle`` is called (the runner raises a stall error there if work is pending) and sampling stops.
 
     A still stretch (no worker holds a request, and the row just written repeats the one before but for
     its time) is written as its first and last rows: the monitor sleeps to the last tick before the next
@@ -96,12 +96,13 @@ class Monitor:
         step = self.interval_ns
         while True:
             self.sample()
-            if not env._queue:  # nothing else scheduled: the simulation can never move again
+            nxt = next_live_event_ns(env)
+            if nxt is None:  # nothing else scheduled that can change anything: the simulation can never move
                 self.on_idle()
                 return
             wait = step
             if self._still():  # sleep to the last tick strictly before the next event
-                ticks = (int(env.peek()) - 1 - int(env.now)) // step
+                ticks = (nxt - 1 - int(env.now)) // step
                 wait = max(ticks, 1) * step
             yield env.timeout(wait)
 

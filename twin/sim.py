@@ -80,6 +80,22 @@ def fire(event: simpy.Event, value: Any = None) -> None:
         callback(event)
 
 
+def next_live_event_ns(env: simpy.Environment) -> int | None:
+    """The time of the next queued event that can change anything, or None when none can.
+
+    An event that succeeded with no callbacks left (a worker's disarmed segment end,
+    ``Worker._disarm``) changes nothing when processed; a failed one still raises, so it counts. The heap's
+    first entry answers unless it is such a dead event; only then is the queue scanned."""
+    queue = env._queue  # type: ignore[attr-defined]  # SimPy's heap of (time, priority, id, event)
+    if not queue:
+        return None
+    first = queue[0][3]
+    if first.callbacks or not first._ok:
+        return int(queue[0][0])
+    live = [t for t, _, _, ev in queue if ev.callbacks or not ev._ok]
+    return int(min(live)) if live else None
+
+
 def due_now(env: simpy.Environment) -> bool:
     """Whether an event is due at this instant ahead of an ordinary event triggered now (one of
     priority URGENT or NORMAL: those are processed first, the one triggered now being the newest)."""

@@ -352,9 +352,20 @@ class Worker:
     def _segment_end(self, delay_ns: int) -> None:
         """Arm the end of a run's costed segment, handled by a callback (instead of waiting on ``end |
         wake``: a condition event per segment costs more than the segment's steps)."""
+        self._disarm()
         end = StepEnd(self.env, delay_ns, self.priority)
         end.callbacks.append(self._on_segment_end)  # type: ignore[union-attr]
         self._armed = end
+
+    def _disarm(self) -> None:
+        """Drop the armed segment end. One still queued (a run shortened or cut before it) stays in SimPy's
+        queue, which cannot remove it, but loses its callbacks: processed, it does nothing and records no
+        step slot, as step-by-step simulation has no event there; and the monitor, which sleeps through
+        still stretches to the next event, skips it (:func:`~twin.sim.next_live_event_ns`)."""
+        end = self._armed
+        if end is not None and end.callbacks is not None:
+            end.callbacks = []
+        self._armed = None
 
     def _on_segment_end(self, end: simpy.Event) -> None:
         """A segment ended: cost the next, twice as long, or after the run's last step resume the worker.
@@ -396,7 +407,7 @@ class Worker:
     def _end_run(self, run: DecodeRun, m: int) -> None:
         """The run stops after step ``m``: its steps enter the ledger."""
         self.run = None
-        self._armed = None
+        self._disarm()
         self.ledger.add_steps(run.terms[:m], run.ns[:m])
 
     def _sleep(self) -> ProcessGen:

@@ -171,6 +171,6 @@ def test_finished_members_with_aborts_and_memory_pressure_change_nothing(tmp_pat
         for blocks in (120, 300):
             one(seed, True, blocks, tmp_path / "on")
             one(seed, False, blocks, tmp_path / "off")
-            for name in ("requests.csv", "token_times.json"):
+            for name in ("requests.csv", "token_times.json", "timeseries.csv"):
                 assert (tmp_path / "on" / name).read_bytes() == (tmp_path / "off" / name).read_bytes(), (seed, name)
     assert taken[0] > 0

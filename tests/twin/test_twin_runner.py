@@ -644,6 +644,28 @@ def test_a_stall_past_the_clock_range_says_so(tmp_path):
         "(4.612e+09 s, nanoseconds in 64 bits), where the scheduler takes nothing queued")
 
 
+def test_a_cut_fast_forward_run_leaves_no_event_the_monitor_stops_at(tmp_path):
+    """Found by fuzzing: an abort cuts a's fast-forwarded run at 0.2 s, and the end of its costed segment
+    (about 0.41 s) stayed queued. The monitor sleeps through a still stretch to the next event, so with
+    fast-forward on it stopped there and wrote rows at 0.40 and 0.41 s that step-by-step simulation does
+    not. Now that end loses its callbacks and the monitor skips such events: the same rows either way."""
+    sessions = [Session(id="a", arrival_s=0.0, calls=(Call(append_tokens=10, output_tokens=500),)),
+                Session(id="b", arrival_s=1.0, calls=(Call(append_tokens=10, output_tokens=3),))]
+    times = []
+    for ff in (True, False):
+        sim = Simulation(sessions_config(tmp_path, sessions, metrics={"sample_interval_s": 0.01},
+                                         run={"fast_forward": ff}))
+
+        def aborter(sim=sim):
+            yield sim.env.timeout(200_000_000)
+            sim.system.abort(next(r for r in sim.driver.requests if r.session == "a"), "gone")
+
+        sim.env.process(aborter())
+        times.append([round(float(t), 3) for t in sim.run().timeseries["time_s"]])
+    assert times[0] == times[1]
+    assert times[0][20:25] == [0.2, 0.21, 0.22, 0.99, 1.0]
+
+
 def test_config_errors_survive_simpy_copying_them():
     """SimPy hands a failed process's exception to the process waiting on it as type(exc)(*exc.args): a
     ConfigError built from its formatted text alone was a TypeError there."""
