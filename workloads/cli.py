@@ -61,15 +61,18 @@ def run_convert(args: argparse.Namespace) -> int:
     if converter is None:
         return _error(f"unknown format {args.format!r}; expected one of {sorted(CONVERTERS)}")
     options: dict[str, Any] = {}
+    given: dict[str, str] = {}  # option -> the argument that gave it
     if args.seed is not None:
-        options["seed"] = args.seed
+        options["seed"], given["seed"] = args.seed, f"--seed {args.seed}"
     if args.qps is not None:
-        options["qps"] = args.qps
+        options["qps"], given["qps"] = args.qps, f"--qps {args.qps}"
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep or not key:
             return _error(f"--set expects KEY=VALUE, got {item!r}")
-        options[key] = _parse_value(value)
+        if key in options:  # the later one silently won (--seed 1 --set seed=2 converted with seed 2)
+            return _error(f"option {key!r} is given twice, by {given[key]} and by --set {item}")
+        options[key], given[key] = _parse_value(value), f"--set {item}"
     accepted = inspect.signature(converter).parameters
     for key in options:
         if key not in accepted or key == "inputs":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Iterator
 
@@ -28,3 +29,12 @@ def utf8_lines(path: str | os.PathLike[str], lines: Iterable[str]) -> Iterator[s
         yield from lines
     except UnicodeDecodeError as exc:
         raise WorkloadFormatError(path, f"expected UTF-8 text ({exc})") from None
+
+
+def is_finite(value: int | float) -> bool:
+    """``math.isfinite`` that is False, not OverflowError, for a JSON integer too large for a float (a
+    400-digit ``arrival_s`` or ``timestamp``), so such a value is refused like an infinity."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False

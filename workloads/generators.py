@@ -161,6 +161,11 @@ def lmbenchmark_multiround(
     ):
         if value < 0:
             raise ValueError(f"{name} must be >= 0, got {value}")
+    if answer_len < 1:  # (a Call refused 0 later, as output_tokens, a name the caller never gave)
+        raise ValueError(f"answer_len must be >= 1 (engines reject max_tokens 0), got {answer_len}")
+    if duration_s is not None and not (duration_s >= 0 and math.isfinite(duration_s)):
+        # users join every gap while their join time is < duration_s: an infinite one never stopped
+        raise ValueError(f"duration_s must be a finite number >= 0 or None, got {duration_s!r}")
     interval_s = num_users / qps
     alive_s = interval_s * (num_rounds - 1)
     gap_s = alive_s / (num_users + 0)

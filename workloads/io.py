@@ -10,12 +10,12 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
-import math
 import os
+import zlib
 from collections.abc import Iterable, Iterator
 from typing import IO, Any, cast
 
-from workloads.errors import WorkloadFormatError
+from workloads.errors import WorkloadFormatError, is_finite
 from workloads.sessions import (FORMAT_NAME, FORMAT_VERSION, INT64_MAX, Call, Session, kept_stream,
                                 session_to_dict)
 
@@ -44,12 +44,34 @@ def _open_read(path: PathLike) -> IO[str]:
 
 
 def write_sessions(path: PathLike, sessions: Iterable[Session], source: str, **meta: Any) -> None:
-    """Write a header line ``{"format", "version", "source", **meta}`` then one session per line."""
+    """Write a header line ``{"format", "version", "source", **meta}`` then one session per line.
+
+    Every session is first checked as :func:`read_workload` checks its line, and nothing is written when
+    one fails: the writer used to write whatever it was given, so a NaN arrival left a file cut after the
+    header (which reads as an empty workload), and an empty id, a duplicate name or a bool count gave a
+    file the reader refuses. (``prefix_tokens`` without a ``prefix_group`` and ``hash_block_tokens``
+    without ``block_hashes`` are still left out, as :func:`session_to_dict` does.)
+    """
     header: dict[str, Any] = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "source": source}
     for key, value in meta.items():
         if key in header:
             raise ValueError(f"meta key {key!r} is reserved")
         header[key] = value
+    encoded = [_dump(header)]
+    checks = _FileChecks(path)
+    for number, session in enumerate(sessions, start=2):
+        try:
+            obj = session_to_dict(session)
+            checks.add(number, _parse_session(path, number, obj))
+        except RecursionError:  # (session_to_dict recurses per sub-agent level too)
+            raise WorkloadFormatError(
+                path, "sub-agents nested too deeply; nothing was written", line=number, field="calls"
+            ) from None
+        except WorkloadFormatError as exc:
+            raise WorkloadFormatError(
+                path, f"{exc.detail}; nothing was written", line=number, field=exc.field
+            ) from None
+        encoded.append(_dump(obj))
     with contextlib.ExitStack() as stack:
         raw: IO[bytes] = stack.enter_context(open(path, "wb"))
         if str(path).endswith(".gz"):
@@ -57,9 +79,8 @@ def write_sessions(path: PathLike, sessions: Iterable[Session], source: str, **m
             raw = cast(
                 IO[bytes], stack.enter_context(gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0))
             )
-        raw.write(_dump(header))
-        for session in sessions:
-            raw.write(_dump(session_to_dict(session)))
+        for line in encoded:
+            raw.write(line)
 
 
 def _dump(obj: dict[str, Any]) -> bytes:
@@ -75,9 +96,7 @@ def read_workload(path: PathLike) -> tuple[dict[str, Any], list[Session]]:
     """The header object and the sessions of a session-script file."""
     header: dict[str, Any] | None = None
     sessions: list[Session] = []
-    seen: dict[str, int] = {}
-    names: dict[str, tuple[int, str]] = {}
-    group_prefix: dict[str, tuple[int, int]] = {}
+    checks = _FileChecks(path)
     try:
         with _open_read(path) as lines:
             for number, text in enumerate(_lines(lines), start=1):
@@ -86,19 +105,11 @@ def read_workload(path: PathLike) -> tuple[dict[str, Any], list[Session]]:
                     continue
                 if not text.strip():  # a blank line (a trailing one, as editors leave) holds no session
                     continue
-                session = _parse_session_line(path, number, text)
-                if session.id in seen:
-                    raise WorkloadFormatError(
-                        path,
-                        f"duplicate session id {session.id!r} (first on line {seen[session.id]})",
-                        line=number,
-                        field="id",
-                    )
-                seen[session.id] = number
-                _check_names(path, number, session, names)
-                _check_group(path, number, session, group_prefix)
+                session = _parse_session(path, number, _parse_json(path, number, text))
+                checks.add(number, session)
                 sessions.append(session)
-    except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile, zlib.error) as exc:
+        # (a truncated gzip file is an EOFError; one whose compressed bytes are damaged is a zlib.error)
         if isinstance(exc, FileNotFoundError):
             raise
         raise WorkloadFormatError(path, f"cannot read: {exc}") from exc
@@ -119,6 +130,9 @@ def _parse_json(path: PathLike, number: int, text: str) -> Any:
         return json.loads(text, parse_constant=_reject_constant)
     except (json.JSONDecodeError, ValueError) as exc:
         raise WorkloadFormatError(path, f"invalid JSON ({exc})", line=number) from exc
+    except RecursionError:
+        # json's decoder recurses per array or object: thousands of "[" were a bare RecursionError
+        raise WorkloadFormatError(path, "invalid JSON (nested too deeply)", line=number) from None
 
 
 def _reject_constant(name: str) -> Any:
@@ -134,7 +148,8 @@ def _parse_header(path: PathLike, number: int, text: str) -> dict[str, Any]:
             path, f"expected {FORMAT_NAME!r}, got {obj.get('format')!r}", line=number, field="format"
         )
     version = obj.get("version")
-    if version != FORMAT_VERSION or isinstance(version, bool):
+    # (1.0 == 1 in Python: a float version was taken for version 1, though integers must be JSON integers)
+    if version != FORMAT_VERSION or not isinstance(version, int) or isinstance(version, bool):
         raise WorkloadFormatError(
             path,
             f"expected version {FORMAT_VERSION} (the version this reader knows), " f"got {version!r}",
@@ -148,12 +163,37 @@ def _parse_header(path: PathLike, number: int, text: str) -> dict[str, Any]:
     return obj
 
 
-def _parse_session_line(path: PathLike, number: int, text: str) -> Session:
-    obj = _parse_json(path, number, text)
+def _parse_session(path: PathLike, number: int, obj: Any) -> Session:
     parser = _Parser(path, number)
-    session = parser.session(obj, "")
-    parser.check_streams(session, "", None)
+    try:
+        session = parser.session(obj, "")
+        parser.check_streams(session, "", None)
+    except RecursionError:
+        # the parser recurses per sub-agent level, about as deep as json's decoder goes
+        raise WorkloadFormatError(path, "sub-agents nested too deeply", line=number, field="calls") from None
     return session
+
+
+class _FileChecks:
+    """What is checked across the lines of one file: unique ids and names, one length per prefix group."""
+
+    def __init__(self, path: PathLike) -> None:
+        self.path = path
+        self.seen: dict[str, int] = {}
+        self.names: dict[str, tuple[int, str]] = {}
+        self.group_prefix: dict[str, tuple[int, int]] = {}
+
+    def add(self, number: int, session: Session) -> None:
+        if session.id in self.seen:
+            raise WorkloadFormatError(
+                self.path,
+                f"duplicate session id {session.id!r} (first on line {self.seen[session.id]})",
+                line=number,
+                field="id",
+            )
+        self.seen[session.id] = number
+        _check_names(self.path, number, session, self.names)
+        _check_group(self.path, number, session, self.group_prefix)
 
 
 class _Parser:
@@ -184,7 +224,7 @@ class _Parser:
         return value
 
     def float_(self, value: Any, where: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not is_finite(value):
             raise self.fail(where, f"expected a finite number >= 0, got {_kind(value)}")
         if value < 0:
             raise self.fail(where, f"expected a finite number >= 0, got {value}")

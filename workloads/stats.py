@@ -28,14 +28,16 @@ def workload_stats(sessions: Sequence[Session]) -> dict[str, Any]:
     appends = np.array([r[2].append_tokens for r in rows], dtype=np.int64)
     waits = np.array([r[2].wait_after_s for r in rows], dtype=np.float64)
     reuse = _prefix_reuse(sessions)
-    input_tokens = int(prompts.sum())
+    # Totals in Python integers: each count fits 64 bits (the reader checks), their sum need not, and
+    # numpy's int64 sum wrapped around silently (two prompts of 2**63 - 1 tokens summed to -2).
+    input_tokens = sum(r[3] for r in rows)
     return {
         "sessions": len(sessions),
         "subagent_sessions": sum(_subagents(s) for s in sessions),
         "calls": len(rows),
         "input_tokens": input_tokens,
-        "output_tokens": int(outputs.sum()),
-        "append_tokens": int(appends.sum()),
+        "output_tokens": sum(r[2].output_tokens for r in rows),
+        "append_tokens": sum(r[2].append_tokens for r in rows),
         "wait_s": float(waits.sum()),
         "prefix_groups": len({s.prefix_group for s in sessions if s.prefix_group is not None}),
         "calls_per_session": _distribution(np.array([len(s.calls) for s in sessions], dtype=np.float64)),

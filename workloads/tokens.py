@@ -40,6 +40,8 @@ _PIECES = re.compile(
 
 def estimate_tokens(text: str, *, chars_per_piece: int = 6) -> int:
     """Approximate BPE token count of ``text`` (see the module docstring for the method and its error)."""
+    if chars_per_piece < 1:  # (0 was a ZeroDivisionError on the first long piece)
+        raise ValueError(f"chars_per_piece must be >= 1, got {chars_per_piece!r}")
     count = 0
     for piece in _PIECES.findall(text):
         count += 1 if len(piece) <= chars_per_piece else -(-len(piece) // chars_per_piece)
@@ -58,6 +60,14 @@ def approx_tokens(text: str, *, chars_per_piece: int = 6) -> list[str]:
     return out
 
 
+def _count(minimum: int) -> Any:
+    def check(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{attribute.name} must be an integer >= {minimum}, got {value!r}")
+
+    return check
+
+
 @attrs.frozen(kw_only=True)
 class ChatTokenModel:
     """Chat-template tokens around messages, on top of :func:`estimate_tokens` of their text.
@@ -68,9 +78,11 @@ class ChatTokenModel:
     close to the 33 measured on the DeepSeek trajectories (module docstring).
     """
 
-    message_overhead_tokens: int = 5
-    tool_call_overhead_tokens: int = 25
-    chars_per_piece: int = 6
+    message_overhead_tokens: int = attrs.field(default=5, validator=_count(0))
+    tool_call_overhead_tokens: int = attrs.field(default=25, validator=_count(0))
+    chars_per_piece: int = attrs.field(default=6, validator=_count(1))
+    """(Checked, as these come from ``--set tokens=...``: 0 characters per piece divided by zero, and a
+    negative or fractional overhead gave counts no call can have.)"""
 
     def text(self, text: str) -> int:
         return estimate_tokens(text, chars_per_piece=self.chars_per_piece)

@@ -8,7 +8,7 @@ import os
 import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
@@ -59,49 +59,57 @@ def read_request_csv(path: PathLike, *, id_prefix: str = "req") -> list[Session]
     # utf-8-sig: a byte-order mark (Excel writes one) is not part of the first column's name
     with open(path, newline="", encoding="utf-8-sig") as handle:
         reader = csv.reader(utf8_lines(path, handle))
-        header = next((row for row in reader if row), None)
-        if header is None:
-            raise WorkloadFormatError(path, "empty file; expected a header row", line=1)
-        columns = _match_header(path, header, reader.line_num)
-        index = {name: i for i, name in enumerate(header)}
-        id_col = next((index[c] for c in _ID_COLUMNS if c in index), None)
-        sessions: list[Session] = []
-        first_ns: int | None = None
-        seen: set[str] = set()
-        for row in reader:
-            line = reader.line_num  # (the row's last physical line: skipped blank lines count)
-            if not row:  # a blank line; a row of empty cells (",,") has cells, and is refused below
-                continue
-            if len(row) != len(header):
-                raise WorkloadFormatError(path, f"expected {len(header)} cells, got {len(row)}", line=line)
-            time_text = row[index[columns.time]]
-            if columns.time_kind == "seconds":
-                arrival_s = _cell(path, line, columns.time, time_text, _seconds)
-            else:
-                stamp_ns = _cell(path, line, columns.time, time_text, _datetime_ns)
-                first_ns = stamp_ns if first_ns is None else first_ns
-                arrival_s = (stamp_ns - first_ns) / 1e9
-            if arrival_s < 0:
-                what = (
-                    "a time at or after the first row's" if columns.time_kind == "datetime" else "a time >= 0"
-                )
-                raise WorkloadFormatError(
-                    path, f"expected {what}, got {time_text!r}", line=line, field=columns.time
-                )
-            isl = _cell(path, line, columns.input, row[index[columns.input]], _count)
-            osl = _cell(path, line, columns.output, row[index[columns.output]], _count)
-            sid = row[id_col] if id_col is not None else f"{id_prefix}-{len(sessions)}"
-            if not sid or sid in seen:
-                raise WorkloadFormatError(
-                    path,
-                    f"expected a unique non-empty id, got {sid!r}",
-                    line=line,
-                    field=header[id_col] if id_col is not None else "id",
-                )
-            seen.add(sid)
-            sessions.append(
-                Session(id=sid, arrival_s=arrival_s, calls=(Call(append_tokens=isl, output_tokens=osl),))
+        try:
+            return _read_rows(path, reader, id_prefix)
+        except csv.Error as exc:  # a cell past csv's field size limit (or a NUL byte) was a bare _csv.Error
+            raise WorkloadFormatError(path, f"expected CSV ({exc})", line=reader.line_num) from None
+
+
+def _read_rows(path: PathLike, reader: Any, id_prefix: str) -> list[Session]:
+    """The sessions of a CSV reader's rows (see :func:`read_request_csv`)."""
+    header = next((row for row in reader if row), None)
+    if header is None:
+        raise WorkloadFormatError(path, "empty file; expected a header row", line=1)
+    columns = _match_header(path, header, reader.line_num)
+    index = {name: i for i, name in enumerate(header)}
+    id_col = next((index[c] for c in _ID_COLUMNS if c in index), None)
+    sessions: list[Session] = []
+    first_ns: int | None = None
+    seen: set[str] = set()
+    for row in reader:
+        line = reader.line_num  # (the row's last physical line: skipped blank lines count)
+        if not row:  # a blank line; a row of empty cells (",,") has cells, and is refused below
+            continue
+        if len(row) != len(header):
+            raise WorkloadFormatError(path, f"expected {len(header)} cells, got {len(row)}", line=line)
+        time_text = row[index[columns.time]]
+        if columns.time_kind == "seconds":
+            arrival_s = _cell(path, line, columns.time, time_text, _seconds)
+        else:
+            stamp_ns = _cell(path, line, columns.time, time_text, _datetime_ns)
+            first_ns = stamp_ns if first_ns is None else first_ns
+            arrival_s = (stamp_ns - first_ns) / 1e9
+        if arrival_s < 0:
+            what = (
+                "a time at or after the first row's" if columns.time_kind == "datetime" else "a time >= 0"
             )
+            raise WorkloadFormatError(
+                path, f"expected {what}, got {time_text!r}", line=line, field=columns.time
+            )
+        isl = _cell(path, line, columns.input, row[index[columns.input]], _count)
+        osl = _cell(path, line, columns.output, row[index[columns.output]], _count)
+        sid = row[id_col] if id_col is not None else f"{id_prefix}-{len(sessions)}"
+        if not sid or sid in seen:
+            raise WorkloadFormatError(
+                path,
+                f"expected a unique non-empty id, got {sid!r}",
+                line=line,
+                field=header[id_col] if id_col is not None else "id",
+            )
+        seen.add(sid)
+        sessions.append(
+            Session(id=sid, arrival_s=arrival_s, calls=(Call(append_tokens=isl, output_tokens=osl),))
+        )
     return sessions
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from typing import Any
 
-from workloads.errors import WorkloadFormatError
+from workloads.errors import WorkloadFormatError, is_finite
+from workloads.sessions import INT64_MAX
 
 PathLike = str | os.PathLike[str]
 
@@ -25,6 +25,10 @@ def load_json(path: PathLike) -> Any:
         raise WorkloadFormatError(
             path, f"invalid JSON at column {exc.colno}: {exc.msg}", line=exc.lineno
         ) from None
+    except ValueError as exc:  # an integer of more than 4,300 digits (Python's int-from-text limit)
+        raise WorkloadFormatError(path, f"invalid JSON ({exc})") from None
+    except RecursionError:  # json's decoder recurses per array or object
+        raise WorkloadFormatError(path, "invalid JSON (nested too deeply)") from None
 
 
 class Doc:
@@ -89,13 +93,16 @@ class Doc:
     def count(self, minimum: int = 0) -> int:
         if isinstance(self.value, bool) or not isinstance(self.value, int) or self.value < minimum:
             raise self.fail(f"expected a token count (integer >= {minimum}), got {_kind(self.value)}")
+        if self.value > INT64_MAX:
+            # the session-script reader refuses it, so the converted file could not be read back
+            raise self.fail(f"expected a token count of at most 2**63 - 1 (64 bits), got {self.value}")
         return self.value
 
     def number(self) -> float:
         if (
             isinstance(self.value, bool)
             or not isinstance(self.value, (int, float))
-            or not math.isfinite(self.value)
+            or not is_finite(self.value)
         ):
             raise self.fail(f"expected a finite number, got {_kind(self.value)}")
         return float(self.value)

@@ -23,8 +23,10 @@ def convert_azure(inputs: Sequence[PathLike]) -> list[Session]:
     stems: dict[str, PathLike] = {}
     for path in inputs:
         stem = Path(path).name.split(".")[0]
-        if stems.setdefault(stem, path) is not path:
+        # (by name, not identity: the same path object listed twice passed ``is``, and its ids repeated)
+        if stem in stems:
             raise WorkloadFormatError(path, f"its session ids ({stem}-N) would repeat those of {stems[stem]}, "
                                             f"whose name starts the same")
+        stems[stem] = path
         sessions.extend(read_request_csv(path, id_prefix=stem))
     return sessions

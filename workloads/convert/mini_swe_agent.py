@@ -23,7 +23,8 @@ Shared prefix: sessions whose system message (and tool use) are equal form one `
 is an estimate (usage does not split the prompt): 320 tokens for tool-calling trajectories — 20 of the 23
 DeepSeek trajectories report ``prompt_cache_hit_tokens = 320`` on their first call, i.e. a cross-instance
 shared prefix (tool schema + system message) of 320-383 tokens at DeepSeek's 64-token cache granularity —
-and the estimated system message for text-based ones. ``prefix_tokens=`` overrides it (0 = no group).
+and the estimated system message for text-based ones. ``prefix_tokens=`` overrides it (0 = no group). A
+session with a prompt shorter than the prefix has no group (the prefix heads every prompt).
 
 Tool wait after call k (until the next call is sent): with timestamps, ``ts(last observation before call
 k+1) - ts(call k)`` (the assistant stamp is taken when the response returned, the tool stamp when the
@@ -190,7 +191,9 @@ def convert_trajectory(
     else:
         prefix = prefix_tokens
     group: str | None = None
-    if prefix > 0 and prefix <= prompts[0]:
+    # The prefix heads every prompt, so it must fit under the shortest one, not only the first: a later
+    # prompt shorter than it gave a negative append, a bare ValueError naming no file.
+    if prefix > 0 and prefix <= min(prompts):
         digest = hashlib.sha1(system_text.encode("utf-8")).hexdigest()[:12]
         group = f"mini-swe-agent/{'tools' if tool_calling else 'text'}/{digest}"
     else:

@@ -13,8 +13,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from workloads.errors import WorkloadFormatError, utf8_lines
-from workloads.sessions import Call, Session
+from workloads.errors import WorkloadFormatError, is_finite, utf8_lines
+from workloads.sessions import INT64_MAX, Call, Session
 
 PathLike = str | os.PathLike[str]
 MOONCAKE_BLOCK_TOKENS = 512
@@ -31,9 +31,11 @@ def convert_mooncake(
     stems: dict[str, PathLike] = {}
     for path in inputs:
         stem = Path(path).name.split(".")[0]
-        if stems.setdefault(stem, path) is not path:
+        # (by name, not identity: the same path object listed twice passed ``is``, and its ids repeated)
+        if stem in stems:
             raise WorkloadFormatError(path, f"its session ids ({stem}-N) would repeat those of {stems[stem]}, "
                                             f"whose name starts the same")
+        stems[stem] = path
         with open(path, encoding="utf-8") as handle:
             row = 0
             for number, text in enumerate(utf8_lines(path, handle), start=1):
@@ -49,6 +51,10 @@ def _request(path: PathLike, line: int, text: str, sid: str, block_tokens: int) 
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise WorkloadFormatError(path, f"invalid JSON at column {exc.colno}: {exc.msg}", line=line) from None
+    except ValueError as exc:  # an integer of more than 4,300 digits (Python's int-from-text limit)
+        raise WorkloadFormatError(path, f"invalid JSON ({exc})", line=line) from None
+    except RecursionError:  # json's decoder recurses per array or object
+        raise WorkloadFormatError(path, "invalid JSON (nested too deeply)", line=line) from None
     if not isinstance(obj, dict):
         raise WorkloadFormatError(path, "expected a request object", line=line)
     for key in _KEYS:
@@ -60,7 +66,8 @@ def _request(path: PathLike, line: int, text: str, sid: str, block_tokens: int) 
             path, f"unknown key; expected keys {list(_KEYS)}", line=line, field=extra[0]
         )
     stamp = obj["timestamp"]
-    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not 0 <= stamp < float("inf"):
+    # (an integer beyond any float, compared exactly, passed ``< inf`` and made ``stamp / 1000`` overflow)
+    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not (is_finite(stamp) and stamp >= 0):
         raise WorkloadFormatError(
             path, f"expected milliseconds >= 0, got {stamp!r}", line=line, field="timestamp"
         )
@@ -70,6 +77,9 @@ def _request(path: PathLike, line: int, text: str, sid: str, block_tokens: int) 
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise WorkloadFormatError(path, f"expected an integer >= 1 (a request has a prompt and generates at "
                                             f"least one token), got {value!r}", line=line, field=key)
+        if value > INT64_MAX:  # the session-script reader refuses it: the converted file would not read back
+            raise WorkloadFormatError(path, f"expected an integer of at most 2**63 - 1 (64 bits), got {value}",
+                                      line=line, field=key)
         lengths.append(value)
     ids = obj["hash_ids"]
     if not isinstance(ids, list):
@@ -77,9 +87,10 @@ def _request(path: PathLike, line: int, text: str, sid: str, block_tokens: int) 
             path, f"expected an array of block ids, got {ids!r}", line=line, field="hash_ids"
         )
     for i, h in enumerate(ids):
-        if isinstance(h, bool) or not isinstance(h, int) or h < 0:
+        if isinstance(h, bool) or not isinstance(h, int) or not 0 <= h <= INT64_MAX:
             raise WorkloadFormatError(
-                path, f"expected an integer id >= 0, got {h!r}", line=line, field=f"hash_ids[{i}]"
+                path, f"expected an integer id >= 0 of at most 2**63 - 1 (64 bits), got {h!r}", line=line,
+                field=f"hash_ids[{i}]"
             )
     need = -(-lengths[0] // block_tokens)
     if len(ids) != need:

@@ -24,6 +24,7 @@ import os
 from collections.abc import Sequence
 
 from workloads.convert._access import Doc, load_json
+from workloads.errors import WorkloadFormatError
 from workloads.sessions import Call, Session
 from workloads.tokens import ChatTokenModel
 
@@ -41,8 +42,14 @@ def convert_lmbenchmark_sharegpt(
         raise ValueError(f"qps must be a finite number > 0, got {qps}")
     model = tokens or ChatTokenModel()
     sessions: list[Session] = []
+    stems: dict[str, PathLike] = {}
     for path in inputs:
-        prefix = "" if len(inputs) == 1 else f"{os.path.basename(path).split('.')[0]}/"
+        stem = os.path.basename(path).split(".")[0]
+        if len(inputs) > 1 and stem in stems:  # (a/run.json and b/run.json both gave run/conv-0, ...)
+            raise WorkloadFormatError(path, f"its session ids ({stem}/conv-N) would repeat those of {stems[stem]}, "
+                                            f"whose name starts the same")
+        stems[stem] = path
+        prefix = "" if len(inputs) == 1 else f"{stem}/"
         sessions.extend(_convert_file(path, qps, model, prefix))
     return sessions
 
