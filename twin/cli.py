@@ -39,7 +39,15 @@ def _fmt_s(v: float) -> str:
     return f"{v * 1e3:9.1f} ms" if v < 10 else f"{v:9.2f} s "
 
 
+def _fmt_n(v: float, spec: str) -> str:
+    """A rate or fraction, or "-" where it is undefined (no request finished, no prompt admitted), as
+    :func:`_fmt_s` prints a latency of no request: "nan" read as a number the run produced."""
+    return "-" if v != v else format(v, spec)
+
+
 def format_summary(summary: dict[str, Any]) -> str:
+    from twin.results import jsonable
+
     r = summary["requests"]
     lines = [f"requests: {r['submitted']} submitted, {r['completed']} completed, {r['failed']} failed"]
     lines.append(f"{'':10}{'mean':>12}{'p50':>12}{'p90':>12}{'p99':>12}")
@@ -48,13 +56,15 @@ def format_summary(summary: dict[str, Any]) -> str:
         s = summary[key]
         lines.append(f"{label:10}" + "".join(f"{_fmt_s(s[k]):>12}" for k in ("mean", "p50", "p90", "p99")))
     t = summary["throughput"]
-    lines.append(f"throughput: {t['output_tokens_per_s']:.1f} output tok/s, {t['input_tokens_per_s']:.1f} input "
-                 f"tok/s, {t['requests_per_s']:.3f} req/s (goodput {t['goodput_requests_per_s']:.3f} req/s)")
-    lines.append(f"prefix-cache hit rate: {summary['prefix_cache']['hit_rate']:.3f}; preemptions: "
+    lines.append(f"throughput: {_fmt_n(t['output_tokens_per_s'], '.1f')} output tok/s, "
+                 f"{_fmt_n(t['input_tokens_per_s'], '.1f')} input tok/s, "
+                 f"{_fmt_n(t['requests_per_s'], '.3f')} req/s "
+                 f"(goodput {_fmt_n(t['goodput_requests_per_s'], '.3f')} req/s)")
+    lines.append(f"prefix-cache hit rate: {_fmt_n(summary['prefix_cache']['hit_rate'], '.3f')}; preemptions: "
                  f"{summary['preemptions']}")
     for key in ("kv_transfer",):
-        if key in summary:
-            lines.append(f"{key}: {json.dumps(summary[key])}")
+        if key in summary:  # (as summary.json holds it: an undefined statistic null, not NaN, no JSON)
+            lines.append(f"{key}: {json.dumps(jsonable(summary[key]))}")
     sim = summary["sim"]
     lines.append(f"simulated {sim['simulated_s']:.1f} s in {sim['wall_s']:.2f} s wall ({sim['steps']} steps)")
     return "\n".join(lines)
@@ -87,6 +97,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         from twin.plots import plot_results
 
         plot_results(out)
+    else:  # (an earlier run's plots in a reused folder would pass for this one's, as token_times.json would)
+        from twin.plots import PLOT_NAMES
+
+        for png in PLOT_NAMES:
+            (out / png).unlink(missing_ok=True)
     print(format_summary(results.summary))
     print(f"results written to {out}/")
     return 0

@@ -63,11 +63,13 @@ def request_table(requests: Sequence[Request]) -> np.ndarray:
         finish = _t(r.finish_ns) if r.status is Status.FINISHED else float("nan")
         out = r.num_output_tokens
         tpot = (finish - first) / (out - 1) if out > 1 else float("nan")
+        # The largest gap between two tokens: none with fewer than two (it read 0.0, a max of nothing).
+        max_itl = r.max_itl_ns / NS if out > 1 else float("nan")
         table[i] = (
             r.id, r.session, r.turn, r.worker, _STATUS_NAMES[r.status], r.fail_reason, r.priority, arrival,
             _t(r.queued_ns), _t(r.first_scheduled_ns), first, _t(r.finish_ns), r.prompt_tokens, out,
             max(r.cached_tokens, 0), r.host_hit_tokens, r.recomputed_tokens, r.preemptions, first - arrival, tpot, finish - arrival,
-            _t(r.first_scheduled_ns) - arrival, r.max_itl_ns / NS, *_kv_columns(r),
+            _t(r.first_scheduled_ns) - arrival, max_itl, *_kv_columns(r),
         )
     return table
 
@@ -110,6 +112,9 @@ def summarize(table: np.ndarray, itl_counts: dict[int, int] | tuple[np.ndarray, 
     in_tokens = float(done["prompt_tokens"].sum())
     admitted = measured[measured["first_scheduled_s"] == measured["first_scheduled_s"]]
     prompt_sum = float(admitted["prompt_tokens"].sum())
+    # No admitted prompt has no hit rate (NaN, null in summary.json), as a latency of no request has none;
+    # 0.0 read as a cache that missed every prompt.
+    hit_rate = float(admitted["cached_tokens"].sum()) / prompt_sum if prompt_sum else float("nan")
     good = done
     if slo_ttft_s is not None:
         good = good[good["ttft_s"] <= slo_ttft_s]
@@ -129,7 +134,7 @@ def summarize(table: np.ndarray, itl_counts: dict[int, int] | tuple[np.ndarray, 
             "requests_per_s": len(done) / span if span > 0 else float("nan"),
             "goodput_requests_per_s": len(good) / span if span > 0 else float("nan"),
         },
-        "prefix_cache": {"hit_rate": float(admitted["cached_tokens"].sum()) / prompt_sum if prompt_sum else 0.0,
+        "prefix_cache": {"hit_rate": hit_rate,
                          "cached_tokens": int(admitted["cached_tokens"].sum()),
                          "host_hit_tokens": int(admitted["host_hit_tokens"].sum()),
                          "prompt_tokens": int(prompt_sum)},
@@ -164,7 +169,7 @@ class Results:
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
         write_table_csv(out / "requests.csv", self.requests)
-        with open(out / "timeseries.csv", "w", newline="") as fh:
+        with open(out / "timeseries.csv", "w", newline="", encoding="utf-8") as fh:
             writer = csv.writer(fh)
             cols = list(self.timeseries)
             writer.writerow(cols)
@@ -183,7 +188,9 @@ class Results:
 
 def write_table_csv(path: Path, table: np.ndarray) -> None:
     names = table.dtype.names or ()
-    with open(path, "w", newline="") as fh:
+    # UTF-8 whatever the locale (session names and fail reasons may hold any text; a Latin-1 or ASCII locale
+    # raised UnicodeEncodeError after the run), as twin.plots reads it.
+    with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(names)
         for row in table:
