@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                          "tpot_mean_s": s["tpot_s"]["mean"], "output_tok_per_s": s["throughput"]["output_tokens_per_s"],
                          "preemptions": s["preemptions"], "simulated_s": s["sim"]["simulated_s"],
                          "wall_s": s["sim"]["wall_s"]})
-    with open(out / "summary.csv", "w", newline="") as fh:
+    with open(out / "summary.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)

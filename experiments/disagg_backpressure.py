@@ -66,7 +66,7 @@ def write_summary(out: Path, results: dict[str, Results]) -> list[dict[str, Any]
             "max_decode_wait": float(np.nanmax(t["decode_wait"])), "pulls": kv["pulls"], "pushes": kv["pushes"],
             "dropped": kv["dropped"], "lease_expiries": kv["lease_expiries"],
         })
-    with open(out / "summary.csv", "w", newline="") as fh:
+    with open(out / "summary.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)

@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['p90_abs_err_pct']!s:>10s} {r['median_signed_err_pct']!s:>7s}")
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        with (args.out / "kernel_report.csv").open("w", newline="") as fh:
+        with (args.out / "kernel_report.csv").open("w", newline="", encoding="utf-8") as fh:
             w = csv.DictWriter(fh, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)

@@ -159,7 +159,11 @@ class Simulation:
         itl = (np.concatenate([gaps for gaps, _ in histograms]), np.concatenate([n for _, n in histograms]))
         summary = summarize(table, itl, warmup_s=cfg.run.warmup_s, slo_ttft_s=cfg.metrics.slo_ttft_s,
                             slo_tpot_s=cfg.metrics.slo_tpot_s)
-        summary["sessions"] = {**self.driver.sessions, "subagents": dict(self.driver.subagents)}
+        # A session still running when run.max_sim_s stopped the run (a request failed there, or in a wait)
+        # ended neither way: counted apart, so started = finished + failed + unfinished (it was left out).
+        s, sub = self.driver.sessions, self.driver.subagents
+        summary["sessions"] = {**s, "unfinished": s["started"] - s["finished"] - s["failed"],
+                               "subagents": {**sub, "unfinished": sub["started"] - sub["finished"] - sub["failed"]}}
         summary.update(self.system.summary())
         summary["sim"] = {"simulated_s": self.env.now / 1e9, "wall_s": self.wall_s,
                           "steps": sum(w.ledger.steps for w in self.workers)}

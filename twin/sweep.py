@@ -229,7 +229,9 @@ def make_executor(jobs: int, dask_address: str | None) -> tuple[Executor | None,
 def write_table(path: str | Path, rows: list[dict[str, Any]]) -> None:
     if not rows:
         raise ValueError("no sweep rows to write")
-    with open(path, "w", newline="") as fh:
+    # An undefined metric (NaN: no request finished, no prompt admitted) is an empty cell, as in the run's
+    # requests.csv (it was the text "nan"); UTF-8 whatever the locale, as the run's own CSVs.
+    with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: "" if isinstance(v, float) and v != v else v for k, v in row.items()} for row in rows)

@@ -1156,7 +1156,7 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
     results = [done[int(r["_line"])] for r in rows]
     cols = ["id", "line", "system", "backend", "model", "mode", "isl", "osl", "concurrency", "protocol", "pred_ttft_ms",
             "meas_ttft_ms", "ttft_err_pct", "pred_tpot_ms", "meas_tpot_ms", "tpot_err_pct", "wall_s", "skipped", "notes"]
-    with open(out / "rows.csv", "w", newline="") as fh:
+    with open(out / "rows.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=cols)
         writer.writeheader()
         for r in results:

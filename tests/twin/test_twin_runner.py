@@ -85,8 +85,8 @@ def test_request_that_can_never_fit_fails_and_others_complete(tmp_path):
     assert res.summary["requests"] == {"submitted": 2, "completed": 1, "failed": 1, "pending": 0}
     # One-call sessions are sent without a process of their own; their finish (or failure at the door)
     # still closes the session.
-    assert res.summary["sessions"] == {"started": 2, "finished": 1, "failed": 1, "skipped": 0,
-                                       "subagents": {"started": 0, "finished": 0, "failed": 0}}
+    assert res.summary["sessions"] == {"started": 2, "finished": 1, "failed": 1, "skipped": 0, "unfinished": 0,
+                                       "subagents": {"started": 0, "finished": 0, "failed": 0, "unfinished": 0}}
 
 
 def test_request_above_max_model_len_fails_at_the_door(tmp_path):
@@ -273,8 +273,8 @@ def test_sub_agents_fork_the_parents_context_and_the_parent_joins_them(tmp_path)
     parent_done = r[("p", 0)]["finish_s"]
     assert {r[(s, 0)]["arrival_s"] for s in ("p/a", "p/b", "p/big")} == {parent_done}
     assert r[("p", 1)]["arrival_s"] == max(r[("p/a", 0)]["finish_s"], r[("p/b", 0)]["finish_s"])
-    assert res.summary["sessions"] == {"started": 1, "finished": 1, "failed": 0, "skipped": 0,
-                                       "subagents": {"started": 3, "finished": 2, "failed": 1}}
+    assert res.summary["sessions"] == {"started": 1, "finished": 1, "failed": 0, "skipped": 0, "unfinished": 0,
+                                       "subagents": {"started": 3, "finished": 2, "failed": 1, "unfinished": 0}}
 
 
 def test_the_last_time_series_row_is_a_rate_over_its_own_interval_and_never_repeats_a_time():
@@ -414,6 +414,21 @@ def test_max_sim_s_fails_pending_requests_with_a_reason():
     t = res.requests
     pending = t[t["status"] == "failed"]
     assert len(pending) > 0 and all(r.startswith("time limit") for r in pending["fail_reason"])
+
+
+def test_sessions_still_running_at_the_time_limit_are_counted_unfinished(tmp_path):
+    """Found by fuzzing: at run.max_sim_s the pending requests fail, but the sessions they belong to (and one
+    in a tool wait) were counted neither finished nor failed (started 3, finished 1, failed 0). They are
+    now "unfinished": a's second call never left its 10 s wait, b's one long request was cut."""
+    sessions = [Session(id="a", arrival_s=0.0, calls=(Call(append_tokens=10, output_tokens=2, wait_after_s=10.0),
+                                                      Call(append_tokens=10, output_tokens=2))),
+                Session(id="b", arrival_s=0.0, calls=(Call(append_tokens=10, output_tokens=5000),)),
+                Session(id="c", arrival_s=0.0, calls=(Call(append_tokens=10, output_tokens=2),))]
+    res = run(sessions_config(tmp_path, sessions, run={"max_sim_s": 1.0}))
+    t = res.requests
+    assert sorted(zip(t["session"], t["status"])) == [("a", "finished"), ("b", "failed"), ("c", "finished")]
+    assert res.summary["sessions"] == {"started": 3, "finished": 1, "failed": 0, "skipped": 0, "unfinished": 2,
+                                       "subagents": {"started": 0, "finished": 0, "failed": 0, "unfinished": 0}}
 
 
 @pytest.mark.parametrize("sections", [

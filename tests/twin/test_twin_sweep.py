@@ -139,3 +139,14 @@ def test_resume_with_kept_runs_reruns_a_point_whose_folder_is_gone(tmp_path, cap
     printed = capsys.readouterr().out
     assert "1/1 runs done (" in printed and ", 1 reused" in printed
     assert (out / "runs" / "run0000" / "summary.json").exists() and (out / "runs" / "run0001" / "summary.json").exists()
+
+
+def test_an_undefined_metric_is_an_empty_cell_of_sweep_csv(tmp_path):
+    """A point where nothing finished (every prompt over max_model_len) has NaN latencies; sweep.csv wrote
+    the text "nan", where the run's own requests.csv leaves such a cell empty."""
+    from twin.sweep import write_table
+
+    write_table(tmp_path / "s.csv", [{"x": 1, "ttft_mean_s": float("nan"), "completed": 0, "error": ""},
+                                     {"x": 2, "ttft_mean_s": 0.25, "completed": 3, "error": ""}])
+    assert (tmp_path / "s.csv").read_text(encoding="utf-8").splitlines() == [
+        "x,ttft_mean_s,completed,error", "1,,0,", "2,0.25,3,"]
