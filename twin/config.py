@@ -30,6 +30,18 @@ def positive(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ign
         raise ValueError(f"{attr.name} must be a finite number > 0, got {value!r}")
 
 
+MAX_POOL_BLOCKS = 2_000_000_000
+"""The most blocks one worker's pool holds (twin/_blockpool.pyx keeps a 32-bit count per block)."""
+
+
+def pool_blocks(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    """A block count a pool can hold: 10**15 was a bare ValueError from the block pool, naming no field."""
+    positive(inst, attr, value)
+    if value is not None and value > MAX_POOL_BLOCKS:
+        raise ValueError(f"{attr.name} must be at most {MAX_POOL_BLOCKS:,} (the blocks one worker's pool holds), "
+                         f"got {value!r}")
+
+
 def non_negative(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
     if value is not None and not (value >= 0 and math.isfinite(value)):
         raise ValueError(f"{attr.name} must be a finite number >= 0, got {value!r}")
@@ -261,7 +273,7 @@ class SchedulerConfig:
 class KVCacheConfig:
     block_size: int | None = attrs.field(default=None, validator=positive)
     gpu_memory_utilization: float | None = attrs.field(default=None, validator=fraction)
-    num_blocks: int | None = attrs.field(default=None, validator=positive)
+    num_blocks: int | None = attrs.field(default=None, validator=pool_blocks)
     """Override of the derived capacity (blocks per worker); normally left empty."""
     prefix_caching: bool = True
     host_memory_gib: float | None = attrs.field(default=None, validator=[positive, bytes_gib])

@@ -21,7 +21,7 @@ import attrs
 import numpy as np
 import simpy
 
-from twin.config import RouterSpec, SystemSpec, TransferConfig, TwinConfig, positive
+from twin.config import RouterSpec, SystemSpec, TransferConfig, TwinConfig, pool_blocks, positive
 from twin.errors import ConfigError
 from twin.kv_cache import cdiv
 from twin.lifecycle import KVRecord, KVState
@@ -47,7 +47,7 @@ class PoolConfig:
     attention_dp: int = attrs.field(default=1, validator=positive)
     gpu: str | None = None
     """GPU of this pool; default ``hardware.gpu``."""
-    num_blocks: int | None = attrs.field(default=None, validator=positive)
+    num_blocks: int | None = attrs.field(default=None, validator=pool_blocks)
     """KV blocks per worker of this pool (default: derived from memory, or ``kv_cache.num_blocks``)."""
     max_num_seqs: int | None = attrs.field(default=None, validator=positive)
     max_num_batched_tokens: int | None = attrs.field(default=None, validator=positive)

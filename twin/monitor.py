@@ -17,11 +17,13 @@ class Monitor:
     At each tick, if no other event that can change anything is scheduled, nothing can ever happen again:
     ``on_idle`` is called (the runner raises a stall error there if work is pending) and sampling stops.
 
-    A still stretch (no worker holds a request, and the row just written repeats the one before but for
-    its time) is written as its first and last rows: the monitor sleeps to the last tick before the next
-    scheduled event, since nothing changes a gauge before that event. The rows left out are copies but for
-    their time; a trace whose times start far from zero (epoch seconds) would otherwise tick through the
-    whole gap.
+    A still stretch (no worker in a decode step or a fast-forwarded run of them, and the row just written
+    repeats the one before but for its time) is written as its first and last rows: the monitor sleeps to
+    the last tick before the next scheduled event, since nothing changes a gauge before that event. The rows
+    left out are copies but for their time; a trace whose times start far from zero (epoch seconds) would
+    otherwise tick through the whole gap, and so would one prompt step lasting years (a host tier at
+    1e-12 GB/s). Decode steps are left out because a fast-forwarded run changes the gauges at its step
+    boundaries without an event: step by step or fast-forwarded, they are sampled at every tick alike.
     """
 
     def __init__(self, env: simpy.Environment, workers: Sequence[Worker], interval_ns: int,
@@ -89,7 +91,7 @@ class Monitor:
         marks = self._marks
         if len(marks) < 2 or marks[-1][1:] != marks[-2][1:]:
             return False
-        return all(w.run is None and not w.sched.has_work for w in self.workers)
+        return all(w.run is None and not w.decoding for w in self.workers)
 
     def _run(self) -> ProcessGen:
         env = self.env

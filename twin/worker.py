@@ -18,7 +18,8 @@ from hardware import BatchShape, CostModel
 from twin.fastforward import DecodeRun, plan_decode_run, safe_steps
 from twin.request import Request
 from twin.scheduler import Scheduler
-from twin.sim import LATE, ProcessGen, StepEnd, fire, now_ns, slot_passed, to_ns
+from twin.errors import ConfigError
+from twin.sim import CLOCK_MAX_NS, LATE, ProcessGen, StepEnd, fire, now_ns, slot_passed, to_ns
 
 
 class Ledger:
@@ -170,6 +171,9 @@ class Worker:
         self.blocked = False
         """True while the worker has work but could schedule none of it (reported by the stall detector)."""
         self.run: DecodeRun | None = None
+        self.decoding = False
+        """True during a pure-decode step run on its own (not fast-forwarded): the monitor treats it as it
+        treats a fast-forward run (:attr:`run`), which step-by-step simulation runs as such steps."""
         self._wake: simpy.Event | None = None
         self._cut: simpy.Event | None = None
         """The end of the step in progress, when an outside event cut into a fast-forwarded run."""
@@ -302,8 +306,12 @@ class Worker:
                 if out.host_load_s:
                     extra = {"kv_host_load": out.host_load_s}
                     step_ns += to_ns(out.host_load_s)
+                if now + step_ns > CLOCK_MAX_NS:
+                    self._past_clock(now, step_ns, out.host_load_s)
                 self.ledger.add(vector, step_ns, extra)
+                self.decoding = out.stats.is_pure_decode
                 yield StepEnd(env, step_ns, self.priority)
+                self.decoding = False
                 finished = sched.update(out, now_ns(env))
             else:
                 finished, prepared = yield from self._fast_forward(run)
@@ -353,9 +361,23 @@ class Worker:
         """Arm the end of a run's costed segment, handled by a callback (instead of waiting on ``end |
         wake``: a condition event per segment costs more than the segment's steps)."""
         self._disarm()
+        now = now_ns(self.env)
+        if now + delay_ns > CLOCK_MAX_NS:
+            self._past_clock(now, delay_ns, 0.0)
         end = StepEnd(self.env, delay_ns, self.priority)
         end.callbacks.append(self._on_segment_end)  # type: ignore[union-attr]
         self._armed = end
+
+    def _past_clock(self, now: int, step_ns: int, host_load_s: float) -> None:
+        """Refuse a step (or fast-forwarded decode steps) ending past the clock's range: the scheduler takes
+        nothing queued there, so the run stalled, or (a host tier at 1e-12 GB/s: one load of three blocks
+        lasting 5.5e9 s) sampled the time series every interval through the gap, a hang. What makes a step
+        that long is a setting or a spec, named where it is the host tier's bandwidth."""
+        field = "kv_cache.host_bandwidth_GBps" if host_load_s * 1e9 * 2 > step_ns else "hardware"
+        raise ConfigError(field, f"worker {self.wid}: a step of {step_ns / 1e9:.4g} s starting at {now / 1e9:.4g} s "
+                                 f"(host KV loads {host_load_s:.4g} s of it) would end past the simulated clock's "
+                                 f"range ({CLOCK_MAX_NS / 1e9:.4g} s: it counts nanoseconds in 64 bits); a "
+                                 f"bandwidth or rate that small cannot be simulated")
 
     def _disarm(self) -> None:
         """Drop the armed segment end. One still queued (a run shortened or cut before it) stays in SimPy's

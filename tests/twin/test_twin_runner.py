@@ -681,6 +681,49 @@ def test_a_cut_fast_forward_run_leaves_no_event_the_monitor_stops_at(tmp_path):
     assert times[0][20:25] == [0.2, 0.21, 0.22, 0.99, 1.0]
 
 
+def test_a_prompt_step_lasting_years_is_sampled_as_a_still_stretch_and_one_past_the_clock_is_refused(tmp_path):
+    """Found by fuzzing: a host tier at 1e-12 GB/s makes a's second prompt step load two host blocks for
+    about 3.7e9 s. The monitor sampled every second through it (a hang: it only skipped stretches with no
+    request on any worker); now a stretch in which no decode step runs is skipped to the last tick before
+    the next event, so the run ends at once with a handful of rows. At half that bandwidth the step would
+    end past the clock's range (2**62 ns), where the scheduler takes nothing: a config error naming the
+    bandwidth. (An alarm turns the old hang into a failure.)"""
+    import signal
+
+    sessions = [Session(id="a", arrival_s=0.0, calls=(Call(append_tokens=40, output_tokens=2, wait_after_s=0.5),
+                                                      Call(append_tokens=20, output_tokens=2))),
+                Session(id="b", arrival_s=0.1, calls=(Call(append_tokens=80, output_tokens=2),))]
+
+    def config(bandwidth):
+        return sessions_config(tmp_path, sessions, model={"name": "Qwen/Qwen3-0.6B"},
+                               kv_cache={"block_size": 16, "num_blocks": 6, "host_memory_gib": 1,
+                                         "host_bandwidth_GBps": bandwidth})
+
+    old = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("the run did not end within 30 s"))
+    signal.alarm(30)
+    try:
+        res = run(config(1e-12))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert list(res.requests["status"]) == ["finished"] * 3 and res.summary["prefix_cache"]["host_hit_tokens"] == 32
+    assert 3.6e9 < res.summary["sim"]["simulated_s"] < 3.8e9 and len(res.timeseries["time_s"]) < 20
+    with pytest.raises(ConfigError, match=r"^kv_cache.host_bandwidth_GBps: worker 0: a step of 7.\d+e\+09 s starting "
+                                          r"at 0.5039 s \(host KV loads 7.\d+e\+09 s of it\) would end past the "
+                                          r"simulated clock's range"):
+        run(config(5e-13))
+
+
+def test_a_pool_past_the_block_pools_size_is_a_config_error():
+    """Found by fuzzing: kv_cache.num_blocks 10**15 was a bare ValueError from the block pool."""
+    for section, path in (({"kv_cache": {"num_blocks": 10**15}}, "kv_cache.num_blocks"),
+                          ({"system": {"kind": "disaggregated", "decode": {"num_blocks": 10**15}}},
+                           "system.decode.num_blocks")):
+        with pytest.raises(ConfigError, match=rf"^{re.escape(path)}: num_blocks must be at most 2,000,000,000"):
+            load_config(section)
+    assert load_config({"kv_cache": {"num_blocks": 2_000_000_000}}).kv_cache.num_blocks == 2_000_000_000
+
+
 def test_config_errors_survive_simpy_copying_them():
     """SimPy hands a failed process's exception to the process waiting on it as type(exc)(*exc.args): a
     ConfigError built from its formatted text alone was a TypeError there."""
