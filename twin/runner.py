@@ -12,7 +12,7 @@ import numpy as np
 import simpy
 
 from twin.agents import SessionDriver
-from twin.sim import CLOCK_MAX_NS, to_ns
+from twin.sim import CLOCK_MAX_NS, now_ns, to_ns
 from twin.config import TwinConfig, blame, load_config
 from twin.errors import ConfigError, InvariantError, StallError
 from twin.request import Request, Status
@@ -132,6 +132,7 @@ class Simulation:
         for req in self.driver.pending_requests:  # only after max_sim_s
             req.fail_reason = f"time limit: still {req.status.name.lower()} at run.max_sim_s"
             req.status = Status.FAILED
+            req.finish_ns = now_ns(self.env)  # (it ended there, as an abort or a refusal ends when it happens)
         self.monitor.sample()
         if cfg.run.check_invariants:
             self.check_end_state()

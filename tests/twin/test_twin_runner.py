@@ -414,6 +414,7 @@ def test_max_sim_s_fails_pending_requests_with_a_reason():
     t = res.requests
     pending = t[t["status"] == "failed"]
     assert len(pending) > 0 and all(r.startswith("time limit") for r in pending["fail_reason"])
+    assert (pending["finish_s"] == 0.5).all()  # (it was NaN: they ended at the limit)
 
 
 def test_sessions_still_running_at_the_time_limit_are_counted_unfinished(tmp_path):
