@@ -125,6 +125,10 @@ def _match_header(path: PathLike, header: list[str], line: int) -> _Columns:
                     f"unexpected or repeated column(s) {extra} for the {columns.name} " f"column set",
                     line=line,
                 )
+            if set(_ID_COLUMNS) <= names:  # (request_id was taken and id ignored without a word)
+                raise WorkloadFormatError(
+                    path, f"two id columns {list(_ID_COLUMNS)}; expected at most one", line=line
+                )
             return columns
     known = "; ".join(",".join((c.time, c.input, c.output)) for c in _COLUMN_SETS)
     raise WorkloadFormatError(

@@ -272,3 +272,15 @@ def test_blank_lines_of_a_trace_are_skipped_and_later_lines_keep_their_numbers(t
     trace.write_text("\n\n")
     with pytest.raises(WorkloadFormatError, match=r"t.csv:1: empty file; expected a header row"):
         read_request_csv(trace)
+
+
+def test_a_trace_with_both_id_columns_is_refused(tmp_path: Path) -> None:
+    """Found by fuzzing: with request_id and id both present, request_id was taken and id ignored without a
+    word; one id column is taken as it is."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens,request_id,id\n0.5,10,3,a,b\n")
+    with pytest.raises(WorkloadFormatError) as info:
+        read_request_csv(trace)
+    assert str(info.value) == f"{trace}:1: two id columns ['request_id', 'id']; expected at most one"
+    trace.write_text("arrival_s,input_tokens,output_tokens,id\n0.5,10,3,b\n")
+    assert [s.id for s in read_request_csv(trace)] == ["b"]
