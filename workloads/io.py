@@ -49,8 +49,8 @@ def write_sessions(path: PathLike, sessions: Iterable[Session], source: str, **m
     Every session is first checked as :func:`read_workload` checks its line, and nothing is written when
     one fails: the writer used to write whatever it was given, so a NaN arrival left a file cut after the
     header (which reads as an empty workload), and an empty id, a duplicate name or a bool count gave a
-    file the reader refuses. (``prefix_tokens`` without a ``prefix_group`` and ``hash_block_tokens``
-    without ``block_hashes`` are still left out, as :func:`session_to_dict` does.)
+    file the reader refuses. (``hash_block_tokens`` without ``block_hashes`` is still left out, as
+    :func:`session_to_dict` does; a Session cannot hold ``prefix_tokens`` without a ``prefix_group``.)
     """
     header: dict[str, Any] = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "source": source}
     for key, value in meta.items():

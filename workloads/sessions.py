@@ -87,6 +87,12 @@ class Session:
         if not value:
             raise ValueError(f"session {self.id!r} has no calls")
 
+    def __attrs_post_init__(self) -> None:
+        # A prefix belongs to a group: without one, prompt_tokens counted it but the file format (and the
+        # driver) have no such prefix, so a written session read back with other prompt lengths.
+        if self.prefix_tokens and self.prefix_group is None:
+            raise ValueError(f"session {self.id!r}: prefix_tokens {self.prefix_tokens} needs a prefix_group")
+
 
 def session_to_dict(session: Session) -> dict[str, Any]:
     """The JSON object of one session line; default-valued fields are left out."""

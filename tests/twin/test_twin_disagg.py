@@ -212,7 +212,7 @@ calls = st.builds(lambda a, o, w: Call(append_tokens=a, output_tokens=o, wait_af
 def scenarios(draw):
     n = draw(st.integers(1, 6))
     sessions = [Session(id=f"s{i}", arrival_s=draw(st.sampled_from([0.0, 0.001, 0.05, 0.3])),
-                        prefix_group="sys" if draw(st.booleans()) else None, prefix_tokens=32,
+                        **(dict(prefix_group="sys", prefix_tokens=32) if draw(st.booleans()) else {}),
                         calls=tuple(draw(st.lists(calls, min_size=1, max_size=3)))) for i in range(n)]
     system = {"kind": "disaggregated",
               "prefill": {"workers": draw(st.integers(1, 2)), "num_blocks": draw(st.integers(8, 60))},

@@ -308,3 +308,13 @@ def test_counts_past_64_bits_name_file_line_and_field(tmp_path: Path, line: str,
     assert str(info.value) == f"{path}:2: {message}"
     edge = write_lines(tmp_path / "edge.jsonl", HEADER, '{"id":"a","calls":[{"append":9223372036854775807,"output":1}]}')
     assert read_sessions(edge)[0].calls[0].append_tokens == 2**63 - 1
+
+
+def test_a_session_cannot_hold_a_prefix_without_its_group() -> None:
+    """Found by fuzzing: Session(prefix_tokens=32) with no group counted the prefix in prompt_tokens, but the
+    writer left it out (the format has no prefix without a group), so the session read back with other
+    prompt lengths. It is refused where it is made, as the reader refuses such a line."""
+    with pytest.raises(ValueError, match=r"^session 'a': prefix_tokens 32 needs a prefix_group$"):
+        Session(id="a", prefix_tokens=32, calls=(Call(append_tokens=1, output_tokens=1),))
+    assert prompt_tokens(Session(id="a", prefix_group="g", prefix_tokens=32,
+                                 calls=(Call(append_tokens=1, output_tokens=1),))) == [33]
