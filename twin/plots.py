@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Collection, Literal
+from typing import Collection, Iterator, Literal
 
 import numpy as np
 
@@ -108,36 +109,51 @@ def plot_results(folder: str | Path, out: str | Path | None = None) -> list[Path
     extra = [c for c in ts if c.startswith("staged") or c.startswith("decode_wait") or c.startswith("link")]
     if extra:
         panels.append(("disaggregation", [(c, c) for c in extra]))
-    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.3 * len(panels)), sharex=True)
-    for ax, (title, series) in zip(np.atleast_1d(axes), panels):
-        for col, label in series:
-            if col in ts:
-                ax.plot(t, ts[col], label=label, lw=1.2)
-        ax.set_ylabel(title)
-        ax.grid(alpha=0.3)
-        if len(series) > 1 and ax.get_legend_handles_labels()[0]:  # (none of its columns: matplotlib warned)
-            ax.legend(loc="upper right", fontsize=8)
-    np.atleast_1d(axes)[-1].set_xlabel("simulated time (s)")
-    fig.tight_layout()
-    path = dst / PLOT_NAMES[0]
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
+    with _plotting(src / "timeseries.csv"):
+        fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.3 * len(panels)), sharex=True)
+        for ax, (title, series) in zip(np.atleast_1d(axes), panels):
+            for col, label in series:
+                if col in ts:
+                    ax.plot(t, ts[col], label=label, lw=1.2)
+            ax.set_ylabel(title)
+            ax.grid(alpha=0.3)
+            if len(series) > 1 and ax.get_legend_handles_labels()[0]:  # (none of its columns: matplotlib warned)
+                ax.legend(loc="upper right", fontsize=8)
+        np.atleast_1d(axes)[-1].set_xlabel("simulated time (s)")
+        fig.tight_layout()
+        path = dst / PLOT_NAMES[0]
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
 
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
-    for ax, col, label in zip(axes, ("ttft_s", "tpot_s", "e2e_s"), ("TTFT (s)", "TPOT (s)", "E2E latency (s)")):
-        v = np.sort(req[col][counted & np.isfinite(req[col])])
-        if len(v):
-            ax.plot(v, np.arange(1, len(v) + 1) / len(v), lw=1.5)
-        ax.set_xlabel(label)
-        ax.set_ylabel("CDF")
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = dst / PLOT_NAMES[1]
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
+    with _plotting(src / "requests.csv"):
+        fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+        for ax, col, label in zip(axes, ("ttft_s", "tpot_s", "e2e_s"), ("TTFT (s)", "TPOT (s)", "E2E latency (s)")):
+            v = np.sort(req[col][counted & np.isfinite(req[col])])
+            if len(v):
+                ax.plot(v, np.arange(1, len(v) + 1) / len(v), lw=1.5)
+            ax.set_xlabel(label)
+            ax.set_ylabel("CDF")
+            ax.grid(alpha=0.3)
+        fig.tight_layout()
+        path = dst / PLOT_NAMES[1]
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
     return written
+
+
+@contextmanager
+def _plotting(source: Path) -> Iterator[None]:
+    """Drawing ``source``'s values: matplotlib's own error on values it cannot lay out (near 1e308, "arange:
+    cannot compute length") named no file; it names ``source`` now."""
+    import matplotlib.pyplot as plt
+
+    try:
+        yield
+    except (ValueError, OverflowError) as exc:
+        plt.close("all")
+        raise ValueError(f"{source}: cannot plot its values ({exc})") from None
 
 
 def _warmup_s(path: Path) -> float:

@@ -176,3 +176,15 @@ def test_run_without_plots_removes_an_earlier_runs_plots(tmp_path, capsys):
     assert main(["run", "--set", "workload.num_requests=2", "--no-plots", "--out", str(tmp_path)]) == 0
     assert not (tmp_path / "timeseries.png").exists() and not (tmp_path / "latency_cdf.png").exists()
     assert (tmp_path / "summary.json").exists()
+
+
+def test_values_matplotlib_cannot_lay_out_name_their_file(tmp_path, capsys):
+    """Found by fuzzing: hand-edited gauges of +-1e308 made matplotlib fail with "arange: cannot compute
+    length", a message naming no file; `twin plot` names the file now."""
+    (tmp_path / "timeseries.csv").write_text("time_s,kv_usage\n0.0,1e308\n1.0,-1e308\n")
+    (tmp_path / "requests.csv").write_text("status,arrival_s,ttft_s,tpot_s,e2e_s\nfinished,0.0,0.5,0.01,0.9\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (matplotlib's own overflow warnings on the way)
+        assert main(["plot", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"twin: error: {tmp_path}/timeseries.csv: cannot plot its values "
+                                       f"(arange: cannot compute length)\n")
