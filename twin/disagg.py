@@ -168,8 +168,8 @@ class DisaggSystem:
         kind = None
         for workers, dep, pool in ((self.prefill, self.p_dep, spec.prefill), (self.decode, self.d_dep, spec.decode)):
             per_node = spec.gpus_per_node or dep.gpu.scaleup_domain_gpus
-            if kind is not None and dep.gpu.name != kind:
-                node, gpu = node + (gpu > 0), 0
+            if kind is not None and dep.gpu.name != kind and gpu:  # another GPU kind starts a node of its own
+                node, gpu = node + 1, 0
             kind = dep.gpu.name
             size = dep.gpus
             if size > per_node:
