@@ -781,3 +781,39 @@ def test_a_session_starting_or_waiting_past_the_clock_range_is_a_config_error(tm
     with pytest.raises(ConfigError, match=r"^workload: session 'b' starts at 1.0 s and its waits add up to "
                                           rf"{CLOCK_MAX_S!r} s"):
         Simulation(sessions_config(tmp_path, waits[1:]))
+
+
+@pytest.mark.parametrize("example, sample_s, size", [("chat", 0.05, "workload.num_requests=60"),
+                                                     ("agentic", 0.05, "workload.limit=6"),
+                                                     ("disagg", 0.01, "workload.num_users=6")])
+def test_still_stretch_compression_leaves_out_only_copies(monkeypatch, example, sample_s, size):
+    """The time series with still stretches compressed is the uncompressed one less rows that repeat the
+    row before them but for their time, on the three examples sampled finely (blocked workers, prompt
+    steps spanning ticks, tool waits, pulls). The first and last row of each stretch stay."""
+    import math
+
+    import twin.monitor
+    from twin.cli import example_path
+
+    def series(compress):
+        if not compress:
+            monkeypatch.setattr(twin.monitor.Monitor, "_still", lambda self: False)
+        cfg = load_config(example_path(example), [f"metrics.sample_interval_s={sample_s}", size])
+        ts = run(cfg).timeseries
+        monkeypatch.undo()
+        cols = list(ts)
+        return [tuple(float(ts[c][i]) for c in cols) for i in range(len(ts["time_s"]))]
+
+    def same(a, b):
+        return all(x == y or (math.isnan(x) and math.isnan(y)) for x, y in zip(a[1:], b[1:]))
+
+    kept, full = series(True), series(False)
+    assert len(kept) < len(full)
+    times = {row[0] for row in kept}
+    assert times <= {row[0] for row in full}
+    for i, row in enumerate(full):
+        if row[0] in times:  # a kept row is the same row
+            other = kept[[r[0] for r in kept].index(row[0])]
+            assert other[0] == row[0] and same(other, row)
+        else:
+            assert same(row, full[i - 1]), (example, row[0])  # a row left out repeats the row before it
