@@ -315,7 +315,8 @@ class TransferConfig:
     decode_headroom_blocks: int = attrs.field(default=0, validator=non_negative)
     """Blocks reserved beyond the prompt before a pull starts, for the request's growth."""
     max_handoffs_per_s: float | None = attrs.field(default=None, validator=[positive, rate_on_clock])
-    """P->D pacing limit: transfers leaving one prefill worker start at most this often."""
+    """P->D pacing limit: pulls from one prefill worker start at most this often (``kind: pull`` only; a
+    pull that finds no room on its decode worker takes no slot)."""
 
 
 @attrs.frozen(kw_only=True)
