@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
+import json
+import re
+
 import yaml
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -15,12 +18,59 @@ and resolvers as ``yaml.safe_load``, so the values are the same."""
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    """Read one YAML mapping; a file that is not a mapping is a packaging error."""
+    """Read one YAML mapping; a file that is not a mapping is a packaging error.
+
+    A syntax error is a ValueError naming the file and the line (a user's own spec under data/ is read by
+    the same loaders as the shipped ones, and the twin's config check reports ValueErrors; a bare
+    yaml.YAMLError was a traceback)."""
     with path.open() as fh:
-        data = yaml.load(fh, Loader=SAFE_LOADER)
+        try:
+            data = yaml.load(fh, Loader=SAFE_LOADER)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = f", line {mark.line + 1}" if mark is not None else ""
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise ValueError(f"{path}{line}: not valid YAML: {problem}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a YAML mapping, got {type(data).__name__}")
     return data
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """Read one JSON object (a model's config.json), with the same errors as :func:`read_yaml`."""
+    with path.open() as fh:
+        try:
+            data = json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}, line {exc.lineno}: not valid JSON: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def key_line(path: Path, dotted: str) -> int | None:
+    """The line (1-based) of a field of a YAML or JSON spec file, for error messages: the first line that
+    names its last part after the lines naming the parts before it (``peak_flops.bf16``); None if not found.
+
+    A text scan rather than a second parse: it only has to point a person at the right line."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    start = 0
+    for part in dotted.split("."):
+        pattern = re.compile(rf"""^\s*["']?{re.escape(part)}["']?\s*:""")
+        hit = next((i for i in range(start, len(lines)) if pattern.match(lines[i])), None)
+        if hit is None:
+            return None
+        start = hit
+    return start + 1
+
+
+def where(path: Path, dotted: str) -> str:
+    """``path, line N`` of a field (just ``path`` when the field is not written in the file)."""
+    line = key_line(path, dotted)
+    return f"{path}, line {line}" if line is not None else str(path)
 
 
 def unknown_name(kind: str, name: str, valid: Iterable[str]) -> ValueError:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import math
 from types import MappingProxyType
-from typing import Mapping
+from typing import Iterable, Mapping
 
 import attrs
 
@@ -630,7 +630,7 @@ class CostModel:
         """:meth:`step` without the memo: a fresh term dict (``term_names`` order) and the total in integer
         nanoseconds (>= 1). For callers that memoise prices themselves (twin.worker.StepPrices)."""
         terms = self._terms(shape)
-        return terms, max(1, round(sum(terms.values()) * 1e9))
+        return terms, self._total_ns(terms.values(), terms)
 
     def step(self, shape: BatchShape) -> tuple[Mapping[str, float], int]:
         """The term breakdown and the total in integer nanoseconds (>= 1), memoised on the exact shape."""
@@ -671,7 +671,7 @@ class CostModel:
         t["attention"] = attn = self._attention_time(graph, n, sum_kv, 0, 0, 0, 0, d_max=max_kv)
         self._fill_context_terms(t, sum_kv, n, attn, eager)
         out = [t[name] for name in self._enabled]
-        return out, max(1, round(sum(out) * 1e9))
+        return out, self._total_ns(out, t)
 
     def decode_max_kv_bound(self, n: int, sum_kv: int) -> int:
         """The longest context ``m`` up to which :meth:`decode_step` (n, sum_kv, m) gives the same floats for
@@ -743,6 +743,17 @@ class CostModel:
             self._decode_bases.clear()
         self._decode_bases[n] = (graph, eager, t)
         return graph, eager, t
+
+    def _total_ns(self, values: Iterable[float], terms: Mapping[str, float]) -> int:
+        """The step total in integer ns (>= 1). A total that is not finite (a user's spec with finite but
+        absurd numbers, 1e-300 FLOP/s: the terms overflow to inf) is a ValueError naming the terms, where
+        round() raised a bare OverflowError (inf) or ValueError (NaN) naming nothing."""
+        total = sum(values)
+        if not math.isfinite(total):
+            bad = ", ".join(f"{k}={v!r}" for k, v in terms.items() if not math.isfinite(v))
+            raise ValueError(f"step cost is not finite for {self.dep.model.name} on {self.dep.gpu.name} "
+                             f"({bad}): check the GPU, model and engine specs for absurd values")
+        return max(1, round(total * 1e9))
 
     def step_time_ns(self, shape: BatchShape) -> int:
         """Total step time in integer nanoseconds (>= 1), memoised on the exact shape."""

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 
 import attrs
 
-from hardware._data import DATA_DIR, read_yaml, unknown_name
+from hardware._data import DATA_DIR, read_yaml, unknown_name, where
 from hardware.gpu import GPUSpec
 
 ENGINE_DIR = DATA_DIR / "engines"
@@ -18,6 +19,10 @@ MEMORY_FRACTION_RULES = ("fixed", "sglang")
 ADMISSION_RESERVES = ("none", "sglang")
 PREEMPTION_RULES = ("vllm", "sglang")
 _MIB = 2**20
+HOST_TIME_FIELDS = ("step_host_s", "per_request_host_s", "launch_s", "per_block_host_s", "graph_kernel_floor_s",
+                    "eager_layer_host_s", "eager_moe_host_s", "sampler_s_per_vocab")
+"""The profile's seconds (per step, request, kernel, block, layer or vocabulary entry): each is added to step
+costs, so each must be a finite number >= 0."""
 SGLANG_MEMORY_TIERS = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (160, 8192, 256, 512),
                        (float("inf"), 16384, 512, 512))
 """SGLang's defaults by the GPU's memory (server_args._handle_gpu_memory_settings, 0.5.6-0.5.9): (below this
@@ -99,14 +104,19 @@ class EngineProfile:
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"engine {self.name!r}: gpu_memory_utilization must be in (0, 1], "
                              f"got {self.gpu_memory_utilization}")
-        if self.eager_layer_host_s < 0.0 or self.eager_moe_host_s < 0.0:
-            raise ValueError(f"engine {self.name!r}: eager host times must be >= 0, got "
-                             f"{self.eager_layer_host_s}, {self.eager_moe_host_s}")
-        if self.block_size < 1:
-            raise ValueError(f"engine {self.name!r}: block_size must be >= 1, got {self.block_size}")
-        if self.sampler_s_per_vocab < 0.0:
-            raise ValueError(f"engine {self.name!r}: sampler_s_per_vocab must be >= 0, got "
-                             f"{self.sampler_s_per_vocab}")
+        # Every host time, not only the eager ones: a negative step_host_s or per_block_host_s made step costs
+        # negative, a NaN or infinite one NaN, without a word.
+        for field in HOST_TIME_FIELDS:
+            value = getattr(self, field)
+            if not 0.0 <= value < math.inf:
+                raise ValueError(f"engine {self.name!r}: {field} must be a finite number of seconds >= 0, got "
+                                 f"{value!r}")
+        if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) or self.block_size < 1:
+            raise ValueError(f"engine {self.name!r}: block_size must be an integer >= 1, got {self.block_size!r}")
+        if isinstance(self.runtime_reserve_bytes, bool) or not isinstance(self.runtime_reserve_bytes, int) \
+                or self.runtime_reserve_bytes < 0:
+            raise ValueError(f"engine {self.name!r}: runtime_reserve_bytes must be an integer >= 0, got "
+                             f"{self.runtime_reserve_bytes!r}")
 
     def _big_gpu(self, gpu: GPUSpec) -> bool:
         return gpu.hbm_bytes >= 70 * _GIB and gpu.arch != "ampere"
@@ -268,4 +278,8 @@ def engine_from_yaml(path: Path) -> EngineProfile:
         elif isinstance(default, (int, float)) and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ValueError(f"{path}: {key} must be a number, got {value!r} (YAML reads 1e-10 as text: "
                              f"write 1.0e-10)")
-    return EngineProfile(**raw)
+    try:
+        return EngineProfile(**raw)
+    except ValueError as exc:   # the profile's own checks: name the file and the field's line too
+        field = next((f for f in fields if f" {f} " in f" {exc} ".replace(":", " ")), None)
+        raise ValueError(f"{where(path, field) if field else path}: {exc}") from None

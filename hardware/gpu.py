@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import math
+from pathlib import Path
 from typing import Any, Mapping
 
 import attrs
 
-from hardware._data import DATA_DIR, read_yaml, unknown_name
+from hardware._data import DATA_DIR, read_yaml, unknown_name, where
 
 GPU_DIR = DATA_DIR / "gpus"
 # Fallback order when a GPU has no tensor-core rate for a format (e.g. FP4 on Hopper runs at FP8 rate).
@@ -15,8 +17,9 @@ _FLOPS_FALLBACK = {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16"
 
 
 def _positive(inst: object, attr: "attrs.Attribute[Any]", value: float) -> None:
-    if not value > 0:
-        raise ValueError(f"GPUSpec.{attr.name} must be > 0, got {value!r}")
+    # Finite too: an infinite bandwidth priced every memory-bound kernel at its floor without a word.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"GPUSpec.{attr.name} must be a finite number > 0, got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -42,6 +45,15 @@ class GPUSpec:
     def __attrs_post_init__(self) -> None:
         if "bf16" not in self.peak_flops:
             raise ValueError(f"GPU {self.name!r}: peak_flops needs a 'bf16' entry")
+        # A zero rate divided the roofline by zero, a NaN one made every step cost NaN.
+        for dtype, rate in self.peak_flops.items():
+            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < math.inf:
+                raise ValueError(f"GPU {self.name!r}: peak_flops.{dtype} must be a finite number > 0 (FLOP/s), "
+                                 f"got {rate!r}")
+        if isinstance(self.scaleup_domain_gpus, bool) or not isinstance(self.scaleup_domain_gpus, int) \
+                or self.scaleup_domain_gpus < 1:
+            raise ValueError(f"GPU {self.name!r}: scaleup_domain_gpus must be an integer >= 1, got "
+                             f"{self.scaleup_domain_gpus!r}")
 
     @property
     def hbm_gib(self) -> float:
@@ -67,8 +79,55 @@ def load_gpu(name: str) -> GPUSpec:
     path = GPU_DIR / f"{key}.yaml"
     if not path.is_file():
         raise unknown_name("GPU", name, list_gpus())
+    return gpu_from_yaml(path)
+
+
+_RATES = ("hbm_bw_Bps", "scaleup_bw_Bps", "host_bw_Bps", "nic_bw_Bps")
+_TEXT_FIELDS = ("name", "display_name", "vendor", "arch", "sources")
+
+
+def _rate(path: Path, key: str, value: Any) -> float:
+    """A rate written as a YAML number or as text float() reads (PyYAML reads ``3.35e12``, without a dot
+    in the exponent's sign, as text, and the shipped specs are written so)."""
+    try:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{where(path, key)}: {key} must be a number, got {value!r}") from None
+
+
+def gpu_from_yaml(path: Path) -> GPUSpec:
+    """A GPU spec from one YAML mapping. A missing or unknown field, a value of the wrong type or an
+    impossible one (zero, negative, NaN or infinite rates and sizes) is a ValueError naming the file, the
+    line and the field (a KeyError, TypeError or AttributeError before, or a ZeroDivisionError or NaN step
+    costs later)."""
     raw = read_yaml(path)
-    raw["peak_flops"] = {str(k): float(v) for k, v in raw["peak_flops"].items()}
-    for k in ("hbm_bw_Bps", "scaleup_bw_Bps", "host_bw_Bps", "nic_bw_Bps"):
-        raw[k] = float(raw[k])
-    return GPUSpec(**raw)
+    fields = attrs.fields_dict(GPUSpec)
+    for key in raw:
+        if key not in fields:
+            raise ValueError(f"{where(path, str(key))}: unknown field {key!r}; valid: {', '.join(fields)}")
+    missing = [n for n, f in fields.items() if f.default is attrs.NOTHING and n not in raw]
+    if missing:
+        raise ValueError(f"{path}: missing field(s) {', '.join(missing)}")
+    peak = raw["peak_flops"]
+    if not isinstance(peak, dict):
+        raise ValueError(f"{where(path, 'peak_flops')}: peak_flops must be a mapping of compute format to "
+                         f"dense FLOP/s (bf16: 989.0e12), got {peak!r}")
+    raw["peak_flops"] = {str(k): _rate(path, f"peak_flops.{k}", v) for k, v in peak.items()}
+    for k in _RATES:
+        raw[k] = _rate(path, k, raw[k])
+    for k in ("hbm_bytes", "scaleup_domain_gpus", "num_sms", "l2_bytes"):
+        if k in raw and (isinstance(raw[k], bool) or not isinstance(raw[k], int)):
+            raise ValueError(f"{where(path, k)}: {k} must be an integer, got {raw[k]!r}")
+    if "tdp_W" in raw and (isinstance(raw["tdp_W"], bool) or not isinstance(raw["tdp_W"], (int, float))):
+        raise ValueError(f"{where(path, 'tdp_W')}: tdp_W must be a number, got {raw['tdp_W']!r}")
+    for k in _TEXT_FIELDS:
+        if k in raw and not isinstance(raw[k], str):
+            raise ValueError(f"{where(path, k)}: {k} must be text, got {raw[k]!r}")
+    try:
+        return GPUSpec(**raw)
+    except ValueError as exc:
+        field = next((f for f in (*fields, *(f"peak_flops.{d}" for d in raw["peak_flops"]))
+                      if f"{f} must" in str(exc)), "")
+        raise ValueError(f"{where(path, field) if field else path}: {exc}") from None

@@ -77,6 +77,8 @@ class FfnSpec:
     def __attrs_post_init__(self) -> None:
         if self.kind not in FFN_KINDS:
             raise ValueError(f"unknown ffn kind {self.kind!r}; valid: {', '.join(FFN_KINDS)}")
+        if self.intermediate_size < 1:   # 0 or negative priced the FFN at nothing (or less) without a word
+            raise ValueError(f"{self.kind} ffn: intermediate_size must be >= 1, got {self.intermediate_size}")
         if self.kind == "moe" and not 0 < self.experts_per_token <= self.num_experts:
             raise ValueError(f"moe ffn: need 0 < experts_per_token <= num_experts, got "
                              f"{self.experts_per_token} of {self.num_experts}")

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import attrs
 
-from hardware._data import DATA_DIR, read_yaml, unknown_name
+from hardware._data import DATA_DIR, read_json, read_yaml, unknown_name, where
 from hardware.dtypes import KV_DTYPES, WEIGHT_DTYPES, check_dtype
 from hardware.layers import FfnSpec, Layer, MixerSpec
 
@@ -57,7 +57,8 @@ class ModelSpec:
     original_max_position_embeddings or is llama3; 2048 when none is given)."""
 
     def __attrs_post_init__(self) -> None:
-        for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size"):
+        for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "vocab_size",
+                  "context_length"):
             if getattr(self, f) <= 0:
                 raise ValueError(f"model {self.name!r}: {f} must be > 0, got {getattr(self, f)}")
         if self.num_heads % self.num_kv_heads:
@@ -217,9 +218,11 @@ def unsupported_models() -> dict[str, str]:
 
 
 def _try_load(name: str) -> bool:
+    """Whether ``name`` loads. A config that does not (a user's malformed file under data/models/) is left
+    out like an unsupported one: it made list_models() itself raise, so every other name's check failed."""
     try:
         load_model(name)
-    except NotImplementedError:
+    except (NotImplementedError, ValueError):
         return False
     return True
 
@@ -253,15 +256,57 @@ def _quant_dtypes(cfg: dict[str, Any], quant: dict[str, Any] | None) -> tuple[st
 
 
 def _read_config(stem: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    cfg_path = MODEL_DIR / f"{stem}.json"
-    with cfg_path.open() as fh:
-        cfg: dict[str, Any] = json.load(fh)
+    cfg = read_json(MODEL_DIR / f"{stem}.json")
     quant_path: Path = MODEL_DIR / f"{stem}.hf_quant_config.json"
-    quant = None
-    if quant_path.is_file():
-        with quant_path.open() as fh:
-            quant = json.load(fh)
+    quant = read_json(quant_path) if quant_path.is_file() else None
     return cfg, quant
+
+
+_POSITIVE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                    "intermediate_size", "moe_intermediate_size", "vocab_size", "num_experts_per_tok",
+                    "max_position_embeddings", "seq_length", "max_seq_len", "model_max_length",
+                    "max_sequence_length")
+"""config.json fields that, where given (and not null), must be integers >= 1."""
+_COUNT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "n_shared_experts", "top_k_experts",
+                 "shared_intermediate_size", "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
+                 "first_k_dense_replace", "decoder_sparse_step", "interleave_moe_layer_step", "sliding_window",
+                 "num_nextn_predict_layers", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                 "v_head_dim", "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups",
+                 "linear_num_value_heads", "linear_value_head_dim", "linear_num_key_heads", "linear_key_head_dim",
+                 "moe_latent_size", "attention_head_dim", "global_head_dim", "num_global_key_value_heads",
+                 "swa_num_attention_heads", "swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim",
+                 "index_n_heads", "index_head_dim", "index_topk", "conv_kernel", "linear_conv_kernel_dim",
+                 "full_attention_interval", "dense_intermediate_size", "intermediate_size_mlp", "share_expert_dim")
+"""config.json fields that, where given (and not null), must be integers >= 0 (0: the feature is off)."""
+
+
+def _check_fields(path: Path, cfg: dict[str, Any]) -> None:
+    """Type-check the (text) config's scalar fields before a parser reads them.
+
+    The parsers read ``int(cfg[key])``: a string, a list or null was a TypeError or ValueError naming no
+    field, NaN / Infinity (which json reads) a ValueError or OverflowError, 1.5 was truncated to 1 without a
+    word, 0 heads a ZeroDivisionError and 0 layers a StopIteration; a negative context length was kept."""
+    for key, low in (*((k, 1) for k in _POSITIVE_FIELDS), *((k, 0) for k in _COUNT_FIELDS)):
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{where(path, key)}: {key} must be an integer >= {low}, got {value!r}")
+    tie = cfg.get("tie_word_embeddings", False)
+    if not isinstance(tie, bool):     # bool("false") is True
+        raise ValueError(f"{where(path, 'tie_word_embeddings')}: tie_word_embeddings must be true or false, "
+                         f"got {tie!r}")
+    scaling = cfg.get("rope_scaling")
+    if scaling is not None:
+        factor = scaling.get("factor", 1) if isinstance(scaling, dict) else None
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < float("inf"):
+            raise ValueError(f"{where(path, 'rope_scaling')}: rope_scaling must be a mapping whose factor is a "
+                             f"finite number > 0, got {scaling!r}")
+    heads, hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
+    if not cfg.get("head_dim") and heads and hidden and hidden % heads:
+        # head_dim defaults to hidden_size // num_attention_heads, which floored it without a word.
+        raise ValueError(f"{where(path, 'hidden_size')}: hidden_size {hidden} is not a multiple of "
+                         f"num_attention_heads {heads}, and no head_dim is given")
 
 
 def load_model(name: str) -> ModelSpec:
@@ -276,18 +321,32 @@ def load_model(name: str) -> ModelSpec:
 def _load_canonical(canonical: str) -> ModelSpec:
     entry = _index()[canonical.lower()][1]
     cfg, quant = _read_config(entry["config"])
-    weight, kv = _quant_dtypes(cfg, quant)
+    path = MODEL_DIR / f"{entry['config']}.json"
     text = cfg.get("text_config") or cfg
+    if not isinstance(text, dict):
+        raise ValueError(f"{where(path, 'text_config')}: text_config must be a JSON object, got {text!r}")
     model_type = str(text.get("model_type") or cfg.get("model_type", ""))
     parser = _PARSERS.get(model_type)
     if parser is None:
         raise NotImplementedError(f"model {canonical!r}: model_type {model_type!r} is not supported yet")
-    layers = parser(text)
-    qc = json.dumps(cfg.get("quantization_config") or text.get("quantization_config") or {}).lower()
-    scope = "experts" if (model_type == "gpt_oss" or (weight == "int4" and "compressed-tensors" in qc)) \
-        else "all"
-    return _spec(canonical, model_type, text, layers, entry.get("weight_dtype", weight),
-                 entry.get("kv_dtype", kv), str(entry.get("quant_scope", scope)))
+    _check_fields(path, text)
+    # Whatever the checks above leave for a parser to trip on (a missing field, a list where a mapping is
+    # read) is an error naming the file and the field, not a bare KeyError / TypeError / AttributeError.
+    try:
+        weight, kv = _quant_dtypes(cfg, quant)
+        layers = parser(text)
+        if not layers:
+            raise ValueError("the config describes no layers")
+        qc = json.dumps(cfg.get("quantization_config") or text.get("quantization_config") or {}).lower()
+        scope = "experts" if (model_type == "gpt_oss" or (weight == "int4" and "compressed-tensors" in qc)) \
+            else "all"
+        return _spec(canonical, model_type, text, layers, entry.get("weight_dtype", weight),
+                     entry.get("kv_dtype", kv), str(entry.get("quant_scope", scope)))
+    except KeyError as exc:
+        key = str(exc.args[0]) if exc.args else ""
+        raise ValueError(f"{path}: missing field {key!r} (model_type {model_type!r} needs it)") from None
+    except (TypeError, AttributeError, IndexError, ValueError, ZeroDivisionError, OverflowError) as exc:
+        raise ValueError(f"{path}: model {canonical!r} (model_type {model_type!r}): {exc}") from None
 
 
 def _spec(name: str, model_type: str, cfg: dict[str, Any], layers: list[Layer], weight: str,
