@@ -73,6 +73,10 @@ def where(path: Path, dotted: str) -> str:
     return f"{path}, line {line}" if line is not None else str(path)
 
 
-def unknown_name(kind: str, name: str, valid: Iterable[str]) -> ValueError:
+class UnknownName(ValueError):
+    """A loader was given a name it does not know (not: a known name whose spec file is wrong)."""
+
+
+def unknown_name(kind: str, name: str, valid: Iterable[str]) -> UnknownName:
     """The error every loader raises for a name it does not know."""
-    return ValueError(f"unknown {kind} {name!r}; valid names: {', '.join(sorted(valid))}")
+    return UnknownName(f"unknown {kind} {name!r}; valid names: {', '.join(sorted(valid))}")

@@ -101,11 +101,18 @@ def _known(kind: str, lister: str) -> Any:
 
         # Loading the one entry (cached) accepts every listed name and alias; listing them all would load
         # every shipped model, so the list is only built for the error.
+        from hardware._data import UnknownName
+
         try:
             getattr(hardware, f"load_{kind}")(value)
-        except ValueError:
+        except UnknownName:
             names = getattr(hardware, lister)()
             raise ValueError(f"{attr.name} names no known {kind}: {value!r}; expected one of {names}") from None
+        except (ValueError, NotImplementedError) as exc:
+            # A known name whose spec file is wrong, or a model type the hardware model does not cover: its
+            # own message (file, line, field). It was "names no known gpu: 'mine'; expected one of [...,
+            # 'mine', ...]", and an unsupported model type a bare NotImplementedError.
+            raise ValueError(f"{attr.name} {value!r} cannot be loaded: {exc}") from None
 
     return check
 

@@ -212,8 +212,14 @@ def test_twin_config_with_a_broken_gpu_spec_is_a_config_error(data: Path) -> Non
     _gpu(data, "bf16: 989.0e12", "bf16: 0")       # was a ZeroDivisionError from inside the run
     with pytest.raises(ConfigError) as err:
         load_config({"hardware": {"gpu": "mine"}})
-    assert err.value.path == "hardware.gpu"
+    # The spec's own message: it was "names no known gpu: 'mine'; expected one of [..., 'mine', ...]".
+    assert err.value.path == "hardware.gpu" and "peak_flops.bf16 must be a finite number > 0" in err.value.message
     _model(data, num_attention_heads=0)             # was a ZeroDivisionError from load_config
     with pytest.raises(ConfigError) as err:
         load_config({"model": {"name": "me/mine"}})
-    assert err.value.path == "model.name"
+    assert err.value.path == "model.name" and "num_attention_heads must be an integer >= 1" in err.value.message
+    with pytest.raises(ConfigError) as err:  # an unsupported model type was a bare NotImplementedError
+        load_config({"model": {"name": "deepseek-ai/DeepSeek-V4-Flash"}})
+    assert (err.value.path, err.value.message) == (
+        "model.name", "name 'deepseek-ai/DeepSeek-V4-Flash' cannot be loaded: model 'deepseek-ai/DeepSeek-V4-Flash': "
+                      "model_type 'deepseek_v4' is not supported yet")
