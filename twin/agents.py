@@ -16,7 +16,7 @@ import simpy
 
 from twin.request import Request, Status
 from twin.errors import ConfigError
-from twin.sim import CLOCK_MAX_NS, ProcessGen, now_ns, to_ns
+from twin.sim import CLOCK_MAX_NS, CLOCK_RANGE, ProcessGen, now_ns, to_ns
 from twin.tokens import KeyTable, SourceTable, TokenSequence
 from workloads.sessions import Call, Session
 
@@ -192,8 +192,7 @@ class SessionDriver:
         up across sessions; past the range the run would stall (the scheduler takes nothing queued there)."""
         if send_ns > CLOCK_MAX_NS:
             raise ConfigError("workload", f"session {sid!r} would send call {k} at {send_ns / 1e9!r} s after "
-                              f"{what}, past the simulated clock's range (at most {CLOCK_MAX_NS / 1e9:.4g} s: it "
-                              f"counts nanoseconds in 64 bits); simulated until {now_ns(self.env) / 1e9!r} s")
+                              f"{what}, past {CLOCK_RANGE}; simulated until {now_ns(self.env) / 1e9!r} s")
 
     def _context(self, session: Session, context: TokenSequence | None) -> TokenSequence:
         """The sequence a session's first call extends: a sub-agent's forked context, the session's prefix

@@ -21,6 +21,7 @@ import attrs
 import numpy as np
 import simpy
 
+from hardware import Deployment
 from twin.config import RouterSpec, SystemSpec, TransferConfig, TwinConfig, pool_blocks, positive
 from twin.errors import ConfigError
 from twin.kv_cache import cdiv
@@ -116,16 +117,8 @@ class DisaggSystem:
         self._block_bytes = self.p_dep.bytes_per_block(self.block_size) * self.p_dep.tp
         """Bytes of one KV block over all of a prefill worker's GPUs (what a transfer moves per block)."""
         self._layers = self.p_dep.layers_per_gpu
-        p_blocks = kv_blocks(config, self.p_dep, spec.prefill.num_blocks, max_num_seqs=spec.prefill.max_num_seqs,
-                             max_num_batched_tokens=spec.prefill.max_num_batched_tokens)
-        d_blocks = kv_blocks(config, self.d_dep, spec.decode.num_blocks, max_num_seqs=spec.decode.max_num_seqs,
-                             max_num_batched_tokens=spec.decode.max_num_batched_tokens)
-        p_seqs = worker_max_num_seqs(config, self.p_dep, p_blocks, spec.prefill.max_num_seqs, "system.prefill")
-        d_seqs = worker_max_num_seqs(config, self.d_dep, d_blocks, spec.decode.max_num_seqs, "system.decode")
-        p_prices = StepPrices(cost_model(config, self.p_dep, max_num_seqs=p_seqs,
-                                         max_num_batched_tokens=spec.prefill.max_num_batched_tokens))
-        d_prices = StepPrices(cost_model(config, self.d_dep, max_num_seqs=d_seqs,
-                                         max_num_batched_tokens=spec.decode.max_num_batched_tokens))
+        p_blocks, p_seqs, p_prices = self._pool_sizes(self.p_dep, spec.prefill, "system.prefill")
+        d_blocks, d_seqs, d_prices = self._pool_sizes(self.d_dep, spec.decode, "system.decode")
         self.prefill = [
             Worker(env, i, build_scheduler(config, p_blocks, self.p_dep, max_num_seqs=p_seqs,
                                            max_num_batched_tokens=spec.prefill.max_num_batched_tokens,
@@ -154,6 +147,17 @@ class DisaggSystem:
         """Aborted requests not yet dropped (by id, with the reason): in their prefill step, whose stage may
         end in that step and stage the KV after all, or with their KV crossing a link, until it lands."""
         self.bytes_moved = 0
+
+    def _pool_sizes(self, dep: Deployment, pool: PoolConfig, where: str) -> tuple[int, int, StepPrices]:
+        """A pool's KV blocks per worker, running-request cap and step prices, from its own step limits
+        where it sets them (else the config's)."""
+        config = self.config
+        blocks = kv_blocks(config, dep, pool.num_blocks, max_num_seqs=pool.max_num_seqs,
+                           max_num_batched_tokens=pool.max_num_batched_tokens)
+        seqs = worker_max_num_seqs(config, dep, blocks, pool.max_num_seqs, where)
+        prices = StepPrices(cost_model(config, dep, max_num_seqs=seqs,
+                                       max_num_batched_tokens=pool.max_num_batched_tokens))
+        return blocks, seqs, prices
 
     # ------------------------------------------------------------------------------------ topology
     def _place(self, spec: Disaggregated) -> None:

@@ -21,13 +21,11 @@ def read_csv_columns(path: Path, numeric: Collection[str] | Literal["all"] = ())
     hand-edited cell is an error naming its line, not a column silently read as text.
     """
     # Decoded here, not by open(): a byte that is not UTF-8 then names its line (UnicodeDecodeError named
-    # neither file nor line), and a byte-order mark (a spreadsheet's UTF-8 export) is not part of the first
-    # column's name.
+    # neither file nor line); utf-8-sig: a byte-order mark (a spreadsheet's UTF-8 export) is not part of the
+    # first column's name, as the workload readers take it.
     data = path.read_bytes()
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise ValueError(f"{path}, line {line}: not UTF-8 text ({exc.reason}), as twin.results writes it") \

@@ -174,7 +174,7 @@ class Results:
             cols = list(self.timeseries)
             writer.writerow(cols)
             for row in zip(*(self.timeseries[c] for c in cols)):
-                writer.writerow([_fmt(v) for v in row])
+                writer.writerow([csv_cell(v) for v in row])
         (out / "summary.json").write_text(json.dumps(jsonable(self.summary), indent=2, sort_keys=False) + "\n")
         (out / "ledger.json").write_text(json.dumps(jsonable(self.ledger), indent=2) + "\n")
         (out / "config.yaml").write_text(yaml.safe_dump(self.config, sort_keys=False))
@@ -194,10 +194,10 @@ def write_table_csv(path: Path, table: np.ndarray) -> None:
         writer = csv.writer(fh)
         writer.writerow(names)
         for row in table:
-            writer.writerow([_fmt(v) for v in row])
+            writer.writerow([csv_cell(v) for v in row])
 
 
-def _fmt(v: Any) -> Any:
+def csv_cell(v: Any) -> Any:
     """CSV cells: floats with repr precision (exact round trip), NaN as empty."""
     if isinstance(v, (float, np.floating)):
         return "" if v != v else repr(float(v))

@@ -162,9 +162,10 @@ class Simulation:
                             slo_tpot_s=cfg.metrics.slo_tpot_s)
         # A session still running when run.max_sim_s stopped the run (a request failed there, or in a wait)
         # ended neither way: counted apart, so started = finished + failed + unfinished (it was left out).
-        s, sub = self.driver.sessions, self.driver.subagents
-        summary["sessions"] = {**s, "unfinished": s["started"] - s["finished"] - s["failed"],
-                               "subagents": {**sub, "unfinished": sub["started"] - sub["finished"] - sub["failed"]}}
+        def closed(counts: dict[str, int]) -> dict[str, int]:
+            return {**counts, "unfinished": counts["started"] - counts["finished"] - counts["failed"]}
+
+        summary["sessions"] = {**closed(self.driver.sessions), "subagents": closed(self.driver.subagents)}
         summary.update(self.system.summary())
         summary["sim"] = {"simulated_s": self.env.now / 1e9, "wall_s": self.wall_s,
                           "steps": sum(w.ledger.steps for w in self.workers)}

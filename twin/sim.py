@@ -17,6 +17,9 @@ CLOCK_MAX_NS = 1 << 62
 """The latest instant the simulated clock holds (about 146 years): it counts nanoseconds in 64-bit integers,
 and the scheduler's "no cutoff" and fast-forward's "never" sit here."""
 
+CLOCK_RANGE = f"the simulated clock's range (at most {CLOCK_MAX_NS / 1e9:.4g} s: it counts nanoseconds in 64 bits)"
+"""How errors name that limit."""
+
 ProcessGen = Generator[simpy.Event, Any, None]
 """The type of a SimPy process function's generator."""
 

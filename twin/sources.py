@@ -12,6 +12,7 @@ import numpy as np
 from twin.config import CLOCK_MAX_S, ArrivalSpec, WorkloadSpec, non_negative, on_clock, positive, rate_on_clock
 from twin.errors import ConfigError
 from twin.registry import register
+from twin.sim import CLOCK_RANGE
 from workloads.sessions import Session
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -32,16 +33,15 @@ class WorkloadPlan:
         late = np.flatnonzero(~(start <= CLOCK_MAX_S))
         if len(late):
             i = int(late[0])
-            raise ConfigError("workload", f"session {self.sessions[i].id!r} starts at {float(start[i])!r} s, past the "
-                              f"simulated clock's range (at most {CLOCK_MAX_S:.4g} s: it counts nanoseconds in "
-                              f"64 bits)")
+            raise ConfigError("workload", f"session {self.sessions[i].id!r} starts at {float(start[i])!r} s, past "
+                              f"{CLOCK_RANGE}")
         for session, t in zip(self.sessions, start.tolist()):
             if len(session.calls) > 1 or session.calls[0].subagents:
                 waits = _waits_s(session, self.wait_scale)
                 if not t + waits <= CLOCK_MAX_S:
                     raise ConfigError("workload", f"session {session.id!r} starts at {t!r} s and its waits add up "
                                       f"to {waits!r} s (wait_s x wait_scale and min_interval_s, its sub-agents' "
-                                      f"included), past the simulated clock's range (at most {CLOCK_MAX_S:.4g} s)")
+                                      f"included), past {CLOCK_RANGE}")
 
 
 def _waits_s(session: Session, wait_scale: float) -> float:

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from twin.config import load_config
 from twin.configio import parse_override, within
 from twin.errors import TwinError
+from twin.results import csv_cell
 
 METRICS: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
     ("completed", lambda s: s["requests"]["completed"]),
@@ -229,9 +230,9 @@ def make_executor(jobs: int, dask_address: str | None) -> tuple[Executor | None,
 def write_table(path: str | Path, rows: list[dict[str, Any]]) -> None:
     if not rows:
         raise ValueError("no sweep rows to write")
-    # An undefined metric (NaN: no request finished, no prompt admitted) is an empty cell, as in the run's
-    # requests.csv (it was the text "nan"); UTF-8 whatever the locale, as the run's own CSVs.
+    # Cells as the run's own CSVs write them: an undefined metric (NaN: no request finished, no prompt
+    # admitted) empty, where it was the text "nan"; UTF-8 whatever the locale.
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
-        writer.writerows({k: "" if isinstance(v, float) and v != v else v for k, v in row.items()} for row in rows)
+        writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)

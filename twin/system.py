@@ -109,9 +109,10 @@ def worker_max_num_seqs(config: TwinConfig, dep: Deployment, num_blocks: int,
     assert config.kv_cache.block_size is not None
     seqs = dep.engine.pool_max_num_seqs(num_blocks * config.kv_cache.block_size, dep.model.context_length)
     if seqs is None or seqs < 1:
-        whose = "a" if where is None else f"a {where.rsplit('.', 1)[-1]} worker's"
-        field = "scheduler.max_num_seqs" if where is None else f"{where}.max_num_seqs"
-        also = "" if where is None else " (or scheduler.max_num_seqs, for every pool)"
+        field, whose, also = "scheduler.max_num_seqs", "a", ""
+        if where is not None:
+            field, whose = f"{where}.max_num_seqs", f"a {where.rsplit('.', 1)[-1]} worker's"
+            also = " (or scheduler.max_num_seqs, for every pool)"
         raise ConfigError(field, f"{dep.engine.name} derives no running-request cap from {whose} pool of "
                                  f"{num_blocks} KV block{'s' if num_blocks != 1 else ''}; set it{also}")
     return seqs

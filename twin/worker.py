@@ -19,7 +19,7 @@ from twin.fastforward import DecodeRun, plan_decode_run, safe_steps
 from twin.request import Request
 from twin.scheduler import Scheduler
 from twin.errors import ConfigError
-from twin.sim import CLOCK_MAX_NS, LATE, ProcessGen, StepEnd, fire, now_ns, slot_passed, to_ns
+from twin.sim import CLOCK_MAX_NS, CLOCK_RANGE, LATE, ProcessGen, StepEnd, fire, now_ns, slot_passed, to_ns
 
 
 class Ledger:
@@ -375,8 +375,7 @@ class Worker:
         that long is a setting or a spec, named where it is the host tier's bandwidth."""
         field = "kv_cache.host_bandwidth_GBps" if host_load_s * 1e9 * 2 > step_ns else "hardware"
         raise ConfigError(field, f"worker {self.wid}: a step of {step_ns / 1e9:.4g} s starting at {now / 1e9:.4g} s "
-                                 f"(host KV loads {host_load_s:.4g} s of it) would end past the simulated clock's "
-                                 f"range ({CLOCK_MAX_NS / 1e9:.4g} s: it counts nanoseconds in 64 bits); a "
+                                 f"(host KV loads {host_load_s:.4g} s of it) would end past {CLOCK_RANGE}; a "
                                  f"bandwidth or rate that small cannot be simulated")
 
     def _disarm(self) -> None:
