@@ -232,8 +232,16 @@ class SimulationServer:
         return "\n".join(out) + "\n"
 
 
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    """An OpenAI ``usage`` object."""
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
 def _token_ids(prompt: list[Any], name: str) -> list[int]:
-    """A prompt given as token ids: every item an integer (a JSON true is not one), else a ValueError naming it."""
+    """A prompt given as token ids: a non-empty list, every item an integer (a JSON true is not one), else a
+    ValueError naming it."""
+    if not prompt:
+        raise ValueError(f"{name} must be a non-empty list of token ids, got []")
     for i, t in enumerate(prompt):
         if isinstance(t, bool) or not isinstance(t, int):
             raise ValueError(f"{name}[{i}] must be a token id (an integer), got {json.dumps(t)}")
@@ -441,8 +449,6 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                     raise ValueError("one prompt per request")
                 prompt = prompt[0]
                 if isinstance(prompt, list):  # a batch of one token list, as vLLM takes it
-                    if not prompt:
-                        raise ValueError("prompt[0] must be a non-empty list of token ids, got []")
                     return _token_ids(prompt, "prompt[0]")
             if not isinstance(prompt, str):
                 raise ValueError("prompt must be a string or a list of token ids")
@@ -451,9 +457,8 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
         @staticmethod
         def _usage(children: list[ServedRequest]) -> dict[str, int]:
             """The prompt once (the children share it) and every child's completion tokens, as vLLM counts."""
-            prompt = len(children[0].prompt_tokens)
-            out = sum(s.req.num_output_tokens for s in children if s.req is not None)
-            return {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out}
+            return _usage(len(children[0].prompt_tokens),
+                          sum(s.req.num_output_tokens for s in children if s.req is not None))
 
         def _finish(self, children: list[ServedRequest], rid: str, chat: bool) -> None:
             choices: list[dict[str, Any]] = []
@@ -496,8 +501,7 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                 out: dict[str, Any] = {"id": rid, "object": kind, "created": int(time.time()),
                                        "model": server.model_name, "choices": [choice]}
                 if continuous:
-                    out["usage"] = {"prompt_tokens": prompt, "completion_tokens": count,
-                                    "total_tokens": prompt + count}
+                    out["usage"] = _usage(prompt, count)
                 return json.dumps(out)
 
             def abort_all() -> None:

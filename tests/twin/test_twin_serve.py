@@ -27,6 +27,16 @@ def post(url, body):
         return resp.read().decode()
 
 
+def assert_refused(endpoint, route, body, message):
+    """``body`` (with max_tokens 2) posted to ``route`` is a 400 whose text holds ``message``; nothing is
+    simulated."""
+    base, sim = endpoint
+    with pytest.raises(urllib.error.HTTPError) as info:
+        post(f"{base}/v1/{route}", {"max_tokens": 2, **body})
+    assert info.value.code == 400 and message in info.value.read().decode()
+    assert not sim.requests
+
+
 def test_completion_counts_tokens_and_returns_usage(endpoint):
     base, sim = endpoint
     out = json.loads(post(f"{base}/v1/completions", {"prompt": "Hello there, how are you?",
@@ -247,12 +257,7 @@ def test_n_streamed_chat_choices_each_end_with_their_finish_reason(endpoint):
 ])
 def test_options_the_twin_cannot_answer_are_refused_by_name(endpoint, body, message):
     """Used to be dropped silently: a client asking for logprobs or echo got a reply without them."""
-    base, sim = endpoint
-    route = "chat/completions" if "messages" in body else "completions"
-    with pytest.raises(urllib.error.HTTPError) as info:
-        post(f"{base}/v1/{route}", {"max_tokens": 2, **body})
-    assert info.value.code == 400 and message in info.value.read().decode()
-    assert not sim.requests
+    assert_refused(endpoint, "chat/completions" if "messages" in body else "completions", body, message)
 
 
 def test_defaults_of_refused_options_are_accepted(endpoint):
@@ -336,11 +341,7 @@ def test_fields_of_the_wrong_type_are_a_400_naming_them(endpoint, route, body, m
     """Found by fuzzing: "prompt": [] was answered "one prompt per request"; "stream": "no" was truthy and
     streamed; a message content of 5 was taken (as "5"), and a text part's text of 5 was a bare "sequence item
     0: expected str instance, int found". vLLM's request models refuse each with a 400; nothing is simulated."""
-    base, sim = endpoint
-    with pytest.raises(urllib.error.HTTPError) as info:
-        post(f"{base}/v1/{route}", {"max_tokens": 2, **body})
-    assert info.value.code == 400 and message in info.value.read().decode()
-    assert not sim.requests
+    assert_refused(endpoint, route, body, message)
 
 
 def test_a_batch_of_one_token_list_is_that_prompt(endpoint):
