@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import json
+import math
 import re
 
 import yaml
@@ -71,6 +72,33 @@ def where(path: Path, dotted: str) -> str:
     """``path, line N`` of a field (just ``path`` when the field is not written in the file)."""
     line = key_line(path, dotted)
     return f"{path}, line {line}" if line is not None else str(path)
+
+
+def is_integer(value: Any) -> bool:
+    """Whether ``value`` is an integer (a YAML / JSON true is not one)."""
+    return not isinstance(value, bool) and isinstance(value, int)
+
+
+def is_count(value: Any, low: int = 0) -> bool:
+    """Whether ``value`` is an integer >= ``low``."""
+    return is_integer(value) and value >= low
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is a number (a YAML / JSON true is not one)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float))
+
+
+def is_rate(value: Any) -> bool:
+    """Whether ``value`` is a finite number > 0 (a bandwidth, a FLOP rate, a scaling factor)."""
+    return is_number(value) and 0 < value < math.inf
+
+
+def located(path: Path, exc: ValueError, fields: Iterable[str]) -> ValueError:
+    """``exc``, a spec's own check, prefixed with the file and the line of the field it names (the first of
+    ``fields`` whose name it writes before "must"), or the file alone."""
+    field = next((f for f in fields if f"{f} must" in str(exc)), None)
+    return ValueError(f"{where(path, field) if field else path}: {exc}")
 
 
 class UnknownName(ValueError):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import attrs
 
-from hardware._data import DATA_DIR, read_yaml, unknown_name, where
+from hardware._data import DATA_DIR, is_count, is_number, located, read_yaml, unknown_name
 from hardware.gpu import GPUSpec
 
 ENGINE_DIR = DATA_DIR / "engines"
@@ -111,10 +111,9 @@ class EngineProfile:
             if not 0.0 <= value < math.inf:
                 raise ValueError(f"engine {self.name!r}: {field} must be a finite number of seconds >= 0, got "
                                  f"{value!r}")
-        if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) or self.block_size < 1:
+        if not is_count(self.block_size, 1):
             raise ValueError(f"engine {self.name!r}: block_size must be an integer >= 1, got {self.block_size!r}")
-        if isinstance(self.runtime_reserve_bytes, bool) or not isinstance(self.runtime_reserve_bytes, int) \
-                or self.runtime_reserve_bytes < 0:
+        if not is_count(self.runtime_reserve_bytes):
             raise ValueError(f"engine {self.name!r}: runtime_reserve_bytes must be an integer >= 0, got "
                              f"{self.runtime_reserve_bytes!r}")
 
@@ -275,11 +274,10 @@ def engine_from_yaml(path: Path) -> EngineProfile:
         if isinstance(default, bool):
             if not isinstance(value, bool):
                 raise ValueError(f"{path}: {key} must be true or false, got {value!r}")
-        elif isinstance(default, (int, float)) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        elif isinstance(default, (int, float)) and not is_number(value):
             raise ValueError(f"{path}: {key} must be a number, got {value!r} (YAML reads 1e-10 as text: "
                              f"write 1.0e-10)")
     try:
         return EngineProfile(**raw)
     except ValueError as exc:   # the profile's own checks: name the file and the field's line too
-        field = next((f for f in fields if f" {f} " in f" {exc} ".replace(":", " ")), None)
-        raise ValueError(f"{where(path, field) if field else path}: {exc}") from None
+        raise located(path, exc, fields) from None

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import functools
-import math
 from pathlib import Path
 from typing import Any, Mapping
 
 import attrs
 
-from hardware._data import DATA_DIR, read_yaml, unknown_name, where
+from hardware._data import DATA_DIR, is_count, is_integer, is_number, is_rate, located, read_yaml, unknown_name, where
 
 GPU_DIR = DATA_DIR / "gpus"
 # Fallback order when a GPU has no tensor-core rate for a format (e.g. FP4 on Hopper runs at FP8 rate).
@@ -18,7 +17,7 @@ _FLOPS_FALLBACK = {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16"
 
 def _positive(inst: object, attr: "attrs.Attribute[Any]", value: float) -> None:
     # Finite too: an infinite bandwidth priced every memory-bound kernel at its floor without a word.
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+    if not is_rate(value):
         raise ValueError(f"GPUSpec.{attr.name} must be a finite number > 0, got {value!r}")
 
 
@@ -47,11 +46,10 @@ class GPUSpec:
             raise ValueError(f"GPU {self.name!r}: peak_flops needs a 'bf16' entry")
         # A zero rate divided the roofline by zero, a NaN one made every step cost NaN.
         for dtype, rate in self.peak_flops.items():
-            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < math.inf:
+            if not is_rate(rate):
                 raise ValueError(f"GPU {self.name!r}: peak_flops.{dtype} must be a finite number > 0 (FLOP/s), "
                                  f"got {rate!r}")
-        if isinstance(self.scaleup_domain_gpus, bool) or not isinstance(self.scaleup_domain_gpus, int) \
-                or self.scaleup_domain_gpus < 1:
+        if not is_count(self.scaleup_domain_gpus, 1):
             raise ValueError(f"GPU {self.name!r}: scaleup_domain_gpus must be an integer >= 1, got "
                              f"{self.scaleup_domain_gpus!r}")
 
@@ -118,9 +116,9 @@ def gpu_from_yaml(path: Path) -> GPUSpec:
     for k in _RATES:
         raw[k] = _rate(path, k, raw[k])
     for k in ("hbm_bytes", "scaleup_domain_gpus", "num_sms", "l2_bytes"):
-        if k in raw and (isinstance(raw[k], bool) or not isinstance(raw[k], int)):
+        if k in raw and not is_integer(raw[k]):
             raise ValueError(f"{where(path, k)}: {k} must be an integer, got {raw[k]!r}")
-    if "tdp_W" in raw and (isinstance(raw["tdp_W"], bool) or not isinstance(raw["tdp_W"], (int, float))):
+    if "tdp_W" in raw and not is_number(raw["tdp_W"]):
         raise ValueError(f"{where(path, 'tdp_W')}: tdp_W must be a number, got {raw['tdp_W']!r}")
     for k in _TEXT_FIELDS:
         if k in raw and not isinstance(raw[k], str):
@@ -128,6 +126,4 @@ def gpu_from_yaml(path: Path) -> GPUSpec:
     try:
         return GPUSpec(**raw)
     except ValueError as exc:
-        field = next((f for f in (*fields, *(f"peak_flops.{d}" for d in raw["peak_flops"]))
-                      if f"{f} must" in str(exc)), "")
-        raise ValueError(f"{where(path, field) if field else path}: {exc}") from None
+        raise located(path, exc, (*fields, *(f"peak_flops.{d}" for d in raw["peak_flops"]))) from None

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import attrs
 
-from hardware._data import DATA_DIR, read_json, read_yaml, unknown_name, where
+from hardware._data import DATA_DIR, is_count, is_rate, read_json, read_yaml, unknown_name, where
 from hardware.dtypes import KV_DTYPES, WEIGHT_DTYPES, check_dtype
 from hardware.layers import FfnSpec, Layer, MixerSpec
 
@@ -290,7 +290,7 @@ def _check_fields(path: Path, cfg: dict[str, Any]) -> None:
         value = cfg.get(key)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        if not is_count(value, low):
             raise ValueError(f"{where(path, key)}: {key} must be an integer >= {low}, got {value!r}")
     tie = cfg.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):     # bool("false") is True
@@ -299,7 +299,7 @@ def _check_fields(path: Path, cfg: dict[str, Any]) -> None:
     scaling = cfg.get("rope_scaling")
     if scaling is not None:
         factor = scaling.get("factor", 1) if isinstance(scaling, dict) else None
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < float("inf"):
+        if not is_rate(factor):
             raise ValueError(f"{where(path, 'rope_scaling')}: rope_scaling must be a mapping whose factor is a "
                              f"finite number > 0, got {scaling!r}")
     heads, hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
