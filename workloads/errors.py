@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 
 class WorkloadFormatError(ValueError):
@@ -29,6 +31,22 @@ def utf8_lines(path: str | os.PathLike[str], lines: Iterable[str]) -> Iterator[s
         yield from lines
     except UnicodeDecodeError as exc:
         raise WorkloadFormatError(path, f"expected UTF-8 text ({exc})") from None
+
+
+def parse_json(path: str | os.PathLike[str], text: str, line: int | None = None, **options: Any) -> Any:
+    """``json.loads(text, **options)`` of the file ``path`` (its line ``line``, for JSON Lines), every way it
+    can fail a WorkloadFormatError naming the file and line: a syntax error with its column, an integer of
+    over 4,300 digits (Python's int-from-text limit, a ValueError) or a value ``options`` refuse, and
+    nesting deeper than the decoder's recursion (a bare RecursionError)."""
+    try:
+        return json.loads(text, **options)
+    except json.JSONDecodeError as exc:
+        raise WorkloadFormatError(path, f"invalid JSON at column {exc.colno}: {exc.msg}",
+                                  line=exc.lineno if line is None else line) from None
+    except ValueError as exc:
+        raise WorkloadFormatError(path, f"invalid JSON ({exc})", line=line) from None
+    except RecursionError:
+        raise WorkloadFormatError(path, "invalid JSON (nested too deeply)", line=line) from None
 
 
 def is_finite(value: int | float) -> bool:

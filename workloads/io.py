@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from typing import IO, Any, cast
 
-from workloads.errors import WorkloadFormatError, is_finite
+from workloads.errors import WorkloadFormatError, is_finite, parse_json
 from workloads.sessions import (FORMAT_NAME, FORMAT_VERSION, INT64_MAX, Call, Session, kept_stream,
                                 session_to_dict)
 
@@ -126,13 +126,7 @@ def _lines(stream: IO[str]) -> Iterator[str]:
 
 
 def _parse_json(path: PathLike, number: int, text: str) -> Any:
-    try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except (json.JSONDecodeError, ValueError) as exc:
-        raise WorkloadFormatError(path, f"invalid JSON ({exc})", line=number) from exc
-    except RecursionError:
-        # json's decoder recurses per array or object: thousands of "[" were a bare RecursionError
-        raise WorkloadFormatError(path, "invalid JSON (nested too deeply)", line=number) from None
+    return parse_json(path, text, number, parse_constant=_reject_constant)
 
 
 def _reject_constant(name: str) -> Any:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
-from workloads.errors import WorkloadFormatError, is_finite
+from workloads.errors import WorkloadFormatError, is_finite, parse_json
 from workloads.sessions import INT64_MAX
 
 PathLike = str | os.PathLike[str]
@@ -19,16 +18,7 @@ def load_json(path: PathLike) -> Any:
             text = handle.read()
     except UnicodeDecodeError as exc:
         raise WorkloadFormatError(path, f"expected UTF-8 text ({exc})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise WorkloadFormatError(
-            path, f"invalid JSON at column {exc.colno}: {exc.msg}", line=exc.lineno
-        ) from None
-    except ValueError as exc:  # an integer of more than 4,300 digits (Python's int-from-text limit)
-        raise WorkloadFormatError(path, f"invalid JSON ({exc})") from None
-    except RecursionError:  # json's decoder recurses per array or object
-        raise WorkloadFormatError(path, "invalid JSON (nested too deeply)") from None
+    return parse_json(path, text)
 
 
 class Doc:

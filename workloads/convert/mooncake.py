@@ -8,12 +8,11 @@ must have exactly these four keys and ``ceil(input_length / 512)`` ids.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from workloads.errors import WorkloadFormatError, is_finite, utf8_lines
+from workloads.errors import WorkloadFormatError, is_finite, parse_json, utf8_lines
 from workloads.sessions import INT64_MAX, Call, Session
 
 PathLike = str | os.PathLike[str]
@@ -47,14 +46,7 @@ def convert_mooncake(
 
 
 def _request(path: PathLike, line: int, text: str, sid: str, block_tokens: int) -> Session:
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise WorkloadFormatError(path, f"invalid JSON at column {exc.colno}: {exc.msg}", line=line) from None
-    except ValueError as exc:  # an integer of more than 4,300 digits (Python's int-from-text limit)
-        raise WorkloadFormatError(path, f"invalid JSON ({exc})", line=line) from None
-    except RecursionError:  # json's decoder recurses per array or object
-        raise WorkloadFormatError(path, "invalid JSON (nested too deeply)", line=line) from None
+    obj = parse_json(path, text, line)
     if not isinstance(obj, dict):
         raise WorkloadFormatError(path, "expected a request object", line=line)
     for key in _KEYS:
