@@ -3,6 +3,7 @@
 Never imports simpy or twin; data files are read lazily on first use and cached.
 """
 
+from hardware._data import UnknownName
 from hardware.calibration import Calibration, Collective, Roofline, calibration_for_engine, load_calibration
 from hardware.cost import TERMS, CostModel, StepCost
 from hardware.deployment import Deployment, DeploymentError
@@ -15,5 +16,5 @@ from hardware.shape import BatchShape
 __all__ = [
     "BatchShape", "Calibration", "Collective", "Roofline", "calibration_for_engine", "CostModel", "DTYPE_BYTES", "Deployment", "DeploymentError", "EngineProfile", "GPUSpec",
     "ModelSpec", "StepCost", "TERMS", "list_engines", "list_gpus", "list_models", "load_calibration",
-    "load_engine", "load_gpu", "load_model",
+    "load_engine", "load_gpu", "load_model", "UnknownName",
 ]

@@ -101,11 +101,9 @@ def _known(kind: str, lister: str) -> Any:
 
         # Loading the one entry (cached) accepts every listed name and alias; listing them all would load
         # every shipped model, so the list is only built for the error.
-        from hardware._data import UnknownName
-
         try:
             getattr(hardware, f"load_{kind}")(value)
-        except UnknownName:
+        except hardware.UnknownName:
             names = getattr(hardware, lister)()
             raise ValueError(f"{attr.name} names no known {kind}: {value!r}; expected one of {names}") from None
         except (ValueError, NotImplementedError) as exc:
