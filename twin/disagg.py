@@ -33,8 +33,8 @@ from twin.results import stats
 from twin.scheduler import Scheduler
 from twin.router import LeastLoadedSpec, Router
 from twin.sim import ProcessGen, now_ns, to_ns
-from twin.system import (build_scheduler, cost_model, fast_forward_steps, kv_blocks, make_deployment,
-                         worker_max_num_seqs)
+from twin.system import (build_scheduler, check_run_blocks, cost_model, fast_forward_steps, kv_blocks,
+                         make_deployment, worker_max_num_seqs)
 from twin.worker import StepPrices, Worker
 
 
@@ -119,6 +119,8 @@ class DisaggSystem:
         self._layers = self.p_dep.layers_per_gpu
         p_blocks, p_seqs, p_prices = self._pool_sizes(self.p_dep, spec.prefill, "system.prefill")
         d_blocks, d_seqs, d_prices = self._pool_sizes(self.d_dep, spec.decode, "system.decode")
+        check_run_blocks([("system.prefill.workers", spec.prefill.workers, p_blocks),
+                          ("system.decode.workers", spec.decode.workers, d_blocks)])
         self.prefill = [
             Worker(env, i, build_scheduler(config, p_blocks, self.p_dep, max_num_seqs=p_seqs,
                                            max_num_batched_tokens=spec.prefill.max_num_batched_tokens,

@@ -94,6 +94,23 @@ def kv_blocks(config: TwinConfig, dep: Deployment, override: int | None = None, 
         raise ConfigError("kv_cache", str(exc)) from None
 
 
+MAX_RUN_BLOCKS = 500_000_000
+"""The most KV blocks all of a run's workers hold together. Each block costs the simulator about 20 bytes
+whether used or not (a million colocated H100 replicas, 2.8e10 blocks, ran out of memory without a word);
+500 M blocks is about 10 GiB."""
+
+
+def check_run_blocks(pools: list[tuple[str, int, int]]) -> None:
+    """Refuse a run whose pools (field naming the worker count, workers, blocks per worker) hold more than
+    :data:`MAX_RUN_BLOCKS` blocks together, naming the largest pool's field."""
+    total = sum(workers * blocks for _, workers, blocks in pools)
+    if total > MAX_RUN_BLOCKS:
+        where, workers, blocks = max(pools, key=lambda p: p[1] * p[2])
+        raise ConfigError(where, f"{workers:,} workers of {blocks:,} KV blocks each make {total:,} blocks in "
+                                 f"the run, about {total * 20 / 2**30:.0f} GiB of simulator memory; at most "
+                                 f"{MAX_RUN_BLOCKS:,}: fewer workers, or a larger kv_cache.block_size")
+
+
 def worker_max_num_seqs(config: TwinConfig, dep: Deployment, num_blocks: int,
                         override: int | None = None, where: str | None = None) -> int:
     """A worker's running-request cap: its pool's setting, else the config's, else what the engine derives
@@ -236,6 +253,7 @@ class Colocated(SystemSpec):
                                   "set only for system.kind disaggregated (this system is colocated)")
         dep = make_deployment(config, self.tp, ep=self.ep, attention_dp=self.attention_dp)
         blocks = kv_blocks(config, dep)
+        check_run_blocks([("system.replicas", self.replicas, blocks)])
         seqs = worker_max_num_seqs(config, dep, blocks)
         prices = StepPrices(cost_model(config, dep, max_num_seqs=seqs))
         workers = [Worker(env, wid, build_scheduler(config, blocks, dep, max_num_seqs=seqs), prices, on_done,

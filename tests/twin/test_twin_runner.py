@@ -13,7 +13,7 @@ from twin.config import RouterSpec, load_config
 from twin.errors import ConfigError, StallError
 from twin.registry import register
 from twin.runner import Simulation, run
-from twin.system import cost_model, make_deployment
+from twin.system import check_run_blocks, cost_model, make_deployment
 from workloads.io import write_sessions
 from workloads.sessions import Call, Session
 
@@ -723,6 +723,21 @@ def test_a_pool_past_the_block_pools_size_is_a_config_error():
         with pytest.raises(ConfigError, match=rf"^{re.escape(path)}: num_blocks must be at most 2,000,000,000"):
             load_config(section)
     assert load_config({"kv_cache": {"num_blocks": 2_000_000_000}}).kv_cache.num_blocks == 2_000_000_000
+
+
+def test_a_run_holding_more_blocks_than_memory_allows_is_refused_before_building():
+    """A million colocated replicas (2.8e10 blocks) ran out of memory without a message; the refusal names the
+    worker count's field; a run at the limit passes."""
+    def sim(system: dict) -> Simulation:
+        return Simulation(load_config({"kv_cache": {"num_blocks": 1000}, "system": system}))
+
+    with pytest.raises(ConfigError, match=r"^system.replicas: 500,001 workers of 1,000 KV blocks each make "
+                                          r"500,001,000 blocks in the run, about 9 GiB .* at most 500,000,000"):
+        sim({"replicas": 500_001})
+    with pytest.raises(ConfigError, match=r"^system.decode.workers: 400,000 workers of 1,000 KV blocks each make "
+                                          r"500,001,000 blocks"):
+        sim({"kind": "disaggregated", "prefill": {"workers": 100_001}, "decode": {"workers": 400_000}})
+    check_run_blocks([("system.replicas", 500_000, 1000)])  # at the limit (not built: 10 GiB)
 
 
 def test_config_errors_survive_simpy_copying_them():
