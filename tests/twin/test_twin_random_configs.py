@@ -5,6 +5,9 @@ and off, and the per-request and summary figures agree with each other.
 The examples are drawn from a fixed seed (``derandomize``), so the suite sees the same configurations on
 every run. 2,500 fresh random examples of this space passed at stop 25 (max_examples=2500,
 derandomize=False: about 50 s); a wider search outside the suite found the bugs named in that stop's commits.
+Since stop 32 half the examples also draw the settings of ``_more_knobs``; fresh searches then passed 2,000
+examples of this space with MoE and 8B models and TP 2, 600 with prompts to 3,000 and outputs to 2,000 tokens,
+and 900 replaying the shipped agent sessions with their tool waits.
 """
 
 from __future__ import annotations
@@ -65,9 +68,45 @@ def configs(draw: st.DrawFn) -> dict:
                     "shared_system_prompt": draw(st.sampled_from([0, 64])), "user_history_prompt": 100,
                     "answer_len": draw(st.integers(1, 40))}
     run = {"seed": draw(st.integers(0, 99)), "warmup_s": draw(st.sampled_from([0.0, 0.0, 0.2]))}
-    return {"engine": {"name": engine}, "model": {"name": "Qwen/Qwen3-0.6B"}, "kv_cache": kv,
-            "scheduler": sched, "workload": workload, "run": run,
-            "metrics": {"sample_interval_s": 0.05, "record_token_times": True}, **extra}
+    cfg = {"engine": {"name": engine}, "model": {"name": "Qwen/Qwen3-0.6B"}, "kv_cache": kv,
+           "scheduler": sched, "workload": workload, "run": run,
+           "metrics": {"sample_interval_s": 0.05, "record_token_times": True}, **extra}
+    if draw(st.booleans()):
+        _more_knobs(draw, cfg)
+    return cfg
+
+
+def _more_knobs(draw: st.DrawFn, cfg: dict) -> None:
+    """Scheduler, engine, run and transfer settings the first draws leave at their defaults (each drawn
+    half the time); token times recorded or not (the worker keeps them only when asked)."""
+    sched, engine, run = cfg["scheduler"], cfg["engine"], cfg["run"]
+    cfg["metrics"]["record_token_times"] = draw(st.booleans())
+    if draw(st.booleans()):
+        sched["long_prefill_token_threshold"] = draw(st.sampled_from([8, 64, 300]))
+    if draw(st.booleans()):
+        sched.update(chunked_prefill=False, max_num_batched_tokens=max(sched["max_num_batched_tokens"], 1024))
+    if draw(st.booleans()):
+        sched["mixed_prefill"] = draw(st.booleans())
+    if draw(st.booleans()):
+        sched.update(batch_wait_iters=draw(st.integers(1, 4)),
+                     batch_wait_max_tokens_ratio=draw(st.sampled_from([0.0, 0.5, 1.0])))
+    if draw(st.booleans()):
+        sched["reserve_full_kv"] = draw(st.booleans())
+    if draw(st.booleans()):
+        engine["sampling"] = "top_k_top_p"
+    if draw(st.booleans()):
+        engine["max_model_len"] = draw(st.sampled_from([64, 300]))
+    if draw(st.booleans()):
+        engine["cuda_graph_mode"] = draw(st.sampled_from(["none", "piecewise", "full_decode_only"]))
+    if draw(st.booleans()):
+        run["max_sim_s"] = draw(st.sampled_from([0.3, 1.0]))
+    if draw(st.booleans()):
+        run["fast_forward_max_steps"] = draw(st.sampled_from([1, 2, 7]))
+    if cfg["system"]["kind"] == "disaggregated" and draw(st.booleans()):
+        transfer = cfg["transfer"]
+        transfer.update(layerwise=draw(st.booleans()), decode_headroom_blocks=draw(st.sampled_from([0, 3, 50])))
+        if transfer["kind"] == "pull" and draw(st.booleans()):
+            transfer["max_handoffs_per_s"] = draw(st.sampled_from([5.0, 100.0]))
 
 
 def _run(cfg: dict, fast_forward: bool) -> tuple[Simulation, object]:
@@ -100,6 +139,9 @@ def test_random_configurations_end_cleanly_and_agree_with_themselves(cfg):
             continue
         assert req.num_output_tokens == req.max_output_tokens
         assert req.arrival_ns <= req.queued_ns <= req.first_scheduled_ns <= req.first_token_ns <= req.finish_ns
+        if not cfg["metrics"]["record_token_times"]:
+            assert req.token_times_ns is None
+            continue
         assert len(req.token_times_ns) == req.max_output_tokens and req.token_times_ns[0] == req.first_token_ns
         assert req.token_times_ns[-1] == req.finish_ns and list(req.token_times_ns) == sorted(req.token_times_ns)
     assert ((t["host_hit_tokens"] <= t["cached_tokens"]) & (t["cached_tokens"] <= t["prompt_tokens"])).all()
