@@ -731,11 +731,12 @@ def test_a_run_holding_more_blocks_than_memory_allows_is_refused_before_building
     def sim(system: dict) -> Simulation:
         return Simulation(load_config({"kv_cache": {"num_blocks": 1000}, "system": system}))
 
-    with pytest.raises(ConfigError, match=r"^system.replicas: 500,001 workers of 1,000 KV blocks each make "
-                                          r"500,001,000 blocks in the run, about 9 GiB .* at most 500,000,000"):
+    with pytest.raises(ConfigError, match=r"^system.replicas: 500,001,000 KV blocks over the run's workers \(500,001 "
+                                          r"workers of 1,000 in the largest pool\), about 9 GiB .* at most "
+                                          r"500,000,000"):
         sim({"replicas": 500_001})
-    with pytest.raises(ConfigError, match=r"^system.decode.workers: 400,000 workers of 1,000 KV blocks each make "
-                                          r"500,001,000 blocks"):
+    with pytest.raises(ConfigError, match=r"^system.decode.workers: 500,001,000 KV blocks over the run's workers "
+                                          r"\(400,000 workers of 1,000 in the largest pool\)"):
         sim({"kind": "disaggregated", "prefill": {"workers": 100_001}, "decode": {"workers": 400_000}})
     check_run_blocks([("system.replicas", 500_000, 1000)])  # at the limit (not built: 10 GiB)
 
