@@ -12,6 +12,8 @@
         [--opdb /work/shared/data/measured/opdb] [--top 30]   # FLOP rate each row's measurement implies
     python -m experiments.validation_report ttft-steps --csv .../silicon_h100_h200.csv \
         --journal /work/valruns/eager/rows.jsonl [--engine trtllm]   # genai-perf TTFT in prompt steps
+    python -m experiments.validation_report points --out /tmp/validation [--metric tpot] \
+        [--by backend,backend_version,system,model] [--top 20]   # where the file's MAPE comes from
 
 Tables: MAPE of TPOT and TTFT per backend, per model and per benchmark protocol, for the aggregated rows the
 twin represents and separately for the disaggregated ones, each split into TRAIN (H100 SXM rows, on which the
@@ -36,6 +38,12 @@ of its other models are the held-out set. ``--by-group`` also prints, per (GPU, 
 the per-MoE-layer value that group alone would choose (a diagnostic of how far one constant per engine is
 from each model).
 
+points: the share of the file's MAPE that each group of rows carries, in percentage points: the group's
+summed |error| over the number of represented rows of the mode, so the groups' points add up to the MAPE. A
+group's points are what the file's figure would lose if its rows were predicted exactly. Groups are formed
+on any column of rows.csv, or of the measured CSV the run's journal names (backend_version, tp_size ...),
+joined on the row id.
+
 implied-rate: a plausibility check of the measurements, independent of the twin. A closed loop of c clients
 that each send ISL prompt tokens and get OSL output tokens per request, with e2e = TTFT + (OSL - 1) x TPOT,
 makes the engine run 2 x (active parameters without embeddings) x (ISL + OSL) x c / e2e FLOP/s through its
@@ -52,6 +60,7 @@ import itertools
 import json
 import math
 import re
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -152,6 +161,67 @@ def report(out: Path) -> str:
             lines += table(sub, "client")
         allrows = [dict(r, all="all") for r in sub]
         lines += table(allrows, "all")
+    return "\n".join(lines)
+
+
+# --- where the error is ---------------------------------------------------------------------------
+
+def point_table(rows: Sequence[dict[str, Any]], metric: str, keys: Sequence[str]) -> list[dict[str, Any]]:
+    """Per group of ``keys``: rows, points (summed |error| / all rows), the group's MAPE and its signed
+    median error, largest points first (ties by group). The points of all groups add up to the MAPE."""
+    if metric not in ("ttft", "tpot"):
+        raise ValueError(f"metric must be 'ttft' or 'tpot', got {metric!r}")
+    col = f"{metric}_err_pct"
+    groups: dict[tuple[str, ...], list[float]] = {}
+    for r in rows:
+        groups.setdefault(tuple(str(r[k]) for k in keys), []).append(float(r[col]))
+    n = len(rows)
+    out = [{"group": g, "rows": len(e), "points": sum(map(abs, e)) / n, "mape": sum(map(abs, e)) / len(e),
+            "signed_median": float(np.median(e))} for g, e in groups.items()]
+    return sorted(out, key=lambda t: (-t["points"], t["group"]))
+
+
+def _with_csv_columns(out: Path, rows: list[dict[str, Any]], keys: Sequence[str]) -> list[dict[str, Any]]:
+    """``rows`` with the measured CSV's columns added (from the file the run's journal names), when a key
+    is not a rows.csv column; a key in neither is an error naming both."""
+    missing = [k for k in keys if rows and k not in rows[0]]
+    if not missing:
+        return rows
+    from twin.validate import read_rows
+
+    journal = out / "rows.jsonl"
+    csv_path = None
+    if journal.is_file():
+        with open(journal) as fh:
+            csv_path = Path(str(json.loads(fh.readline()).get("csv", "")))
+    if csv_path is None or not csv_path.is_file():
+        raise ValueError(f"{out}: column(s) {missing} are not in rows.csv, and the measured CSV its journal "
+                         f"names ({csv_path}) is not at hand")
+    measured = {r["id"]: r for r in read_rows(csv_path)}
+    unknown = [k for k in missing if k not in next(iter(measured.values()), {})]
+    if unknown:
+        raise ValueError(f"unknown column(s) {unknown}: not in {out / 'rows.csv'} ({', '.join(rows[0])}) "
+                         f"nor in {csv_path}")
+    return [{**measured.get(r["id"], {}), **r} for r in rows]
+
+
+def points(out: Path, metric: str, keys: Sequence[str], mode: str = "agg", top: int | None = None) -> str:
+    rows = [r for r in read_results(out) if r["mode"] == mode]
+    if not rows:
+        return f"{out}: no represented {mode} rows"
+    rows = _with_csv_columns(out, rows, keys)
+    table_ = point_table(rows, metric, keys)
+    mape = sum(t["points"] for t in table_)
+    lines = [f"{len(rows)} represented {mode} rows, {metric.upper()} MAPE {mape:.2f} %; points = a group's "
+             f"summed |error| / {len(rows)}",
+             f"{'points':>7} {'rows':>5} {'MAPE %':>7} {'signed median %':>16}  {' / '.join(keys)}"]
+    for t in table_[:top]:
+        lines.append(f"{t['points']:7.2f} {t['rows']:5} {t['mape']:7.1f} {t['signed_median']:+16.1f}  "
+                     f"{' / '.join(v or '-' for v in t['group'])}")
+    if top is not None and len(table_) > top:
+        rest = table_[top:]
+        lines.append(f"{sum(t['points'] for t in rest):7.2f} {sum(t['rows'] for t in rest):5} "
+                     f"{'':7} {'':16}  ({len(rest)} more groups)")
     return "\n".join(lines)
 
 
@@ -484,6 +554,13 @@ def main(argv: list[str] | None = None) -> int:
     stp.add_argument("--csv", type=Path, required=True)
     stp.add_argument("--journal", type=Path, required=True, help="rows.jsonl of a twin validate run")
     stp.add_argument("--engine", default="trtllm")
+    pts = sub.add_parser("points", help="the share of the file's MAPE each group of rows carries")
+    pts.add_argument("--out", type=Path, required=True, help="folder of a twin validate run")
+    pts.add_argument("--metric", choices=("ttft", "tpot"), default="ttft")
+    pts.add_argument("--by", default="backend,backend_version,system,model",
+                     help="comma-separated columns of rows.csv or of the measured CSV")
+    pts.add_argument("--mode", choices=("agg", "disagg"), default="agg")
+    pts.add_argument("--top", type=int, default=None)
     args = ap.parse_args(argv)
     if args.cmd == "run":
         from twin.validate import validate_silicon
@@ -499,6 +576,13 @@ def main(argv: list[str] | None = None) -> int:
         print(ttft_steps(args.csv, args.journal, args.engine))
     elif args.cmd == "implied-rate":
         print(implied_rates(args.csv, args.opdb, args.top))
+    elif args.cmd == "points":
+        try:
+            print(points(args.out, args.metric, [k.strip() for k in args.by.split(",") if k.strip()],
+                         args.mode, args.top))
+        except (ValueError, OSError) as exc:   # an unknown column, a folder without rows.csv
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     else:
         print(json.dumps(fit_host(args.csv, args.engines), indent=2))
     return 0

@@ -677,3 +677,55 @@ def test_a_row_longer_than_the_models_context_is_skipped_for_it(tmp_path: Path,
         ("long", 3, f"isl=131000 + osl=128 = 131128 tokens is more than {context}")]
     with pytest.raises(Skip, match="^isl=131000 \\+ osl=128 = 131128 tokens is more than"):
         row_spec(read_rows(path)[1])
+
+
+def test_point_table_splits_the_mape_into_group_shares() -> None:
+    """Hand-computed: 4 rows, |TTFT errors| 10, 30, 20, 40 (MAPE 25); a group's points are its summed
+    |error| / 4, so group x carries (10 + 30) / 4 = 10 and group y (20 + 40) / 4 = 15."""
+    from experiments.validation_report import point_table
+
+    rows = [dict(g="x", ttft_err_pct=10.0), dict(g="x", ttft_err_pct=-30.0),
+            dict(g="y", ttft_err_pct=20.0), dict(g="y", ttft_err_pct=-40.0)]
+    out = point_table(rows, "ttft", ["g"])
+    assert [(t["group"], t["rows"]) for t in out] == [(("y",), 2), (("x",), 2)]   # largest share first
+    assert [t["points"] for t in out] == [15.0, 10.0] and sum(t["points"] for t in out) == 25.0
+    assert [t["mape"] for t in out] == [30.0, 20.0]
+    assert [t["signed_median"] for t in out] == [-10.0, -10.0]
+    with pytest.raises(ValueError, match="metric must be 'ttft' or 'tpot'"):
+        point_table(rows, "e2e", ["g"])
+
+
+def test_points_groups_on_the_measured_csvs_columns_too(tmp_path: Path) -> None:
+    """A key that rows.csv lacks (backend_version) is read from the measured CSV the journal names, joined
+    on the row id; the disaggregated rows and the skipped ones stay out of the aggregated figure."""
+    from experiments.validation_report import points
+
+    measured = tmp_path / "m.csv"
+    with open(measured, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS)
+        w.writeheader()
+        for rid, version in (("a", "0.12.0"), ("b", "0.12.0"), ("c", "0.18.0"), ("d", "0.18.0"), ("e", "")):
+            w.writerow({k: v for k, v in row(id=rid, backend_version=version).items() if k in COLUMNS})
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "rows.jsonl").write_text(json.dumps({"csv": str(measured), "waves": None}) + "\n")
+    cols = ["id", "mode", "backend", "ttft_err_pct", "tpot_err_pct", "skipped"]
+    with open(out / "rows.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        w.writerows([["a", "agg", "vllm", "-10", "1", ""], ["b", "agg", "vllm", "20", "2", ""],
+                     ["c", "agg", "vllm", "60", "-3", ""], ["d", "disagg", "vllm", "99", "9", ""],
+                     ["e", "agg", "vllm", "", "", "pipeline parallelism (pp_size > 1) is not modelled"]])
+    text = points(out, "ttft", ["backend", "backend_version"])
+    lines = text.splitlines()
+    assert lines[0].startswith("3 represented agg rows, TTFT MAPE 30.00 %")
+    # 0.18.0: 60 / 3 = 20 points; 0.12.0: (10 + 20) / 3 = 10 points, MAPE 15, signed median +5
+    assert lines[2].split() == ["20.00", "1", "60.0", "+60.0", "vllm", "/", "0.18.0"]
+    assert lines[3].split() == ["10.00", "2", "15.0", "+5.0", "vllm", "/", "0.12.0"]
+    assert "1 represented disagg rows, TTFT MAPE 99.00 %" in points(out, "ttft", ["backend"], mode="disagg")
+    with pytest.raises(ValueError, match=r"unknown column\(s\) \['gpu'\]"):
+        points(out, "ttft", ["gpu"])
+    measured.unlink()
+    with pytest.raises(ValueError, match="is not at hand"):
+        points(out, "ttft", ["backend_version"])
+    assert points(out, "tpot", ["backend"], top=0).splitlines()[-1].split()[:2] == ["2.00", "3"]
