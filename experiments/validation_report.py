@@ -168,14 +168,18 @@ def report(out: Path) -> str:
 
 def point_table(rows: Sequence[dict[str, Any]], metric: str, keys: Sequence[str]) -> list[dict[str, Any]]:
     """Per group of ``keys``: rows, points (summed |error| / all rows), the group's MAPE and its signed
-    median error, largest points first (ties by group). The points of all groups add up to the MAPE."""
+    median error, largest points first (ties by group). The points of all groups add up to the MAPE. Rows
+    whose error is not finite are left out, as the summary's MAPE leaves them out."""
     if metric not in ("ttft", "tpot"):
         raise ValueError(f"metric must be 'ttft' or 'tpot', got {metric!r}")
     col = f"{metric}_err_pct"
     groups: dict[tuple[str, ...], list[float]] = {}
+    n = 0
     for r in rows:
-        groups.setdefault(tuple(str(r[k]) for k in keys), []).append(float(r[col]))
-    n = len(rows)
+        err = float(r[col])
+        if math.isfinite(err):
+            groups.setdefault(tuple(str(r[k]) for k in keys), []).append(err)
+            n += 1
     out = [{"group": g, "rows": len(e), "points": sum(map(abs, e)) / n, "mape": sum(map(abs, e)) / len(e),
             "signed_median": float(np.median(e))} for g, e in groups.items()]
     return sorted(out, key=lambda t: (-t["points"], t["group"]))
@@ -202,7 +206,11 @@ def _with_csv_columns(out: Path, rows: list[dict[str, Any]], keys: Sequence[str]
     if unknown:
         raise ValueError(f"unknown column(s) {unknown}: not in {out / 'rows.csv'} ({', '.join(rows[0])}) "
                          f"nor in {csv_path}")
-    return [{**measured.get(r["id"], {}), **r} for r in rows]
+    absent = [r["id"] for r in rows if r["id"] not in measured]
+    if absent:
+        raise ValueError(f"{len(absent)} row(s) of {out / 'rows.csv'} are not in {csv_path} (first: "
+                         f"{absent[0]!r}): the file changed since the run")
+    return [{**measured[r["id"]], **r} for r in rows]
 
 
 def points(out: Path, metric: str, keys: Sequence[str], mode: str = "agg", top: int | None = None) -> str:
@@ -212,8 +220,9 @@ def points(out: Path, metric: str, keys: Sequence[str], mode: str = "agg", top: 
     rows = _with_csv_columns(out, rows, keys)
     table_ = point_table(rows, metric, keys)
     mape = sum(t["points"] for t in table_)
-    lines = [f"{len(rows)} represented {mode} rows, {metric.upper()} MAPE {mape:.2f} %; points = a group's "
-             f"summed |error| / {len(rows)}",
+    n = sum(t["rows"] for t in table_)
+    lines = [f"{n} represented {mode} rows, {metric.upper()} MAPE {mape:.2f} %; points = a group's "
+             f"summed |error| / {n}",
              f"{'points':>7} {'rows':>5} {'MAPE %':>7} {'signed median %':>16}  {' / '.join(keys)}"]
     for t in table_[:top]:
         lines.append(f"{t['points']:7.2f} {t['rows']:5} {t['mape']:7.1f} {t['signed_median']:+16.1f}  "

@@ -693,6 +693,9 @@ def test_point_table_splits_the_mape_into_group_shares() -> None:
     assert [t["signed_median"] for t in out] == [-10.0, -10.0]
     with pytest.raises(ValueError, match="metric must be 'ttft' or 'tpot'"):
         point_table(rows, "e2e", ["g"])
+    # a row without a finite error counts in neither the points nor the rows they are shares of
+    assert [t["points"] for t in point_table([*rows, dict(g="z", ttft_err_pct=float("nan"))], "ttft", ["g"])] \
+        == [15.0, 10.0]
 
 
 def test_points_groups_on_the_measured_csvs_columns_too(tmp_path: Path) -> None:
@@ -725,7 +728,12 @@ def test_points_groups_on_the_measured_csvs_columns_too(tmp_path: Path) -> None:
     assert "1 represented disagg rows, TTFT MAPE 99.00 %" in points(out, "ttft", ["backend"], mode="disagg")
     with pytest.raises(ValueError, match=r"unknown column\(s\) \['gpu'\]"):
         points(out, "ttft", ["gpu"])
+    with open(out / "rows.csv", "a", newline="") as fh:
+        csv.writer(fh).writerow(["f", "agg", "vllm", "5", "5", ""])
+    with pytest.raises(ValueError, match="1 row.s. of .* are not in .*m.csv .first: 'f'.: the file changed"):
+        points(out, "ttft", ["backend_version"])
+    assert points(out, "ttft", ["backend"]).splitlines()[0].startswith("4 represented agg rows, TTFT MAPE 23.75 %")
     measured.unlink()
     with pytest.raises(ValueError, match="is not at hand"):
         points(out, "ttft", ["backend_version"])
-    assert points(out, "tpot", ["backend"], top=0).splitlines()[-1].split()[:2] == ["2.00", "3"]
+    assert points(out, "tpot", ["backend"], top=0).splitlines()[-1].split()[:2] == ["2.75", "4"]
