@@ -1012,12 +1012,10 @@ def simulate_row(row: dict[str, str], waves: int | None = None) -> dict[str, Any
     from twin.errors import TwinError
     from twin.runner import Simulation
 
-    out: dict[str, Any] = {"id": row["id"], "line": int(row["_line"]), "row_sha": row_sha(row),
-                           "system": row["system"], "backend": row["backend"], "model": row["model_path"],
-                           "mode": row["mode"]}
+    out = _row_head(row)
     try:
         cfg = load_config(row_config(row, waves=waves))  # (row_spec skips a ragged row)
-        meas_ttft, meas_tpot = _measured_ms(row, "silicon_ttft_ms"), _measured_ms(row, "silicon_tpot_ms")
+        _measured_ms(row, "silicon_ttft_ms"), _measured_ms(row, "silicon_tpot_ms")  # (before simulating)
         res = Simulation(cfg).run()
     except Skip as exc:
         return {**out, "skipped": str(exc)}
@@ -1026,15 +1024,53 @@ def simulate_row(row: dict[str, str], waves: int | None = None) -> dict[str, Any
     s = res.summary
     if s["requests"]["failed"]:
         return {**out, "skipped": f"{s['requests']['failed']} requests failed: {s['fail_reasons']}"}
-    spec = row_spec(row)
-    proto = protocol(row)
     ttft_s, tpot_s, _ = measured_means(res.requests)
-    pred_ttft, pred_tpot = ttft_s * 1e3, tpot_s * 1e3
-    out["notes"] = "; ".join(spec.notes)
-    return {**out, "isl": row["isl"], "osl": row["osl"], "concurrency": spec.concurrency, "protocol": proto.name,
+    return _row_result(row, out, ttft_s * 1e3, tpot_s * 1e3, s["sim"]["wall_s"])
+
+
+def _row_head(row: dict[str, str]) -> dict[str, Any]:
+    return {"id": row["id"], "line": int(row["_line"]), "row_sha": row_sha(row), "system": row["system"],
+            "backend": row["backend"], "model": row["model_path"], "mode": row["mode"]}
+
+
+def _row_result(row: dict[str, str], out: dict[str, Any], pred_ttft: float, pred_tpot: float,
+                wall_s: float) -> dict[str, Any]:
+    """A represented row's result: its predictions against its own measured latencies."""
+    spec = row_spec(row)
+    meas_ttft, meas_tpot = _measured_ms(row, "silicon_ttft_ms"), _measured_ms(row, "silicon_tpot_ms")
+    return {**out, "notes": "; ".join(spec.notes), "isl": row["isl"], "osl": row["osl"],
+            "concurrency": spec.concurrency, "protocol": protocol(row).name,
             "pred_ttft_ms": pred_ttft, "meas_ttft_ms": meas_ttft, "ttft_err_pct": 100 * (pred_ttft - meas_ttft) / meas_ttft,
             "pred_tpot_ms": pred_tpot, "meas_tpot_ms": meas_tpot, "tpot_err_pct": 100 * (pred_tpot - meas_tpot) / meas_tpot,
-            "wall_s": s["sim"]["wall_s"]}
+            "wall_s": wall_s}
+
+
+def simulation_key(row: dict[str, str], waves: int | None = None) -> str | None:
+    """Fingerprint of the simulation a row asks for: its twin config without the config's name (the row id,
+    which no part of a run reads), or None where the row is skipped before it is simulated (its config or its
+    measured latencies are not usable; such a row is handled on its own).
+
+    The twin gives the same results for the same config, bit for bit, so rows with one key share one
+    simulation (:func:`shared_result`). Such rows are one benchmark listed under several ids (InferenceMAX's
+    day files, a DeepSeek run listed as tp 64 and as tp 8) or one configuration measured again: 258 of the
+    1,584 represented aggregated rows of silicon_h100_h200.csv."""
+    try:
+        cfg = row_config(row, waves=waves)
+        _measured_ms(row, "silicon_ttft_ms"), _measured_ms(row, "silicon_tpot_ms")
+    except Skip:
+        return None
+    cfg = {k: v for k, v in cfg.items() if k != "name"}
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()
+
+
+def shared_result(row: dict[str, str], done: dict[str, Any]) -> dict[str, Any]:
+    """The result of ``row`` from ``done``, the result of a row with the same :func:`simulation_key`: the same
+    predictions (or the same simulation's skip reason) against this row's own measured latencies.
+    ``simulated_with`` names the line that was simulated, and ``wall_s`` is 0 (no simulation of its own)."""
+    out = {**_row_head(row), "simulated_with": done.get("simulated_with", done["line"])}
+    if "skipped" in done:
+        return {**out, "skipped": done["skipped"]}
+    return _row_result(row, out, done["pred_ttft_ms"], done["pred_tpot_ms"], 0.0)
 
 
 def _mape(values: Iterable[float]) -> float:
@@ -1087,7 +1123,9 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
     Each finished row is appended to ``out_dir/rows.jsonl`` as it completes (longest rows are started first
     when running in parallel), so an interrupted run keeps its work: ``resume=True`` reuses the rows that file
     holds and simulates the rest. The journal's first line records the CSV and ``waves``; resuming a journal
-    written for other settings is an error."""
+    written for other settings is an error. Rows asking for the same simulation (:func:`simulation_key`)
+    share one: the first such row of the file is simulated, and the others' results name it in
+    ``simulated_with``."""
     for name, value in (("jobs", jobs), ("limit", limit), ("waves", waves)):
         if value is not None and value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
@@ -1129,6 +1167,22 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
     done = {k: v for k, v in done.items() if k in current and v["id"] == current[k]["id"]
             and v.get("row_sha", row_sha(current[k])) == row_sha(current[k])}
     todo = [r for r in rows if int(r["_line"]) not in done]
+    # Rows asking for the same simulation share one (simulation_key): the first row of each key in the file is
+    # simulated (or its journalled result kept), the others take its result.
+    keys = {int(r["_line"]): simulation_key(r, waves) for r in rows}
+    leader: dict[str, int] = {}  # simulation key -> line of the first row asking for it
+    for r in rows:
+        key = keys[int(r["_line"])]
+        if key is not None:
+            leader.setdefault(key, int(r["_line"]))
+    waiting: dict[int, list[dict[str, str]]] = {}  # leader's line -> the todo rows that take its result
+    own_sims = []
+    for r in todo:
+        key, at = keys[int(r["_line"])], int(r["_line"])
+        if key is not None and leader[key] != at:
+            waiting.setdefault(leader[key], []).append(r)
+        else:
+            own_sims.append(r)
     own = executor is None and jobs > 1
     pool = ProcessPoolExecutor(max_workers=jobs) if own else executor
     with open(journal, "a") as jf:
@@ -1138,14 +1192,19 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
             done[int(result["line"])] = result
             if progress:
                 print(f"\r{len(done)}/{len(rows)} rows", end="", flush=True)
+            for other in waiting.pop(int(result["line"]), []):
+                record(shared_result(other, result))
 
+        for at in [at for at in waiting if at in done]:  # leaders simulated before an interruption
+            for other in waiting.pop(at):
+                record(shared_result(other, done[at]))
         try:
             if pool is None:
-                for row in todo:
+                for row in own_sims:
                     record(simulate_row(row, waves))
             else:
                 futures = [pool.submit(simulate_row, row, waves)
-                           for row in sorted(todo, key=_row_cost, reverse=True)]
+                           for row in sorted(own_sims, key=_row_cost, reverse=True)]
                 for fut in as_completed(futures):
                     record(fut.result())
         finally:
@@ -1155,7 +1214,8 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
         print()
     results = [done[int(r["_line"])] for r in rows]
     cols = ["id", "line", "system", "backend", "model", "mode", "isl", "osl", "concurrency", "protocol", "pred_ttft_ms",
-            "meas_ttft_ms", "ttft_err_pct", "pred_tpot_ms", "meas_tpot_ms", "tpot_err_pct", "wall_s", "skipped", "notes"]
+            "meas_ttft_ms", "ttft_err_pct", "pred_tpot_ms", "meas_tpot_ms", "tpot_err_pct", "wall_s", "simulated_with", "skipped",
+            "notes"]
     with open(out / "rows.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=cols)
         writer.writeheader()

@@ -30,6 +30,14 @@ def row(**kw: str) -> dict[str, str]:
     return base
 
 
+def write_rows(path: Path, rows: list[dict[str, str]]) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: v for k, v in r.items() if k in COLUMNS})
+
+
 def test_inflated_tp_is_scaled_back_to_the_gpus_in_the_id() -> None:
     """One export lists tp x ep as tp_size (tp 64, moe 8 x 8 for an 8-GPU tp 8 / ep 8 run)."""
     r = row(id="2026_04_06_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024_c8_tp8_ep8_957", backend="trtllm",
@@ -151,11 +159,7 @@ def test_summary_mape_groups_and_skip_reasons() -> None:
 
 def test_validate_writes_rows_and_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "s.csv"
-    with open(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS)
-        w.writeheader()
-        for r in (row(id="ok"), row(id="pp", pp_size="2")):
-            w.writerow({k: v for k, v in r.items() if k in COLUMNS})
+    write_rows(path, [row(id="ok"), row(id="pp", pp_size="2")])
     assert [r["id"] for r in read_rows(path)] == ["ok", "pp"]
     s = validate_silicon(path, tmp_path / "out", progress=False, waves=1)
     assert s["rows_represented"] == 1 and len(s["rows_skipped"]) == 1
@@ -598,14 +602,63 @@ def test_bad_cells_and_ragged_rows_are_skipped_with_their_line_and_column(tmp_pa
     assert written["agg"]["tpot_mape"] is None and written["disagg"]["ttft_mape"] is None
 
 
+def test_rows_asking_for_one_simulation_share_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two ids of one benchmark (the DeepSeek export's tp 64 listing of a tp 8 run, here its Llama form: the
+    same cells but id and measured latencies) are simulated once; each row keeps its own measured figures."""
+    path = tmp_path / "s.csv"
+    rows = [row(id="a", silicon_ttft_ms="50", silicon_tpot_ms="5"),
+            row(id="other", osl="8"),
+            row(id="b", silicon_ttft_ms="40", silicon_tpot_ms="4"),
+            row(id="bad", silicon_ttft_ms="x")]  # same config, unusable measurement: skipped on its own
+    write_rows(path, rows)
+    sims: list[str] = []
+    real = validate_module.simulate_row
+
+    def counted(r: dict[str, str], waves: int | None = None) -> dict[str, object]:
+        sims.append(r["id"])
+        return real(r, waves)
+
+    monkeypatch.setattr(validate_module, "simulate_row", counted)
+    validate_silicon(path, tmp_path / "out", progress=False, waves=1)
+    assert sims == ["a", "other", "bad"]
+    out = {r["id"]: r for r in csv.DictReader(open(tmp_path / "out" / "rows.csv"))}
+    a, b = out["a"], out["b"]
+    assert (b["pred_ttft_ms"], b["pred_tpot_ms"]) == (a["pred_ttft_ms"], a["pred_tpot_ms"])
+    assert (b["meas_ttft_ms"], b["meas_tpot_ms"]) == ("40.0", "4.0")
+    assert float(b["tpot_err_pct"]) == pytest.approx(100 * (float(a["pred_tpot_ms"]) - 4) / 4)
+    assert (b["simulated_with"], b["wall_s"], a["simulated_with"]) == ("2", "0.0", "")
+    assert out["bad"]["skipped"] == "column silicon_ttft_ms='x' is not a number"
+    # the shared result is what simulating the row itself gives (the twin is deterministic), but its wall time
+    mine = real({**rows[2], "_line": "4"}, 1)
+    shared = next(json.loads(x) for x in (tmp_path / "out" / "rows.jsonl").read_text().splitlines()
+                  if '"id": "b"' in x)
+    assert {**mine, "wall_s": 0.0, "simulated_with": 2} == shared
+    # resumed with only b left to do, it takes a's journalled result without simulating
+    journal = [x for x in (tmp_path / "out" / "rows.jsonl").read_text().splitlines() if '"id": "b"' not in x]
+    (tmp_path / "out" / "rows.jsonl").write_text("\n".join(journal) + "\n")
+    sims.clear()
+    validate_silicon(path, tmp_path / "out", progress=False, waves=1, resume=True)
+    assert sims == [] and list(csv.DictReader(open(tmp_path / "out" / "rows.csv")))[2] == b
+
+
+def test_a_shared_simulations_skip_reason_is_every_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "s.csv"
+    write_rows(path, [row(id="a"), row(id="b", silicon_tpot_ms="9")])
+
+    def fails(r: dict[str, str], waves: int | None = None) -> dict[str, object]:
+        return {"id": r["id"], "line": int(r["_line"]), "skipped": "3 requests failed: {'x': 3}"}
+
+    monkeypatch.setattr(validate_module, "simulate_row", fails)
+    s = validate_silicon(path, tmp_path / "out", progress=False, waves=1)
+    assert [(x["id"], x["reason"]) for x in s["rows_skipped"]] == [("a", "3 requests failed: {'x': 3}"),
+                                                                  ("b", "3 requests failed: {'x': 3}")]
+
+
 def test_resume_simulates_a_row_edited_since_it_was_journalled(tmp_path: Path) -> None:
     path = tmp_path / "s.csv"
 
     def write(osl: str) -> None:
-        with open(path, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=COLUMNS)
-            w.writeheader()
-            w.writerow({k: v for k, v in row(id="a", osl=osl).items() if k in COLUMNS})
+        write_rows(path, [row(id="a", osl=osl)])
 
     write("16")
     validate_silicon(path, tmp_path / "out", progress=False, waves=1)
