@@ -14,6 +14,8 @@
         --journal /work/valruns/eager/rows.jsonl [--engine trtllm]   # genai-perf TTFT in prompt steps
     python -m experiments.validation_report points --out /tmp/validation [--metric tpot] \
         [--by backend,backend_version,system,model] [--top 20]   # where the file's MAPE comes from
+    python -m experiments.validation_report seat-wait --out /tmp/validation [--by backend,backend_version,model] \
+        [--max-conc 32] [--detail]   # closed-loop TTFT excess against one inter-completion interval
 
 Tables: MAPE of TPOT and TTFT per backend, per model and per benchmark protocol, for the aggregated rows the
 twin represents and separately for the disaggregated ones, each split into TRAIN (H100 SXM rows, on which the
@@ -43,6 +45,14 @@ summed |error| over the number of represented rows of the mode, so the groups' p
 group's points are what the file's figure would lose if its rows were predicted exactly. Groups are formed
 on any column of rows.csv, or of the measured CSV the run's journal names (backend_version, tp_size ...),
 joined on the row id.
+
+seat-wait: a closed loop of c clients whose engine serves one request fewer than c at a time makes every
+request wait about one inter-completion interval, OSL x TPOT / c (the measured lifetime over the requests in
+flight), before its prompt is scheduled; a latency outside the engine (client, HTTP, frontend) adds the same
+time whatever the output length. Per group of aggregated closed-loop rows (genai-perf by default, c per rank
+<= --max-conc), the least-squares line excess = slope x interval + intercept, with excess = measured -
+predicted TTFT: slope near 1 with a high correlation is a missing seat; slope near 0, a latency or the prompts'
+own queue. ``--detail`` adds the median excess / interval per (tp_size, c).
 
 implied-rate: a plausibility check of the measurements, independent of the twin. A closed loop of c clients
 that each send ISL prompt tokens and get OSL output tokens per request, with e2e = TTFT + (OSL - 1) x TPOT,
@@ -531,6 +541,63 @@ def ttft_steps(csv_path: Path, journal: Path, engine: str) -> str:
     return "\n".join(lines)
 
 
+# --- TTFT excess against the closed loop's inter-completion interval --------------------------------
+
+def seat_wait_fit(recs: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Least-squares ``excess_ms = slope x interval_ms + intercept_ms`` over records with those two keys, and
+    the correlation of the two (NaN with fewer than two distinct intervals)."""
+    x = np.array([r["interval_ms"] for r in recs], dtype=float)
+    y = np.array([r["excess_ms"] for r in recs], dtype=float)
+    if len(x) < 2 or np.ptp(x) == 0.0:
+        return {"rows": len(x), "slope": float("nan"), "intercept_ms": float("nan"), "corr": float("nan")}
+    slope, intercept = np.polyfit(x, y, 1)
+    corr = float(np.corrcoef(x, y)[0, 1]) if np.ptp(y) > 0.0 else float("nan")
+    return {"rows": len(x), "slope": float(slope), "intercept_ms": float(intercept), "corr": corr}
+
+
+def _no_minus_zero(x: float, places: int) -> float:
+    """``x``, or 0.0 where it would print as a negative zero at ``places`` decimals."""
+    return 0.0 if round(x, places) == 0 else x
+
+
+def seat_waits(out: Path, keys: Sequence[str], max_conc: int, protocol_name: str = "genai-perf",
+               detail: bool = False) -> str:
+    from twin.validate import Skip, row_spec
+
+    rows = [r for r in read_results(out) if r["mode"] == "agg" and r["protocol"] == protocol_name]
+    if not rows:
+        return f"{out}: no represented aggregated {protocol_name} rows"
+    rows = _with_csv_columns(out, rows, [*keys, "tp_size", "attention_dp_size", "moe_ep_size"])
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        try:
+            c = row_spec(r).per_rank_concurrency
+        except Skip:
+            continue
+        if c > max_conc:
+            continue
+        interval = float(r["osl"]) * float(r["meas_tpot_ms"]) / c
+        groups.setdefault(tuple(str(r[k]) for k in keys), []).append(
+            {"interval_ms": interval, "excess_ms": float(r["meas_ttft_ms"]) - float(r["pred_ttft_ms"]),
+             "tp": str(r["tp_size"]), "c": c})
+    lines = [f"{protocol_name} aggregated rows, concurrency per rank <= {max_conc}: excess = measured - predicted "
+             f"TTFT, interval = OSL x measured TPOT / c",
+             f"{'rows':>5} {'slope':>6} {'intercept ms':>13} {'corr':>5}  {' / '.join(keys)}"]
+    for g, recs in sorted(groups.items()):
+        f = seat_wait_fit(recs)
+        slope, intercept, corr = (_no_minus_zero(f[k], p) for k, p in (("slope", 2), ("intercept_ms", 0), ("corr", 2)))
+        lines.append(f"{f['rows']:5d} {slope:6.2f} {intercept:13.0f} {corr:5.2f}  "
+                     f"{' / '.join(v or '-' for v in g)}")
+        if detail:
+            cells: dict[tuple[str, int], list[float]] = {}
+            for r in recs:
+                cells.setdefault((r["tp"], r["c"]), []).append(r["excess_ms"] / r["interval_ms"])
+            for tp in sorted({tp for tp, _ in cells}, key=lambda t: (len(t), t)):
+                lines.append(f"{'':27}tp {tp}: " + ", ".join(
+                    f"c{c} {float(np.median(v)):.2f}" for (t, c), v in sorted(cells.items()) if t == tp))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -570,6 +637,13 @@ def main(argv: list[str] | None = None) -> int:
                      help="comma-separated columns of rows.csv or of the measured CSV")
     pts.add_argument("--mode", choices=("agg", "disagg"), default="agg")
     pts.add_argument("--top", type=int, default=None)
+    sw = sub.add_parser("seat-wait", help="closed-loop rows' TTFT excess against one inter-completion interval")
+    sw.add_argument("--out", type=Path, required=True, help="folder of a twin validate run")
+    sw.add_argument("--by", default="backend,backend_version,model",
+                    help="comma-separated columns of rows.csv or of the measured CSV")
+    sw.add_argument("--max-conc", type=int, default=32)
+    sw.add_argument("--protocol", default="genai-perf", help="rows.csv protocol column: genai-perf, inferencemax")
+    sw.add_argument("--detail", action="store_true", help="also the median excess / interval per (tp_size, c)")
     args = ap.parse_args(argv)
     if args.cmd == "run":
         from twin.validate import validate_silicon
@@ -585,10 +659,11 @@ def main(argv: list[str] | None = None) -> int:
         print(ttft_steps(args.csv, args.journal, args.engine))
     elif args.cmd == "implied-rate":
         print(implied_rates(args.csv, args.opdb, args.top))
-    elif args.cmd == "points":
+    elif args.cmd in ("points", "seat-wait"):
+        keys = [k.strip() for k in args.by.split(",") if k.strip()]
         try:
-            print(points(args.out, args.metric, [k.strip() for k in args.by.split(",") if k.strip()],
-                         args.mode, args.top))
+            print(points(args.out, args.metric, keys, args.mode, args.top) if args.cmd == "points"
+                  else seat_waits(args.out, keys, args.max_conc, args.protocol, args.detail))
         except (ValueError, OSError) as exc:   # an unknown column, a folder without rows.csv
             print(f"error: {exc}", file=sys.stderr)
             return 2

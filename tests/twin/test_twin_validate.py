@@ -4,6 +4,7 @@ on small hand-made CSV rows (never the shared measurements)."""
 import csv
 import functools
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -790,3 +791,44 @@ def test_points_groups_on_the_measured_csvs_columns_too(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="is not at hand"):
         points(out, "ttft", ["backend_version"])
     assert points(out, "tpot", ["backend"], top=0).splitlines()[-1].split()[:2] == ["2.75", "4"]
+
+
+def test_seat_wait_fit_by_hand() -> None:
+    """excess = interval - 5 ms on three rows: slope 1, intercept -5, correlation 1; one interval fits nothing."""
+    from experiments.validation_report import seat_wait_fit
+
+    f = seat_wait_fit([{"interval_ms": x, "excess_ms": x - 5.0} for x in (10.0, 20.0, 30.0)])
+    assert (f["rows"], f["slope"], f["intercept_ms"], f["corr"]) == (3, pytest.approx(1.0), pytest.approx(-5.0),
+                                                                      pytest.approx(1.0))
+    lone = seat_wait_fit([{"interval_ms": 10.0, "excess_ms": 3.0}] * 2)
+    assert lone["rows"] == 2 and all(math.isnan(lone[k]) for k in ("slope", "intercept_ms", "corr"))
+
+
+def test_seat_waits_reads_a_run_and_keeps_to_its_closed_loop_rows(tmp_path: Path) -> None:
+    """Group x waits exactly one interval (OSL 100 x TPOT 10 ms / c) at c 2, 4, 8; group y a fixed 30 ms. A
+    row above --max-conc and a row of another protocol stay out."""
+    from experiments.validation_report import seat_waits
+
+    cases = [("a", "x", 2, 500.0), ("b", "x", 4, 250.0), ("c", "x", 8, 125.0), ("d", "y", 2, 30.0),
+             ("e", "y", 8, 30.0), ("f", "x", 64, 0.0), ("g", "x", 4, 999.0)]
+    write_rows(tmp_path / "m.csv", [row(id=rid, backend_version=v, batch_size=str(c),
+                                        silicon_data_source=f"source_file=x.csv; silicon_concurrency={c}")
+                                    for rid, v, c, _ in cases])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "rows.jsonl").write_text(json.dumps({"csv": str(tmp_path / "m.csv"), "waves": None}) + "\n")
+    cols = ["id", "mode", "backend", "model", "protocol", "osl", "concurrency", "pred_ttft_ms", "meas_ttft_ms",
+            "meas_tpot_ms", "ttft_err_pct", "tpot_err_pct", "skipped"]
+    with open(out / "rows.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        for rid, _, c, excess in cases:
+            proto = "inferencemax" if rid == "g" else "genai-perf"
+            w.writerow([rid, "agg", "vllm", "m", proto, "100", c, "100", 100 + excess, "10", "1", "1", ""])
+    lines = seat_waits(out, ["backend_version"], max_conc=32, detail=True).splitlines()
+    assert lines[2].split() == ["3", "1.00", "0", "1.00", "x"]
+    assert lines[3].strip() == "tp 1: c2 1.00, c4 1.00, c8 1.00"
+    assert lines[4].split()[:3] == ["2", "0.00", "30"] and lines[4].split()[-1] == "y"
+    assert seat_waits(out, ["backend"], 32, "inferencemax").splitlines()[2].split() == ["1", "nan", "nan", "nan",
+                                                                                       "vllm"]
+    assert seat_waits(out, ["backend"], 32, "other") == f"{out}: no represented aggregated other rows"
