@@ -276,9 +276,15 @@ class CostModel:
 
     # --- collectives ---------------------------------------------------------------------------
     def _allreduce_s(self, nbytes: float, group: int) -> float:
-        """One all-reduce over ``group`` GPUs on the TP group's link (its GPU count's fit inside NVLink)."""
-        return kernels.allreduce_s(self.cal.allreduce, nbytes=nbytes, gpus=group, link_Bps=self.ar_link_Bps,
-                                   scale_up=self.ar_scale_up)
+        """One all-reduce over ``group`` GPUs on the TP group's link (its GPU count's fit inside NVLink, NCCL's
+        latency model across nodes of the GPU's NVLink domain)."""
+        domain = self.dep.gpu.scaleup_domain_gpus
+        if group == self.dep.tp:
+            link, scale_up = self.ar_link_Bps, self.ar_scale_up
+        else:  # (the routed experts' all-reduce over moe_tp GPUs, which attention DP can make wider than tp)
+            link, scale_up = self._link_Bps(group), group <= domain
+        return kernels.allreduce_s(self.cal.allreduce, nbytes=nbytes, gpus=group, link_Bps=link,
+                                   scale_up=scale_up, per_node=domain)
 
     # --- token-dependent terms --------------------------------------------------------------------
     def _token_terms(self, M: int, R: int, D: int, q: int = 1) -> dict[str, float]:

@@ -290,14 +290,47 @@ def deepgemm_moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, top
     return total
 
 
+# NCCL's own latency model for an all-reduce whose ranks span nodes (NVIDIA/nccl src/graph/tuning.cc,
+# ncclTopoTuneModel, as of NCCL 2.18-2.21): a base latency per algorithm and protocol, plus a latency per hop
+# inside a node (NVLink) and across nodes (network). The tables time no collective across nodes, so these are
+# NCCL's numbers, not fitted ones. A decode step's all-reduces (tens to hundreds of kB) go by the LL protocol,
+# and NCCL runs the algorithm its model prices faster: tree (2 x (hops in a node + log2(nodes) network hops))
+# or ring (2 (g - 1) steps, 2 x nodes of them across the network, the others at least the NIC's post overhead).
+NCCL_LL_BASE_S = {"tree": 6.8e-6, "ring": 6.6e-6}      # baseLat, Tree / Ring, LL
+NCCL_LL_NVLINK_HOP_S = 0.6e-6                           # hwLat[NVLINK], Tree and Ring, LL
+NCCL_LL_NET_HOP_S = {"tree": 5.0e-6, "ring": 2.7e-6}    # hwLat[NET], Tree / Ring, LL
+NCCL_NET_OVERHEAD_S = 1.0e-6                            # getNetOverhead, x86 Intel host (AMD: 2 us)
+
+
+def internode_allreduce_alpha_s(gpus: int, per_node: int) -> float:
+    """Latency of a small all-reduce over ``gpus`` ranks placed ``per_node`` to a node, by NCCL's model (the
+    faster of tree and ring, LL protocol); ``gpus`` must span more than one node."""
+    nodes = -(-gpus // per_node)
+    if nodes < 2:
+        raise ValueError(f"{gpus} GPUs fit one node of {per_node}: no inter-node latency")
+    ppn = gpus // nodes
+    tree = NCCL_LL_BASE_S["tree"] + 2 * ((ppn - 1) * NCCL_LL_NVLINK_HOP_S
+                                         + int(math.log2(nodes)) * NCCL_LL_NET_HOP_S["tree"])
+    steps, net_steps = 2 * (gpus - 1), 2 * nodes
+    ring = (NCCL_LL_BASE_S["ring"] + (steps - net_steps) * max(NCCL_LL_NVLINK_HOP_S, NCCL_NET_OVERHEAD_S)
+            + net_steps * NCCL_LL_NET_HOP_S["ring"])
+    return min(tree, ring)
+
+
 def allreduce_s(coll: Collective, *, nbytes: float, gpus: int, link_Bps: float, eager: bool = False,
-                scale_up: bool = True) -> float:
+                scale_up: bool = True, per_node: int | None = None) -> float:
     """All-reduce, alpha-beta: alpha + 2 (g-1)/g x bytes / (link x efficiency), the fastest of the GPU
-    count's own lines where fitted (``scale_up``: the group lies inside one NVLink domain)."""
+    count's own lines where fitted (``scale_up``: the group lies inside one NVLink domain). A group that spans
+    nodes of ``per_node`` GPUs takes NCCL's latency for its shape (:func:`internode_allreduce_alpha_s`) as its
+    alpha, on the pooled efficiency; without ``per_node`` it keeps the pooled alpha."""
     if gpus <= 1:
         return 0.0
     x = 2.0 * (gpus - 1) / gpus * nbytes / link_Bps
-    t = min(alpha + x / eff for alpha, eff in coll.lines(gpus, scale_up))
+    lines = coll.lines(gpus, scale_up)
+    if not scale_up and per_node is not None:
+        alpha = internode_allreduce_alpha_s(gpus, per_node)
+        lines = tuple((alpha, eff) for _, eff in lines)
+    t = min(alpha + x / eff for alpha, eff in lines)
     return t + (coll.eager_extra_s if eager else 0.0)
 
 

@@ -1041,6 +1041,9 @@ def test_allreduce_takes_the_faster_line_of_its_gpu_count() -> None:
     x8 = 2 * 7 / 8 * 1e6 / 50e9
     assert kernels.allreduce_s(AR8, nbytes=1e6, gpus=8, link_Bps=50e9, scale_up=False) == \
         pytest.approx(6e-6 + x8 / 0.9, rel=1e-12)
+    # given the node size, a group across nodes takes NCCL's latency (2 nodes of 4: 6.8 + 2 x (3 x 0.6 + 5) us)
+    assert kernels.allreduce_s(AR8, nbytes=1e6, gpus=8, link_Bps=50e9, scale_up=False, per_node=4) == \
+        pytest.approx(20.4e-6 + x8 / 0.9, rel=1e-12)
     assert kernels.allreduce_s(AR8, nbytes=1e6, gpus=8, link_Bps=link, eager=True) == \
         pytest.approx(kernels.allreduce_s(AR8, nbytes=1e6, gpus=8, link_Bps=link) + 20e-6, rel=1e-12)
     assert kernels.allreduce_s(AR8, nbytes=1e6, gpus=1, link_Bps=link) == 0.0
@@ -1053,11 +1056,41 @@ def test_tp_allreduce_uses_the_gpu_counts_lines_inside_nvlink_and_the_pooled_lin
     cost = CostModel(dep(8), calibration=cal).step_cost(SHAPE)
     x = 2 * 7 / 8 * msg / 450e9
     assert cost.terms["tp_allreduce"] == pytest.approx(2 * L * min(4e-6 + x / 0.2, 20e-6 + x / 0.95), rel=1e-12)
-    # TP 16 spans two nodes: the NIC's bandwidth and the pooled line
+    # TP 16 spans two nodes: the NIC's bandwidth, the pooled efficiency and NCCL's tree latency for 2 x 8
+    # ranks, 6.8 + 2 x (7 x 0.6 + 1 x 5.0) = 25.2 us
     d16 = attrs.evolve(dep(8), tp=16)
     cost16 = CostModel(d16, calibration=cal).step_cost(SHAPE)
     x16 = 2 * 15 / 16 * msg / d16.gpu.nic_bw_Bps
-    assert cost16.terms["tp_allreduce"] == pytest.approx(2 * L * (6e-6 + x16 / 0.9), rel=1e-12)
+    assert cost16.terms["tp_allreduce"] == pytest.approx(2 * L * (25.2e-6 + x16 / 0.9), rel=1e-12)
+
+
+def test_the_experts_all_reduce_prices_its_own_group_across_nodes() -> None:
+    """TP 8 with attention DP 2 and no EP: the routed experts' all-reduce runs over moe_tp = 16 GPUs, two
+    H100 nodes, so it takes the NIC and NCCL's latency while the attention's all-reduce over 8 stays on
+    NVLink with the pooled line (it used to be priced as if the 16 GPUs shared one NVLink domain)."""
+    from hardware import kernels
+
+    ledger = moe_ledger("h100_sxm", "Qwen/Qwen3-30B-A3B", CAL, "default", tp=8, attn_dp=2, ep=1,
+                        weight_dtype="bf16", kv_dtype="bf16")
+    assert ledger.dep.moe_tp == 16
+    nic, nvl = ledger.dep.gpu.nic_bw_Bps, ledger.dep.gpu.scaleup_bw_Bps
+    assert ledger._allreduce_s(1e6, 16) == pytest.approx(25.2e-6 + 2 * 15 / 16 * 1e6 / nic / 0.9, rel=1e-12)
+    assert ledger._allreduce_s(1e6, 8) == pytest.approx(6e-6 + 2 * 7 / 8 * 1e6 / nvl / 0.9, rel=1e-12)
+    assert ledger._allreduce_s(1e6, 16) == kernels.allreduce_s(CAL.allreduce, nbytes=1e6, gpus=16, link_Bps=nic,
+                                                               scale_up=False, per_node=8)
+
+
+def test_internode_allreduce_latency_is_nccls_tree_or_ring_by_hand() -> None:
+    """NCCL's LL latencies (tuning.cc): tree 6.8 + 2 x ((ppn - 1) x 0.6 + log2(nodes) x 5.0) us, ring 6.6 +
+    (2 (g - 1) - 2 nodes) x max(0.6, 1.0) + 2 nodes x 2.7 us; the faster is taken."""
+    from hardware.kernels import internode_allreduce_alpha_s
+
+    assert internode_allreduce_alpha_s(16, 8) == pytest.approx(25.2e-6, rel=1e-12)   # ring: 43.4 us
+    assert internode_allreduce_alpha_s(32, 8) == pytest.approx(35.2e-6, rel=1e-12)   # 4 nodes; ring 82.2 us
+    assert internode_allreduce_alpha_s(2, 1) == pytest.approx(15.4e-6, rel=1e-12)    # one GPU a node: ring
+    assert internode_allreduce_alpha_s(12, 8) == pytest.approx(6.8e-6 + 2 * (5 * 0.6e-6 + 5.0e-6), rel=1e-12)
+    with pytest.raises(ValueError, match="8 GPUs fit one node of 8"):
+        internode_allreduce_alpha_s(8, 8)
 
 
 def test_allreduce_lines_load_from_yaml_and_the_fit_recovers_known_lines() -> None:
