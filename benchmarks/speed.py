@@ -1,6 +1,6 @@
 """Simulation-speed benchmark (issue 6): the twin on reference scenarios, side by side with Vidur.
 
-    python benchmarks/speed.py --out DIR [--quick] [--repeats N] [--only NAME,...]
+    python benchmarks/speed.py --out DIR [--quick] [--repeats N] [--only NAME,...] [--ff-check]
                                [--vidur-python PATH --vidur-repo PATH [--vidur-cache DIR]]
 
 Per scenario: requests, simulated seconds, wall seconds (median of repeats: config + build + run, in
@@ -127,6 +127,27 @@ def twin_process_wall(scn: Scenario, paths: DataPaths, run: bool = True) -> floa
     return time.perf_counter() - t0
 
 
+FF_FILES = ("requests.csv", "timeseries.csv", "ledger.json", "summary.json")
+
+
+def ff_check(scn: Scenario) -> dict[str, Any]:
+    """The scenario run with fast-forward on and off (``run.fast_forward``): whether each results file is
+    byte-identical, summary.json compared without its wall time (``sim.wall_s``, the one figure that is
+    meant to differ). ``config.yaml`` differs by the setting itself and is not compared."""
+    from twin.config import load_config
+    from twin.runner import Simulation
+
+    files: dict[str, dict[str, bytes]] = {}
+    for mode, flag in (("on", "true"), ("off", "false")):
+        res = Simulation(load_config(scn.config, [f"run.fast_forward={flag}"])).run()
+        res.summary["sim"]["wall_s"] = 0.0
+        with tempfile.TemporaryDirectory(prefix="ffcheck-") as tmp:
+            res.write(Path(tmp))
+            files[mode] = {name: (Path(tmp) / name).read_bytes() for name in FF_FILES}
+    same = {name: files["on"][name] == files["off"][name] for name in FF_FILES}
+    return {"ff_identical": all(same.values()), "ff_files": same}
+
+
 # ------------------------------------------------------------------------------------------ vidur
 def vidur_args(trace: Path, out_dir: Path, cache_dir: Path, attention: Path | None) -> list[str]:
     """Vidur CLI for a trace replay on A100 + Llama-3-8B, Sarathi chunk 512 / batch cap 512 (its README's)."""
@@ -250,6 +271,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--vidur-attention", default=str(DEFAULT_VIDUR_ATTENTION),
                    help="attention profile for Vidur ('' = the checkout's own attention.csv)")
     p.add_argument("--no-process", action="store_true", help="skip the twin's whole-process timing")
+    p.add_argument("--ff-check", action="store_true",
+                   help="also run each scenario with fast-forward off and compare its results files byte for byte")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--no-run", action="store_true", help=argparse.SUPPRESS)  # child: build, do not run
     args = p.parse_args(argv)
@@ -297,6 +320,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
             continue
         print(f"[run ] {scn.name}: {scn.description}", flush=True)
         r = measure_twin(scn, args.repeats)
+        if args.ff_check:
+            r.update(ff_check(scn))
+            print(f"[ff  ] {scn.name}: fast-forward on / off "
+                  f"{'identical' if r['ff_identical'] else 'DIFFER: ' + str(r['ff_files'])}", flush=True)
         if scn.vidur_trace is not None and args.vidur_python:
             if not args.no_process:
                 r["process_wall_s"] = twin_process_wall(scn, paths)

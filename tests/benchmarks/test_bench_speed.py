@@ -61,3 +61,24 @@ def test_unregistered_system_kind_is_skipped(tmp_path: Path) -> None:
 
     scn = Scenario(name="x", description="", config={}, needs_system="no_such_system")
     assert "not registered" in (scn.skip_reason() or "")
+
+
+def test_ff_check_compares_the_results_files_and_can_tell_them_apart(vidur_dir: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    scn = vidur_list_scenario("tiny", vidur_dir / VIDUR_LIST.format(n=400))
+    r = speed.ff_check(scn)
+    assert r == {"ff_identical": True, "ff_files": dict.fromkeys(speed.FF_FILES, True)}
+    # a run with fast-forward off that is not the same simulation (here: one cut at 2 simulated s) is caught
+    import twin.config
+
+    real = twin.config.load_config
+
+    def other_run_when_off(source: object, overrides: list[str] = []) -> object:
+        cfg = real(source, overrides)  # type: ignore[arg-type]
+        if "run.fast_forward=false" in overrides:
+            cfg = real(source, [*overrides, "run.max_sim_s=2.0"])  # type: ignore[arg-type]
+        return cfg
+
+    monkeypatch.setattr(twin.config, "load_config", other_run_when_off)
+    r = speed.ff_check(scn)
+    assert r["ff_identical"] is False and r["ff_files"]["requests.csv"] is False
