@@ -1054,10 +1054,12 @@ def simulation_key(row: dict[str, str], waves: int | None = None) -> str | None:
     simulation (:func:`shared_result`). Such rows are one benchmark listed under several ids (InferenceMAX's
     day files, a DeepSeek run listed as tp 64 and as tp 8) or one configuration measured again: 258 of the
     1,584 represented aggregated rows of silicon_h100_h200.csv."""
+    from twin.errors import TwinError
+
     try:
         cfg = row_config(row, waves=waves)
         _measured_ms(row, "silicon_ttft_ms"), _measured_ms(row, "silicon_tpot_ms")
-    except Skip:
+    except (Skip, TwinError, ValueError, NotImplementedError):  # (simulate_row gives the reason)
         return None
     cfg = {k: v for k, v in cfg.items() if k != "name"}
     return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()

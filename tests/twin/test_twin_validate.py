@@ -832,3 +832,16 @@ def test_seat_waits_reads_a_run_and_keeps_to_its_closed_loop_rows(tmp_path: Path
     assert seat_waits(out, ["backend"], 32, "inferencemax").splitlines()[2].split() == ["1", "nan", "nan", "nan",
                                                                                        "vllm"]
     assert seat_waits(out, ["backend"], 32, "other") == f"{out}: no represented aggregated other rows"
+
+
+def test_a_row_whose_config_fails_has_no_simulation_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Such a row is simulated on its own (simulate_row reports why it cannot be represented)."""
+    from twin.validate import simulation_key
+
+    assert simulation_key(row()) is not None and simulation_key(row(silicon_tpot_ms="0")) is None
+
+    def fails(r: dict[str, str], waves: int | None = None) -> dict[str, object]:
+        raise ValueError("a cell the config cannot take")
+
+    monkeypatch.setattr(validate_module, "row_config", fails)
+    assert simulation_key(row()) is None
