@@ -972,7 +972,9 @@ def row_config(row: dict[str, str], *, waves: int | None = None) -> dict[str, An
         pools[side] = {"workers": workers * par.dp, "tp": par.tp, "ep": par.ep, "attention_dp": par.dp}
         if batch:
             pools[side]["max_num_seqs"] = batch
-    widest = max(spec.prefill.tp, spec.decode.tp)
+    # A rank-worker counts tp x attention_dp GPUs (its Deployment sees every rank's tokens), so a wide
+    # worker (TP16, or DP16 attention) gets nodes as large as itself: its transfers cross the NIC anyway.
+    widest = max(spec.prefill.tp * spec.prefill.dp, spec.decode.tp * spec.decode.dp)
     cfg["system"] = {"kind": "disaggregated", **pools, "decode_router": {"kind": "least_loaded"}}
     if widest > 8:
         cfg["system"]["gpus_per_node"] = widest

@@ -133,6 +133,11 @@ def test_disaggregated_pools_become_rank_workers() -> None:
     assert cfg["system"]["decode"] == {"workers": 8, "tp": 1, "ep": 8, "attention_dp": 8, "max_num_seqs": 32}
     assert cfg["workload"]["arrival"]["concurrency"] == 256
     assert cfg["engine"] == {"name": "vllm"}
+    assert "gpus_per_node" not in cfg["system"]   # every rank-worker fits an 8-GPU node
+    # a DP16 decode pool: each rank-worker counts 1 x 16 GPUs, so nodes are made that wide (they used to be
+    # 8, and the row was refused as "a worker ... does not fit a node of 8 GPUs")
+    wide = row_config({**r, "decode_attention_dp_size": "16", "decode_moe_ep_size": "16"})
+    assert wide["system"]["decode"]["workers"] == 16 and wide["system"]["gpus_per_node"] == 16
     trt = row_config({**r, "backend": "trtllm"})
     assert trt["engine"]["cuda_graph_max_size"] == 32          # decode workers capture up to their batch
     # A blank count is taken as 1 and the note says which (it used to say 1 + 1 whatever the other was).
