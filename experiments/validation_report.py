@@ -497,6 +497,12 @@ def lone_prompt_step_ms(row: dict[str, str]) -> float:
     return cost_model(cfg, dep).step_cost(BatchShape.from_requests([isl], [isl])).total_s * 1e3
 
 
+def interval_ms(osl: float, tpot_ms: float, c: int) -> float:
+    """One inter-completion interval of a closed loop of ``c`` requests of ``osl`` output tokens: a request's
+    lifetime (OSL x TPOT) over the requests in flight."""
+    return osl * tpot_ms / c
+
+
 def ttft_step_table(recs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (model, concurrency, ISL): medians over the rows of the measured and the twin's TTFT in units of
     the lone prompt step P, and of q = (measured - twin TTFT) / (OSL x measured TPOT / c), the share of one
@@ -511,8 +517,8 @@ def ttft_step_table(recs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "model": model, "c": c, "isl": isl, "rows": len(rs),
             "meas_per_p": float(np.median([r["meas_ttft_ms"] / r["p_ms"] for r in rs])),
             "twin_per_p": float(np.median([r["pred_ttft_ms"] / r["p_ms"] for r in rs])),
-            "q": float(np.median([(r["meas_ttft_ms"] - r["pred_ttft_ms"]) * r["c"] / (r["osl"] * r["meas_tpot_ms"])
-                                  for r in rs])),
+            "q": float(np.median([(r["meas_ttft_ms"] - r["pred_ttft_ms"])
+                                  / interval_ms(r["osl"], r["meas_tpot_ms"], r["c"]) for r in rs])),
         })
     return out
 
@@ -567,6 +573,7 @@ def seat_waits(out: Path, keys: Sequence[str], max_conc: int, protocol_name: str
     rows = [r for r in read_results(out) if r["mode"] == "agg" and r["protocol"] == protocol_name]
     if not rows:
         return f"{out}: no represented aggregated {protocol_name} rows"
+    # (the measured CSV's whole row: row_spec reads its parallelism for the concurrency per rank)
     rows = _with_csv_columns(out, rows, [*keys, "tp_size", "attention_dp_size", "moe_ep_size"])
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for r in rows:
@@ -576,9 +583,8 @@ def seat_waits(out: Path, keys: Sequence[str], max_conc: int, protocol_name: str
             continue
         if c > max_conc:
             continue
-        interval = float(r["osl"]) * float(r["meas_tpot_ms"]) / c
         groups.setdefault(tuple(str(r[k]) for k in keys), []).append(
-            {"interval_ms": interval, "excess_ms": float(r["meas_ttft_ms"]) - float(r["pred_ttft_ms"]),
+            {"interval_ms": interval_ms(float(r["osl"]), float(r["meas_tpot_ms"]), c), "excess_ms": float(r["meas_ttft_ms"]) - float(r["pred_ttft_ms"]),
              "tp": str(r["tp_size"]), "c": c})
     lines = [f"{protocol_name} aggregated rows, concurrency per rank <= {max_conc}: excess = measured - predicted "
              f"TTFT, interval = OSL x measured TPOT / c",

@@ -262,9 +262,6 @@ class CostModel:
         launches spec_tokens passes of the MTP layer."""
         self.attn_layers = sum(g.count for g in self.groups if g.mixer is not None and g.mixer.is_attention)
         self.collectives_per_step = sum(g.count * (g.allreduce_per_layer + g.moe_allreduce) for g in self.groups)
-        self.ar_link_Bps = self._link_Bps(d.tp)
-        self.ar_scale_up = d.tp <= d.gpu.scaleup_domain_gpus
-        """Whether the all-reduces stay inside the NVLink domain (and take their GPU count's fitted lines)."""
         self.a2a_link_Bps = self._link_Bps(d.tp * d.attn_dp) * self.cal.alltoall.bw_eff
         self._attn_groups = tuple((g.count, g.mixer, d.mixer_heads(g.mixer), d.mixer_kv_heads(g.mixer))
                                   for g in self.groups if g.mixer is not None and g.mixer.is_attention)
@@ -276,15 +273,12 @@ class CostModel:
 
     # --- collectives ---------------------------------------------------------------------------
     def _allreduce_s(self, nbytes: float, group: int) -> float:
-        """One all-reduce over ``group`` GPUs on the TP group's link (its GPU count's fit inside NVLink, NCCL's
-        latency model across nodes of the GPU's NVLink domain)."""
+        """One all-reduce over ``group`` GPUs (tp, or the routed experts' moe_tp, which attention DP can make
+        wider): inside the GPU's NVLink domain its count's fitted lines, across nodes the NIC and NCCL's
+        latency model."""
         domain = self.dep.gpu.scaleup_domain_gpus
-        if group == self.dep.tp:
-            link, scale_up = self.ar_link_Bps, self.ar_scale_up
-        else:  # (the routed experts' all-reduce over moe_tp GPUs, which attention DP can make wider than tp)
-            link, scale_up = self._link_Bps(group), group <= domain
-        return kernels.allreduce_s(self.cal.allreduce, nbytes=nbytes, gpus=group, link_Bps=link,
-                                   scale_up=scale_up, per_node=domain)
+        return kernels.allreduce_s(self.cal.allreduce, nbytes=nbytes, gpus=group, link_Bps=self._link_Bps(group),
+                                   scale_up=group <= domain, per_node=domain)
 
     # --- token-dependent terms --------------------------------------------------------------------
     def _token_terms(self, M: int, R: int, D: int, q: int = 1) -> dict[str, float]:

@@ -23,6 +23,7 @@ from typing import Any, Iterable
 import attrs
 import numpy as np
 
+from twin.errors import TwinError
 from twin.kv_cache import cdiv
 from twin.results import jsonable
 from workloads.errors import utf8_lines
@@ -1008,10 +1009,13 @@ def measured_means(table: np.ndarray) -> tuple[float, float, int]:
     return float(np.mean(done["ttft_s"])), float(np.mean(tpot)) if len(tpot) else float("nan"), len(done)
 
 
+UNREPRESENTABLE = (TwinError, ValueError, NotImplementedError)
+"""What building or running a row's simulation raises where the twin cannot represent the row."""
+
+
 def simulate_row(row: dict[str, str], waves: int | None = None) -> dict[str, Any]:
     """Predicted vs measured TTFT / TPOT for one row, or its skip reason."""
     from twin.config import load_config
-    from twin.errors import TwinError
     from twin.runner import Simulation
 
     out = _row_head(row)
@@ -1021,7 +1025,7 @@ def simulate_row(row: dict[str, str], waves: int | None = None) -> dict[str, Any
         res = Simulation(cfg).run()
     except Skip as exc:
         return {**out, "skipped": str(exc)}
-    except (TwinError, ValueError, NotImplementedError) as exc:
+    except UNREPRESENTABLE as exc:
         return {**out, "skipped": f"not representable: {exc}"}
     s = res.summary
     if s["requests"]["failed"]:
@@ -1056,12 +1060,10 @@ def simulation_key(row: dict[str, str], waves: int | None = None) -> str | None:
     simulation (:func:`shared_result`). Such rows are one benchmark listed under several ids (InferenceMAX's
     day files, a DeepSeek run listed as tp 64 and as tp 8) or one configuration measured again: 258 of the
     1,584 represented aggregated rows of silicon_h100_h200.csv."""
-    from twin.errors import TwinError
-
     try:
         cfg = row_config(row, waves=waves)
         _measured_ms(row, "silicon_ttft_ms"), _measured_ms(row, "silicon_tpot_ms")
-    except (Skip, TwinError, ValueError, NotImplementedError):  # (simulate_row gives the reason)
+    except (Skip, *UNREPRESENTABLE):  # (simulate_row gives the reason)
         return None
     cfg = {k: v for k, v in cfg.items() if k != "name"}
     return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()
