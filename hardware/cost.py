@@ -18,7 +18,7 @@ from hardware.calibration import CURVE_MOE_KERNELS, Calibration, Roofline, calib
 from hardware.deployment import ACT_BYTES, Deployment, Linear
 from hardware.dtypes import COMPUTE_DTYPE
 from hardware.engine import FULL_GRAPH_MODES, GRAPH_MODES
-from hardware.kernels import BUSIEST_RANK
+from hardware.kernels import BUSIEST_RANK, pipeline_hops
 from hardware.layers import FfnSpec, MixerSpec
 from hardware.shape import BatchShape, decode_rate_rows
 
@@ -42,6 +42,7 @@ TERMS: Mapping[str, tuple[str, str]] = MappingProxyType({
     "tp_allreduce": ("throughput", OWNER_GPU_MODEL),
     "ep_alltoall": ("throughput", OWNER_GPU_MODEL),
     "ep_imbalance": ("throughput", OWNER_GPU_MODEL),
+    "pp_sendrecv": ("throughput", OWNER_GPU_MODEL),
     "step_host": ("scheduler", OWNER_ENGINE),
     "request_host": ("scheduler", OWNER_ENGINE),
     "cuda_graph_padding": ("scheduler", OWNER_ENGINE),
@@ -53,7 +54,7 @@ TERMS: Mapping[str, tuple[str, str]] = MappingProxyType({
 })
 # terms that depend only on (tokens, requests, decode requests) and are recomputed for CUDA-graph padding
 TOKEN_TERMS = ("qkv_proj", "o_proj", "ssm_proj", "ssm_scan", "mlp", "moe_experts", "moe_shared", "elementwise",
-               "lm_head", "tp_allreduce", "ep_alltoall", "ep_imbalance")
+               "lm_head", "tp_allreduce", "ep_alltoall", "ep_imbalance", "pp_sendrecv")
 # CPU-side terms (hidden under GPU work when the engine overlaps scheduling with execution)
 HOST_TERMS = ("step_host", "request_host", "kv_traversal")
 DEVICE_TERMS = tuple(name for name in TERMS if name not in HOST_TERMS)
@@ -261,7 +262,10 @@ class CostModel:
         per draft inside the model's forward: tensorrt_llm/_torch/speculative/mtp.py), so an eager step also
         launches spec_tokens passes of the MTP layer."""
         self.attn_layers = sum(g.count for g in self.groups if g.mixer is not None and g.mixer.is_attention)
-        self.collectives_per_step = sum(g.count * (g.allreduce_per_layer + g.moe_allreduce) for g in self.groups)
+        self.pp_hops = pipeline_hops(d.pp, d.tp * d.attn_dp, d.gpu.scaleup_domain_gpus)
+        """Per stage boundary of a pipeline-parallel worker, whether it crosses a node (the NIC) or not (NVLink)."""
+        self.collectives_per_step = (sum(g.count * (g.allreduce_per_layer + g.moe_allreduce) for g in self.groups)
+                                     + len(self.pp_hops))
         self.a2a_link_Bps = self._link_Bps(d.tp * d.attn_dp) * self.cal.alltoall.bw_eff
         self._attn_groups = tuple((g.count, g.mixer, d.mixer_heads(g.mixer), d.mixer_kv_heads(g.mixer))
                                   for g in self.groups if g.mixer is not None and g.mixer.is_attention)
@@ -319,6 +323,11 @@ class CostModel:
             self._add_layer_terms(t, g, M, R, D, graph, cal)
         # Logits of every sampled position: one per request, and the k drafts of each speculative decode.
         t["lm_head"] = self.lm_head.time_s(R + D * (q - 1), graph)
+        if self.pp_hops:
+            gpu = self.dep.gpu
+            t["pp_sendrecv"] = kernels.pipeline_sendrecv_s(
+                self.cal.allreduce, tokens=M, hidden=self.dep.model.hidden_size, hops=self.pp_hops,
+                scaleup_Bps=gpu.scaleup_bw_Bps, nic_Bps=gpu.nic_bw_Bps)
 
     def _add_layer_terms(self, t: dict[str, float], g: _Group, M: int, R: int, D: int, graph: bool,
                          cal: Calibration) -> None:

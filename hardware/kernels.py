@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Sequence
 
 import numpy as np
 
@@ -332,6 +333,34 @@ def allreduce_s(coll: Collective, *, nbytes: float, gpus: int, link_Bps: float, 
         lines = tuple((alpha, eff) for _, eff in lines)
     t = min(alpha + x / eff for alpha, eff in lines)
     return t + (coll.eager_extra_s if eager else 0.0)
+
+
+PP_TENSORS = 2
+"""Tensors a pipeline stage hands to the next per token: the hidden states and the residual stream (vLLM's
+and SGLang's decoder models return both as their intermediate tensors between stages)."""
+
+
+def pipeline_hops(pp: int, stage_gpus: int, per_node: int) -> tuple[bool, ...]:
+    """The pp - 1 stage boundaries of a worker whose stages of ``stage_gpus`` GPUs are placed in order on
+    nodes of ``per_node``: for each, whether the next stage starts on another node."""
+    return tuple(stage_gpus >= per_node or (s * stage_gpus) % per_node == 0 for s in range(1, pp))
+
+
+def pipeline_sendrecv_s(coll: Collective, *, tokens: int, hidden: int, hops: Sequence[bool],
+                        scaleup_Bps: float, nic_Bps: float) -> float:
+    """Activations handed down a pipeline in one forward pass: at each stage boundary every rank sends its
+    peer in the next stage ``PP_TENSORS`` x tokens x hidden activations, one after another on the critical
+    path. Each hop is priced as one step of NCCL's ring in its LL latency model (base + the hop's latency:
+    NVLink, or the network across nodes; :data:`NCCL_LL_BASE_S`) plus the bytes on the link at the
+    all-reduce's pooled efficiency. Nothing here is fitted: the tables time no send/recv."""
+    if tokens <= 0:
+        return 0.0
+    nbytes = PP_TENSORS * tokens * hidden * ACT_BYTES
+    t = 0.0
+    for net in hops:
+        alpha = NCCL_LL_BASE_S["ring"] + (NCCL_LL_NET_HOP_S["ring"] if net else NCCL_LL_NVLINK_HOP_S)
+        t += alpha + nbytes / ((nic_Bps if net else scaleup_Bps) * coll.bw_eff)
+    return t
 
 
 def mla_decode_s(roof: Roofline, *, reqs: int, sum_kv: float, heads: int, kv_lora_rank: int, rope_dim: int,

@@ -1231,3 +1231,45 @@ def test_no_step_costs_less_eager_than_replayed_in_a_graph(engine: str, model_na
             for term in ("qkv_proj", "o_proj", "mlp", "moe_experts", "moe_shared", "elementwise", "lm_head",
                          "attention", "ssm_scan"):
                 assert t[term] <= e[term] * (1 + 1e-12), (term, g.graph_mode, g.max_capture, s)
+
+
+def test_pipeline_stages_hand_their_activations_on_by_hand() -> None:
+    """pp 2 on TP 2 (4 GPUs, one NVLink domain): one boundary, where every rank sends its peer the hidden
+    states and the residual of the step's 514 tokens (2 x 514 x 4096 x 2 bytes), priced as one NCCL LL ring
+    step over NVLink (6.6 + 0.6 us) plus the bytes at the all-reduce's pooled efficiency (0.9). Only
+    pp_sendrecv differs from pp 1's ledger: every stage's layers still run one after another in the step.
+    Launched eagerly, the send also pays a collective's setup (20 us here)."""
+    one = CostModel(dep(tp=2), calibration=CAL).step_cost(SHAPE)
+    two = CostModel(attrs.evolve(dep(tp=2), pp=2), calibration=CAL)
+    assert two.pp_hops == (False,)
+    nbytes = 2 * 514 * H * 2
+    nvl = two.dep.gpu.scaleup_bw_Bps
+    terms = two.step_cost(SHAPE).terms
+    assert terms["pp_sendrecv"] == pytest.approx(7.2e-6 + nbytes / (nvl * 0.9), rel=1e-12)  # 28.8 us on H100
+    assert one.terms["pp_sendrecv"] == 0.0
+    assert {k: v for k, v in terms.items() if k != "pp_sendrecv"} == \
+        {k: v for k, v in one.terms.items() if k != "pp_sendrecv"}
+    off = CostModel(attrs.evolve(dep(tp=2), pp=2), calibration=CAL,
+                    disabled_terms=frozenset({"pp_sendrecv"})).step_cost(SHAPE)
+    assert off.total_s == pytest.approx(one.total_s, rel=1e-12)
+    e1 = CostModel(dep(tp=2), calibration=CAL, cuda_graph=False).step_cost(SHAPE).terms
+    e2 = CostModel(attrs.evolve(dep(tp=2), pp=2), calibration=CAL, cuda_graph=False).step_cost(SHAPE).terms
+    assert e2["collective_setup"] == pytest.approx(e1["collective_setup"] + 20e-6, rel=1e-12)
+    assert e2["pp_sendrecv"] == terms["pp_sendrecv"]
+
+
+def test_pipeline_boundaries_cross_nodes_where_the_stages_do() -> None:
+    """Stages placed in order on nodes of 8 GPUs: 4-GPU stages cross a node after every second stage, 8-GPU
+    (or wider) stages at every boundary; a crossing hop pays the network's latency (6.6 + 2.7 us) and the NIC."""
+    from hardware.kernels import pipeline_hops, pipeline_sendrecv_s
+
+    assert pipeline_hops(1, 8, 8) == ()
+    assert pipeline_hops(4, 4, 8) == (False, True, False)
+    assert pipeline_hops(3, 8, 8) == (True, True)
+    assert pipeline_hops(4, 2, 8) == (False, False, False)
+    assert pipeline_hops(3, 16, 8) == (True, True)
+    coll = Collective(alpha_s=1.0, bw_eff=0.5)   # alpha unused: hops take NCCL's latencies
+    t = pipeline_sendrecv_s(coll, tokens=10, hidden=1000, hops=(False, True), scaleup_Bps=400e9, nic_Bps=50e9)
+    nbytes = 2 * 10 * 1000 * 2
+    assert t == pytest.approx(7.2e-6 + nbytes / 200e9 + 9.3e-6 + nbytes / 25e9, rel=1e-12)
+    assert pipeline_sendrecv_s(coll, tokens=0, hidden=1000, hops=(True,), scaleup_Bps=1.0, nic_Bps=1.0) == 0.0
