@@ -342,8 +342,12 @@ and SGLang's decoder models return both as their intermediate tensors between st
 
 def pipeline_hops(pp: int, stage_gpus: int, per_node: int) -> tuple[bool, ...]:
     """The pp - 1 stage boundaries of a worker whose stages of ``stage_gpus`` GPUs are placed in order on
-    nodes of ``per_node``: for each, whether the next stage starts on another node."""
-    return tuple(stage_gpus >= per_node or (s * stage_gpus) % per_node == 0 for s in range(1, pp))
+    nodes of ``per_node``: for each, whether some rank's peer in the next stage (the rank ``stage_gpus``
+    GPUs on) sits on another node, which makes the whole hand-off wait for the network."""
+    def crosses(first: int) -> bool:
+        return any((first + i) // per_node != (first + i + stage_gpus) // per_node for i in range(stage_gpus))
+
+    return tuple(crosses((s - 1) * stage_gpus) for s in range(1, pp))
 
 
 def pipeline_sendrecv_s(coll: Collective, *, tokens: int, hidden: int, hops: Sequence[bool],

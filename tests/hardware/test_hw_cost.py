@@ -1260,7 +1260,8 @@ def test_pipeline_stages_hand_their_activations_on_by_hand() -> None:
 
 def test_pipeline_boundaries_cross_nodes_where_the_stages_do() -> None:
     """Stages placed in order on nodes of 8 GPUs: 4-GPU stages cross a node after every second stage, 8-GPU
-    (or wider) stages at every boundary; a crossing hop pays the network's latency (6.6 + 2.7 us) and the NIC."""
+    (or wider) stages at every boundary, 3-GPU stages wherever some rank's peer is on the next node; a
+    crossing hop pays the network's latency (6.6 + 2.7 us) and the NIC."""
     from hardware.kernels import pipeline_hops, pipeline_sendrecv_s
 
     assert pipeline_hops(1, 8, 8) == ()
@@ -1268,6 +1269,7 @@ def test_pipeline_boundaries_cross_nodes_where_the_stages_do() -> None:
     assert pipeline_hops(3, 8, 8) == (True, True)
     assert pipeline_hops(4, 2, 8) == (False, False, False)
     assert pipeline_hops(3, 16, 8) == (True, True)
+    assert pipeline_hops(3, 3, 8) == (False, True)   # GPUs 0-2 | 3-5 | 6-8: 5 -> 8 leaves the first node
     coll = Collective(alpha_s=1.0, bw_eff=0.5)   # alpha unused: hops take NCCL's latencies
     t = pipeline_sendrecv_s(coll, tokens=10, hidden=1000, hops=(False, True), scaleup_Bps=400e9, nic_Bps=50e9)
     nbytes = 2 * 10 * 1000 * 2
