@@ -18,7 +18,7 @@ from hardware.calibration import CURVE_MOE_KERNELS, Calibration, Roofline, calib
 from hardware.deployment import ACT_BYTES, Deployment, Linear
 from hardware.dtypes import COMPUTE_DTYPE
 from hardware.engine import FULL_GRAPH_MODES, GRAPH_MODES
-from hardware.kernels import BUSIEST_RANK, pipeline_hops
+from hardware.kernels import BUSIEST_RANK
 from hardware.layers import FfnSpec, MixerSpec
 from hardware.shape import BatchShape, decode_rate_rows
 
@@ -213,7 +213,7 @@ class CostModel:
             layer_groups.append((d.draft_layer, 1))
         for (mixer, ffn), count in layer_groups:
             gemms: list[_Gemm] = []
-            ar, ew, kernels, blocks = 0, 0.0, 0, 0
+            ar, ew, n_kernels, blocks = 0, 0.0, 0, 0
             moe_ar = False
             if mixer is not None:
                 blocks += 1
@@ -222,7 +222,7 @@ class CostModel:
                 ar += 1 if d.tp > 1 else 0
                 if mixer.is_attention:
                     ew += 2 * (d.mixer_heads(mixer) + d.mixer_kv_heads(mixer)) * mixer.head_dim * ACT_BYTES
-                    kernels += 2
+                    n_kernels += 2
             if ffn is not None:
                 blocks += 1
                 for lin in d.ffn_linears(ffn):
@@ -232,15 +232,15 @@ class CostModel:
                     ew += (3 if ffn.gated else 2) * inter * ACT_BYTES
                     ar += 1 if d.tp > 1 else 0
                 else:
-                    kernels += 4       # top-k, permute / align, two grouped GEMMs
+                    n_kernels += 4     # top-k, permute / align, two grouped GEMMs
                     if d.attn_dp == 1:
                         ar += 1 if d.tp > 1 else 0
                     else:
                         moe_ar = d.moe_tp > 1
             ew += blocks * 4 * h * ACT_BYTES
             ew_k = blocks * self.cal.elementwise_kernels_per_block
-            kernels += len(gemms) + ew_k + ar
-            groups.append(_Group(count, mixer, ffn, tuple(gemms), ar, moe_ar, ew, ew_k, kernels))
+            n_kernels += len(gemms) + ew_k + ar
+            groups.append(_Group(count, mixer, ffn, tuple(gemms), ar, moe_ar, ew, ew_k, n_kernels))
         self.draft: _Group | None = None
         if d.spec_tokens:
             g = groups.pop()
@@ -262,7 +262,7 @@ class CostModel:
         per draft inside the model's forward: tensorrt_llm/_torch/speculative/mtp.py), so an eager step also
         launches spec_tokens passes of the MTP layer."""
         self.attn_layers = sum(g.count for g in self.groups if g.mixer is not None and g.mixer.is_attention)
-        self.pp_hops = pipeline_hops(d.pp, d.tp * d.attn_dp, d.gpu.scaleup_domain_gpus)
+        self.pp_hops = kernels.pipeline_hops(d.pp, d.tp * d.attn_dp, d.gpu.scaleup_domain_gpus)
         """Per stage boundary of a pipeline-parallel worker, whether it crosses a node (the NIC) or not (NVLink)."""
         self.collectives_per_step = (sum(g.count * (g.allreduce_per_layer + g.moe_allreduce) for g in self.groups)
                                      + len(self.pp_hops))
