@@ -10,6 +10,12 @@ also writes kernel_report.csv. Decode attention is also reported on the shapes s
 bandwidth allows (``> HBM peak``: cache-resident re-reads of the collector, unlike any serving step).
 Each table is also reported per GPU (``@h100_sxm``, ``@h200_sxm``): its curves are fitted on both GPUs at
 once, so a bias that differs between them is one the GPU specs do not explain.
+
+``--transfer`` also prints how well the GPU spec alone carries a kernel from one GPU to the other: every
+shape a table times on both GPUs is a pair, and the pair's measured latency ratio (H200 / H100) is set
+against the ratio the same curves predict from the two specs. A median transfer error of 0 means that
+switching the GPU spec moves the kernels as the measurements do; it is split by regime (GEMM and MoE at
+<= 256 rows or tokens, which is what decode steps run, against more; decode attention at serving shapes).
 """
 
 from __future__ import annotations
@@ -182,11 +188,92 @@ def report(data: Path, engines: Iterable[str]) -> list[dict[str, object]]:
     return out
 
 
+REFERENCE_GPU, OTHER_GPU = GPUS
+SMALL_ROWS = 256
+"""GEMM rows / MoE tokens up to which a kernel is in the decode regime (a decode step's batch)."""
+SHAPE_IGNORED = ("device", "latency", "_gpu")
+
+
+def shape_key(r: Row) -> tuple[tuple[str, str], ...]:
+    """What identifies a table's shape across GPUs: every column but the device and the latency."""
+    return tuple(sorted((k, v) for k, v in r.items() if k not in SHAPE_IGNORED))
+
+
+def regime(name: str, r: Row) -> str:
+    """The regime a row is reported in by --transfer ('' when its table has one regime only)."""
+    if name == "gemm":
+        return f"m <= {SMALL_ROWS}" if int(r["m"]) <= SMALL_ROWS else f"m > {SMALL_ROWS}"
+    if name == "moe":
+        return f"tokens <= {SMALL_ROWS}" if int(r["num_tokens"]) <= SMALL_ROWS else f"tokens > {SMALL_ROWS}"
+    if name == "generation_attention":
+        return "serving" if _serving_decode(r) else "other"
+    return ""
+
+
+def transfer_pairs(ref: list[Row], other: list[Row], predict_ref: Callable[[Row], float],
+                   predict_other: Callable[[Row], float]) -> list[tuple[Row, float, float]]:
+    """Rows timed on both GPUs (matched by :func:`shape_key`, the first of repeated shapes): per pair the
+    reference GPU's row, the measured latency ratio other / reference and the predicted one."""
+    by_shape: dict[tuple[tuple[str, str], ...], Row] = {}
+    for r in other:
+        by_shape.setdefault(shape_key(r), r)
+    out: list[tuple[Row, float, float]] = []
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    for r in ref:
+        key = shape_key(r)
+        o = by_shape.get(key)
+        if o is None or key in seen:
+            continue
+        seen.add(key)
+        m_ref, m_other = float(r["latency"]), float(o["latency"])
+        if m_ref <= 0 or m_other <= 0:
+            continue
+        p_ref, p_other = predict_ref(r), predict_other(o)
+        if p_ref <= 0:
+            continue
+        out.append((r, m_other / m_ref, p_other / p_ref))
+    return out
+
+
+def transfer(data: Path, engines: Iterable[str]) -> list[dict[str, object]]:
+    """Per engine, table and regime: the shapes timed on both GPUs, the median measured and predicted
+    latency ratio (OTHER_GPU / REFERENCE_GPU) and the transfer error, predicted / measured ratio - 1."""
+    out: list[dict[str, object]] = []
+    for engine in engines:
+        cal = load_calibration(engine)
+        for name, table, keep, predict in TABLES:
+            if table == "gdn_perf":
+                continue
+            rows = {gpu: [r for r in read_table(data, gpu, table, ENGINES[engine]) if keep(r)]
+                    for gpu in (REFERENCE_GPU, OTHER_GPU)}
+            pairs = transfer_pairs(rows[REFERENCE_GPU], rows[OTHER_GPU],
+                                   lambda r: predict(cal, REFERENCE_GPU, r), lambda r: predict(cal, OTHER_GPU, r))
+            groups: dict[str, list[tuple[float, float]]] = {}
+            for r, meas, pred in pairs:
+                fmt = r.get("gemm_dtype") or r.get("moe_dtype") or r.get("kv_cache_dtype") or ""
+                for label in (name, f"{name}[{fmt}]" if fmt else "",
+                              f"{name}[{fmt}, {regime(name, r)}]" if fmt and regime(name, r) else ""):
+                    if label:
+                        groups.setdefault(label, []).append((meas, pred))
+            for label, vals in groups.items():
+                a = np.array(vals)
+                err = a[:, 1] / a[:, 0] - 1.0
+                out.append({"engine": engine, "table": label, "pairs": len(a),
+                            "measured_ratio": round(float(np.median(a[:, 0])), 3),
+                            "predicted_ratio": round(float(np.median(a[:, 1])), 3),
+                            "median_transfer_err_pct": round(100 * float(np.median(err)), 1),
+                            "p90_abs_transfer_err_pct": round(100 * float(np.percentile(np.abs(err), 90)), 1)})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="predicted vs measured kernel latency on the opdb tables")
     ap.add_argument("--data", type=Path, default=Path("/work/shared/data/measured/opdb"))
     ap.add_argument("--engines", nargs="*", default=list(ENGINES), choices=list(ENGINES))
     ap.add_argument("--out", type=Path, default=None, help="folder for kernel_report.csv")
+    ap.add_argument("--transfer", action="store_true",
+                    help=f"also compare the measured {OTHER_GPU} / {REFERENCE_GPU} latency ratio of the shapes both "
+                         "GPUs time with the predicted one (kernel_transfer.csv with --out)")
     args = ap.parse_args(argv)
     if not args.data.is_dir():
         print(f"error: --data {args.data} is not a folder", file=sys.stderr)
@@ -202,6 +289,20 @@ def main(argv: list[str] | None = None) -> int:
             w = csv.DictWriter(fh, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
+    if args.transfer:
+        moved = transfer(args.data, args.engines)
+        print(f"\n{OTHER_GPU} / {REFERENCE_GPU} on the shapes both time (transfer error: predicted / measured ratio - 1)")
+        print(f"{'engine':8s} {'table':44s} {'pairs':>7s} {'measured':>9s} {'predicted':>10s} {'median%':>8s} "
+              f"{'p90|%|':>7s}")
+        for t in moved:
+            print(f"{t['engine']!s:8s} {t['table']!s:44s} {t['pairs']!s:>7s} {t['measured_ratio']!s:>9s} "
+                  f"{t['predicted_ratio']!s:>10s} {t['median_transfer_err_pct']!s:>8s} "
+                  f"{t['p90_abs_transfer_err_pct']!s:>7s}")
+        if args.out is not None and moved:
+            with (args.out / "kernel_transfer.csv").open("w", newline="", encoding="utf-8") as fh:
+                w = csv.DictWriter(fh, fieldnames=list(moved[0]))
+                w.writeheader()
+                w.writerows(moved)
     return 0
 
 

@@ -1,5 +1,7 @@
 """The rows the calibration keeps and the kernel report's serving shapes, on hand-computed rows."""
 
+import pytest
+
 from experiments.kernel_report import _serving_decode
 from hardware.calibrate import possible
 
@@ -30,3 +32,22 @@ def test_a_gemm_row_must_read_its_weights_once():
     row = {"m": "8", "n": "4096", "k": "4096", "gemm_dtype": "fp8"}
     assert not possible({**row, "latency": "0.004"}, "gemm_perf", "h100_sxm")
     assert possible({**row, "latency": "0.0051"}, "gemm_perf", "h100_sxm")
+
+
+def _gemm(m: int, latency_ms: float, device: str) -> dict[str, str]:
+    return {"framework": "VLLM", "device": device, "gemm_dtype": "fp8", "m": str(m), "n": "4096", "k": "4096",
+            "latency": str(latency_ms)}
+
+
+def test_gpu_transfer_pairs_the_shapes_both_gpus_time_and_sets_ratio_against_ratio():
+    from experiments.kernel_report import regime, shape_key, transfer_pairs
+
+    ref = [_gemm(8, 0.010, "H100"), _gemm(512, 0.040, "H100"), _gemm(64, 0.020, "H100"),
+           _gemm(8, 0.011, "H100")]                      # a repeated shape: only its first row is paired
+    other = [_gemm(512, 0.036, "H200"), _gemm(8, 0.007, "H200")]   # m = 64 is not timed on this GPU
+    assert shape_key(ref[0]) == shape_key(other[1]) != shape_key(ref[1])
+    pairs = transfer_pairs(ref, other, lambda r: 2.0 * float(r["m"]), lambda r: 1.5 * float(r["m"]))
+    assert [r["m"] for r, _, _ in pairs] == ["8", "512"]
+    assert [(meas, pred) for _, meas, pred in pairs] == [pytest.approx((0.7, 0.75)), pytest.approx((0.9, 0.75))]
+    assert [regime("gemm", r) for r, _, _ in pairs] == ["m <= 256", "m > 256"]
+    assert regime("moe", {"num_tokens": "257"}) == "tokens > 256" and regime("allreduce", ref[0]) == ""
