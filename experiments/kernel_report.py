@@ -247,14 +247,16 @@ def transfer(data: Path, engines: Iterable[str]) -> list[dict[str, object]]:
             rows = {gpu: [r for r in read_table(data, gpu, table, ENGINES[engine]) if keep(r)]
                     for gpu in (REFERENCE_GPU, OTHER_GPU)}
             pairs = transfer_pairs(rows[REFERENCE_GPU], rows[OTHER_GPU],
-                                   lambda r: predict(cal, REFERENCE_GPU, r), lambda r: predict(cal, OTHER_GPU, r))
+                                   lambda r: predict(cal, REFERENCE_GPU, r),
+                                   lambda r: predict(cal, OTHER_GPU, r))
             groups: dict[str, list[tuple[float, float]]] = {}
             for r, meas, pred in pairs:
                 fmt = r.get("gemm_dtype") or r.get("moe_dtype") or r.get("kv_cache_dtype") or ""
-                for label in (name, f"{name}[{fmt}]" if fmt else "",
-                              f"{name}[{fmt}, {regime(name, r)}]" if fmt and regime(name, r) else ""):
-                    if label:
-                        groups.setdefault(label, []).append((meas, pred))
+                where = regime(name, r)
+                labels = [name] + ([f"{name}[{fmt}]"] if fmt else []) + ([f"{name}[{fmt}, {where}]"]
+                                                                          if fmt and where else [])
+                for label in labels:
+                    groups.setdefault(label, []).append((meas, pred))
             for label, vals in groups.items():
                 a = np.array(vals)
                 err = a[:, 1] / a[:, 0] - 1.0
@@ -262,7 +264,8 @@ def transfer(data: Path, engines: Iterable[str]) -> list[dict[str, object]]:
                             "measured_ratio": round(float(np.median(a[:, 0])), 3),
                             "predicted_ratio": round(float(np.median(a[:, 1])), 3),
                             "median_transfer_err_pct": round(100 * float(np.median(err)), 1),
-                            "p90_abs_transfer_err_pct": round(100 * float(np.percentile(np.abs(err), 90)), 1)})
+                            "p90_abs_transfer_err_pct":
+                                round(100 * float(np.percentile(np.abs(err), 90)), 1)})
     return out
 
 
@@ -272,8 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engines", nargs="*", default=list(ENGINES), choices=list(ENGINES))
     ap.add_argument("--out", type=Path, default=None, help="folder for kernel_report.csv")
     ap.add_argument("--transfer", action="store_true",
-                    help=f"also compare the measured {OTHER_GPU} / {REFERENCE_GPU} latency ratio of the shapes both "
-                         "GPUs time with the predicted one (kernel_transfer.csv with --out)")
+                    help=f"also compare the measured {OTHER_GPU} / {REFERENCE_GPU} latency ratio of the "
+                         "shapes both GPUs time with the predicted one (kernel_transfer.csv with --out)")
     args = ap.parse_args(argv)
     if not args.data.is_dir():
         print(f"error: --data {args.data} is not a folder", file=sys.stderr)
@@ -284,26 +287,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['engine']!s:8s} {r['table']!s:44s} {r['rows']!s:>7s} {r['median_abs_err_pct']!s:>13s} "
               f"{r['p90_abs_err_pct']!s:>10s} {r['median_signed_err_pct']!s:>7s}")
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        with (args.out / "kernel_report.csv").open("w", newline="", encoding="utf-8") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        _write_csv(args.out / "kernel_report.csv", rows)
     if args.transfer:
         moved = transfer(args.data, args.engines)
-        print(f"\n{OTHER_GPU} / {REFERENCE_GPU} on the shapes both time (transfer error: predicted / measured ratio - 1)")
-        print(f"{'engine':8s} {'table':44s} {'pairs':>7s} {'measured':>9s} {'predicted':>10s} {'median%':>8s} "
-              f"{'p90|%|':>7s}")
+        print(f"\n{OTHER_GPU} / {REFERENCE_GPU} on the shapes both time "
+              "(transfer error: predicted / measured ratio - 1)")
+        print(f"{'engine':8s} {'table':44s} {'pairs':>7s} {'measured':>9s} {'predicted':>10s} "
+              f"{'median%':>8s} {'p90|%|':>7s}")
         for t in moved:
             print(f"{t['engine']!s:8s} {t['table']!s:44s} {t['pairs']!s:>7s} {t['measured_ratio']!s:>9s} "
                   f"{t['predicted_ratio']!s:>10s} {t['median_transfer_err_pct']!s:>8s} "
                   f"{t['p90_abs_transfer_err_pct']!s:>7s}")
         if args.out is not None and moved:
-            with (args.out / "kernel_transfer.csv").open("w", newline="", encoding="utf-8") as fh:
-                w = csv.DictWriter(fh, fieldnames=list(moved[0]))
-                w.writeheader()
-                w.writerows(moved)
+            _write_csv(args.out / "kernel_transfer.csv", moved)
     return 0
+
+
+def _write_csv(path: Path, rows: list[dict[str, object]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
 
 
 if __name__ == "__main__":

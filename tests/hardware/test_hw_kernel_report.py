@@ -48,6 +48,7 @@ def test_gpu_transfer_pairs_the_shapes_both_gpus_time_and_sets_ratio_against_rat
     assert shape_key(ref[0]) == shape_key(other[1]) != shape_key(ref[1])
     pairs = transfer_pairs(ref, other, lambda r: 2.0 * float(r["m"]), lambda r: 1.5 * float(r["m"]))
     assert [r["m"] for r, _, _ in pairs] == ["8", "512"]
-    assert [(meas, pred) for _, meas, pred in pairs] == [pytest.approx((0.7, 0.75)), pytest.approx((0.9, 0.75))]
+    assert [(meas, pred) for _, meas, pred in pairs] == [pytest.approx((0.7, 0.75)),
+                                                         pytest.approx((0.9, 0.75))]
     assert [regime("gemm", r) for r, _, _ in pairs] == ["m <= 256", "m > 256"]
     assert regime("moe", {"num_tokens": "257"}) == "tokens > 256" and regime("allreduce", ref[0]) == ""
