@@ -16,6 +16,8 @@
         [--by backend,backend_version,system,model] [--top 20]   # where the file's MAPE comes from
     python -m experiments.validation_report seat-wait --out /tmp/validation [--by backend,backend_version,model] \
         [--max-conc 32] [--detail]   # closed-loop TTFT excess against one inter-completion interval
+    python -m experiments.validation_report gpu-pairs --out /tmp/validation [--by backend,model]
+                                     # the same benchmark on both GPUs: measured vs predicted H200 / H100
 
 Tables: MAPE of TPOT and TTFT per backend, per model and per benchmark protocol, for the aggregated rows the
 twin represents and separately for the disaggregated ones, each split into TRAIN (H100 SXM rows, on which the
@@ -53,6 +55,12 @@ time whatever the output length. Per group of aggregated closed-loop rows (genai
 <= --max-conc), the least-squares line excess = slope x interval + intercept, with excess = measured -
 predicted TTFT: slope near 1 with a high correlation is a missing seat; slope near 0, a latency or the prompts'
 own queue. ``--detail`` adds the median excess / interval per (tp_size, c).
+
+gpu-pairs: the rows that ran the same benchmark (backend and version, model, precision, layout, ISL, OSL,
+concurrency, protocol, measurement date) on both GPUs are a pair, and the pair's measured H200 / H100 ratio of
+TPOT and of TTFT is set against the ratio the twin predicts. The twin changes only the GPU spec between the two
+(hardware/STATUS.md, per-GPU constants), so the transfer error, predicted / measured ratio - 1, is how far
+that alone moves a deployment as the measurements move it; repeated rows of a benchmark are averaged first.
 
 implied-rate: a plausibility check of the measurements, independent of the twin. A closed loop of c clients
 that each send ISL prompt tokens and get OSL output tokens per request, with e2e = TTFT + (OSL - 1) x TPOT,
@@ -241,6 +249,76 @@ def points(out: Path, metric: str, keys: Sequence[str], mode: str = "agg", top: 
         rest = table_[top:]
         lines.append(f"{sum(t['points'] for t in rest):7.2f} {sum(t['rows'] for t in rest):5} "
                      f"{'':7} {'':16}  ({len(rest)} more groups)")
+    return "\n".join(lines)
+
+
+# --- the same benchmark on both GPUs --------------------------------------------------------------
+
+PAIR_GPUS = ("h100_sxm", "h200_sxm")
+PAIR_KEY = ("backend", "backend_version", "model_path", "precision", "mode", "isl", "osl", "tp_size", "pp_size",
+            "attention_dp_size", "moe_tp_size", "moe_ep_size", "prefill_num_workers", "prefill_tp_size",
+            "decode_num_workers", "decode_tp_size", "concurrency", "protocol", "measured")
+"""What makes two rows the same benchmark on different GPUs: measured-CSV and rows.csv columns (``measured``:
+the measurement date of silicon_data_source, twin.validate._measured)."""
+
+
+def gpu_pair_table(rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> list[dict[str, Any]]:
+    """Per group of ``keys`` (and one line for all, group ``("all",)``): the pairs of rows that ran the same
+    benchmark (PAIR_KEY) on both PAIR_GPUS, with the median measured and predicted ratio of the second GPU to
+    the first, for TPOT and TTFT, and the median and mean |transfer error| (predicted / measured ratio - 1).
+    ``rows``: results with the measured CSV's columns; repeated rows of a benchmark are averaged per GPU."""
+    by_bench: dict[tuple[str, ...], dict[str, list[dict[str, Any]]]] = {}
+    for r in rows:
+        if r["system"] in PAIR_GPUS:
+            by_bench.setdefault(tuple(str(r[k]) for k in PAIR_KEY), {}).setdefault(r["system"], []).append(r)
+    groups: dict[tuple[str, ...], list[dict[str, float]]] = {}
+    ref, other = PAIR_GPUS
+    for sides in by_bench.values():
+        if len(sides) < 2:
+            continue
+        pair: dict[str, float] = {}
+        for metric in ("tpot", "ttft"):
+            def mean(gpu: str, kind: str) -> float:
+                return float(np.mean([float(r[f"{kind}_{metric}_ms"]) for r in sides[gpu]]))
+            pair[f"meas_{metric}"] = mean(other, "meas") / mean(ref, "meas")
+            pair[f"pred_{metric}"] = mean(other, "pred") / mean(ref, "pred")
+        first = sides[ref][0]
+        for g in (("all",), tuple(str(first[k]) for k in keys)):
+            groups.setdefault(g, []).append(pair)
+    out = []
+    for g, pairs in groups.items():
+        line: dict[str, Any] = {"group": g, "pairs": len(pairs)}
+        for metric in ("tpot", "ttft"):
+            meas = np.array([p[f"meas_{metric}"] for p in pairs])
+            pred = np.array([p[f"pred_{metric}"] for p in pairs])
+            err = pred / meas - 1.0
+            line.update({f"{metric}_meas": float(np.median(meas)), f"{metric}_pred": float(np.median(pred)),
+                         f"{metric}_err": float(np.median(err)), f"{metric}_abs_err": float(np.mean(np.abs(err)))})
+        out.append(line)
+    return sorted(out, key=lambda t: (t["group"] != ("all",), t["group"]))
+
+
+def gpu_pairs(out: Path, keys: Sequence[str]) -> str:
+    from twin.validate import _measured
+
+    rows = read_results(out)
+    if not rows:
+        return f"{out}: no represented rows"
+    rows = _with_csv_columns(out, rows, [k for k in PAIR_KEY if k != "measured"] + list(keys))
+    rows = [{**r, "measured": _measured(r)} for r in rows]
+    table_ = gpu_pair_table(rows, keys)
+    ref, other = PAIR_GPUS
+    lines = [f"the same benchmark on {ref} and {other}: {other} / {ref}, median over pairs; transfer error = "
+             f"predicted / measured ratio - 1 (median, mean |.|)",
+             f"{'pairs':>5}  {'TPOT meas':>9} {'pred':>6} {'err %':>6} {'|err| %':>7}  {'TTFT meas':>9} {'pred':>6} "
+             f"{'err %':>6} {'|err| %':>7}  {' / '.join(keys)}"]
+    for t in table_:
+        lines.append(f"{t['pairs']:5}  {t['tpot_meas']:9.3f} {t['tpot_pred']:6.3f} {100 * t['tpot_err']:+6.1f} "
+                     f"{100 * t['tpot_abs_err']:7.1f}  {t['ttft_meas']:9.3f} {t['ttft_pred']:6.3f} "
+                     f"{100 * t['ttft_err']:+6.1f} {100 * t['ttft_abs_err']:7.1f}  "
+                     f"{' / '.join(v or '-' for v in t['group'])}")
+    if len(table_) == 0:
+        lines.append("(no benchmark ran on both GPUs)")
     return "\n".join(lines)
 
 
@@ -650,6 +728,10 @@ def main(argv: list[str] | None = None) -> int:
     sw.add_argument("--max-conc", type=int, default=32)
     sw.add_argument("--protocol", default="genai-perf", help="rows.csv protocol column: genai-perf, inferencemax")
     sw.add_argument("--detail", action="store_true", help="also the median excess / interval per (tp_size, c)")
+    gp = sub.add_parser("gpu-pairs", help="the same benchmark on both GPUs: measured vs predicted ratio")
+    gp.add_argument("--out", type=Path, required=True, help="folder of a twin validate run")
+    gp.add_argument("--by", default="backend,model", help="comma-separated columns of rows.csv or of the "
+                                                          "measured CSV")
     args = ap.parse_args(argv)
     if args.cmd == "run":
         from twin.validate import validate_silicon
@@ -665,11 +747,15 @@ def main(argv: list[str] | None = None) -> int:
         print(ttft_steps(args.csv, args.journal, args.engine))
     elif args.cmd == "implied-rate":
         print(implied_rates(args.csv, args.opdb, args.top))
-    elif args.cmd in ("points", "seat-wait"):
+    elif args.cmd in ("points", "seat-wait", "gpu-pairs"):
         keys = [k.strip() for k in args.by.split(",") if k.strip()]
         try:
-            print(points(args.out, args.metric, keys, args.mode, args.top) if args.cmd == "points"
-                  else seat_waits(args.out, keys, args.max_conc, args.protocol, args.detail))
+            if args.cmd == "points":
+                print(points(args.out, args.metric, keys, args.mode, args.top))
+            elif args.cmd == "seat-wait":
+                print(seat_waits(args.out, keys, args.max_conc, args.protocol, args.detail))
+            else:
+                print(gpu_pairs(args.out, keys))
         except (ValueError, OSError) as exc:   # an unknown column, a folder without rows.csv
             print(f"error: {exc}", file=sys.stderr)
             return 2

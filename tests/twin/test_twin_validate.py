@@ -757,6 +757,28 @@ def test_point_table_splits_the_mape_into_group_shares() -> None:
         == [15.0, 10.0]
 
 
+def test_gpu_pair_table_sets_measured_against_predicted_ratio_of_the_same_benchmark() -> None:
+    """Hand-computed: benchmark A ran on both GPUs (its H100 row twice, averaged: measured TPOT 10 ms,
+    predicted 11 ms; H200 measured 8, predicted 9.9): measured ratio 0.8, predicted 0.9, transfer error
+    0.9 / 0.8 - 1 = +12.5 %. Benchmark B differs from A only in concurrency, and B' in its measurement date,
+    so each has one GPU and pairs with nothing."""
+    from experiments.validation_report import PAIR_KEY, gpu_pair_table
+
+    base = {k: "x" for k in PAIR_KEY} | {"meas_ttft_ms": 100.0, "pred_ttft_ms": 100.0, "model": "m"}
+
+    def rec(system: str, meas: float, pred: float, **kw: str) -> dict:
+        return base | {"system": system, "meas_tpot_ms": meas, "pred_tpot_ms": pred} | kw
+
+    rows = [rec("h100_sxm", 9.0, 10.0), rec("h100_sxm", 11.0, 12.0), rec("h200_sxm", 8.0, 9.9),
+            rec("h100_sxm", 5.0, 5.0, concurrency="y"), rec("h200_sxm", 4.0, 4.0, measured="2026-01-01"),
+            rec("b200", 4.0, 4.0)]
+    out = gpu_pair_table(rows, ["model"])
+    assert [(t["group"], t["pairs"]) for t in out] == [(("all",), 1), (("m",), 1)]
+    assert out[0]["tpot_meas"] == pytest.approx(0.8) and out[0]["tpot_pred"] == pytest.approx(0.9)
+    assert out[0]["tpot_err"] == pytest.approx(0.125) and out[0]["tpot_abs_err"] == pytest.approx(0.125)
+    assert out[0]["ttft_err"] == pytest.approx(0.0)
+
+
 def test_points_groups_on_the_measured_csvs_columns_too(tmp_path: Path) -> None:
     """A key that rows.csv lacks (backend_version) is read from the measured CSV the journal names, joined
     on the row id; the disaggregated rows and the skipped ones stay out of the aggregated figure."""
