@@ -42,6 +42,14 @@ KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
 # m >= 512 rows only (GPU-bound, compute side) and take the memory side and floor from the same engine's
 # per-tensor FP8 fit.
 HOST_BOUND_GEMM = {"vllm": {"fp8_block": 512}}
+# GEMM kernels whose row tile changes with the batch size, from the engine's dispatch, as (largest m, tile
+# rows) pairs (calibration.Roofline.row_tiles). vLLM's per-tensor FP8 GEMM on Hopper (the opdb table's
+# CutlassFP8ScaledMMLinearKernel; vllm-project/vllm csrc/quantization/w8a8/cutlass/c3x/
+# scaled_mm_sm90_fp8_dispatch.cuh, cutlass_gemm_sm90_fp8_dispatch): m <= 16 swaps A and B and tiles the
+# batch by 16 rows, 16 < m <= 64 swaps them with 64-row tiles, 64 < m <= 128 runs 64 x 128 tiles, larger m
+# 128 x 128 tiles in clusters of 2 x 1 along m (256 rows a cluster). A fixed input of the fit, not fitted.
+GEMM_ROW_TILES: dict[str, dict[str, tuple[tuple[int, int], ...]]] = {
+    "vllm": {"fp8": ((16, 16), (64, 64), (128, 64), (0, 256))}}
 # Linear-attention tables (gated DeltaNet) per engine: conv + scan kernels summed per configuration.
 # SGLang has no gdn table; its GDN layers call the same vendored flash-linear-attention Triton kernels as
 # vLLM's (sglang/srt/layers/attention/fla: chunk_gated_delta_rule, fused_recurrent_gated_delta_rule_update;
@@ -98,15 +106,26 @@ def _sample(rows: list[dict[str, str]], n: int = MAX_ROWS) -> list[dict[str, str
 
 # --- vectorised predictors (same formulas as hardware.kernels) --------------------------------------
 
+def tile_pad_np(m: np.ndarray, tile: int = 1, row_tiles: Sequence[tuple[int, int]] = ()) -> np.ndarray | float:
+    """Padded rows / rows per row, as calibration.Roofline.tile_factor (``row_tiles`` over ``tile``)."""
+    if row_tiles:
+        tiles = np.full(m.shape, float(row_tiles[-1][1]))
+        for top, t in reversed(row_tiles[:-1]):
+            tiles = np.where(m <= top, float(t), tiles)
+        return np.ceil(m / tiles) * tiles / m
+    return np.ceil(m / tile) * tile / m if tile > 1 else 1.0
+
+
 def roof_np(p: Sequence[float] | np.ndarray, flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.ndarray,
             bw: np.ndarray, tile: int = 1, per_m: bool = False,
-            nk: tuple[np.ndarray, np.ndarray | None] | None = None) -> np.ndarray:
+            nk: tuple[np.ndarray, np.ndarray | None] | None = None,
+            row_tiles: Sequence[tuple[int, int]] = ()) -> np.ndarray:
     """p = (compute_eff, m_half, mem_eff, bytes_half, floor_s[, m_cost_s][, k_half], n_half); see
     calibration.Roofline (m_cost_s present with per_m, k_half / n_half with the widths nk = (n, k); with
-    k None, n_half alone: widths whose k never varies in the table)."""
+    k None, n_half alone: widths whose k never varies in the table; ``row_tiles`` as Roofline.row_tiles)."""
     ce, mh, me, bh, fl = p[:5]
     per_row = p[5] if per_m else 0.0
-    pad = np.ceil(m / tile) * tile / m if tile > 1 else 1.0
+    pad = tile_pad_np(m, tile, row_tiles)
     rate = peak * ce * (m * pad / (m * pad + mh))  # the rate of the padded rows (Roofline.time_s)
     if nk is not None:
         n, k = nk
@@ -123,10 +142,11 @@ def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.
                  meas_s: np.ndarray, start: dict[str, float],
                  tiles: Sequence[int] = (1,), per_m: bool = False,
                  nk: tuple[np.ndarray, np.ndarray | None] | None = None,
-                 min_compute_eff: float = 0.02) -> tuple[dict[str, float], np.ndarray]:
-    """Least-squares fit of the roofline constants on log error (tile size chosen from `tiles`;
-    with per_m also a serial cost per row; with the widths nk = (n, k) also k_half and n_half, with
-    nk = (n, None) n_half alone).
+                 min_compute_eff: float = 0.02,
+                 row_tiles: Sequence[tuple[int, int]] = ()) -> tuple[dict[str, Any], np.ndarray]:
+    """Least-squares fit of the roofline constants on log error (tile size chosen from `tiles`, or the
+    kernel's own ``row_tiles`` by batch size, given, not fitted; with per_m also a serial cost per row;
+    with the widths nk = (n, k) also k_half and n_half, with nk = (n, None) n_half alone).
     ``min_compute_eff``: the lowest compute efficiency allowed (a fraction of the tensor-core peak; work done
     on the CUDA cores, as a quantised KV cache's dequantisation, runs at a few percent of it)."""
     widths = 0 if nk is None else (1 if nk[1] is None else 2)
@@ -139,9 +159,9 @@ def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.
     m = np.maximum(m, 1e-9)
     nbytes = np.maximum(nbytes, 1.0)
     best, best_tile = None, 1
-    for tile in tiles:
+    for tile in (1,) if row_tiles else tiles:
         def resid(p: np.ndarray, tile: int = tile) -> np.ndarray:
-            return np.log(roof_np(p, flops, nbytes, m, peak, bw, tile, per_m, nk) / meas_s)
+            return np.log(roof_np(p, flops, nbytes, m, peak, bw, tile, per_m, nk, row_tiles) / meas_s)
 
         for x0 in ([start["compute_eff"], 16.0, start["mem_eff"], 1e6, start["floor_s"]],
                    [0.7, 128.0, 0.8, 1e7, 8e-6], [0.5, 1.0, 0.6, 1e5, 4e-6]):
@@ -153,12 +173,14 @@ def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.
                 best, best_tile = res, tile
     assert best is not None
     p = best.x
-    err = roof_np(p, flops, nbytes, m, peak, bw, best_tile, per_m, nk) / meas_s - 1.0
+    err = roof_np(p, flops, nbytes, m, peak, bw, best_tile, per_m, nk, row_tiles) / meas_s - 1.0
     names = ("compute_eff", "m_half", "mem_eff", "bytes_half", "floor_s") + (("m_cost_s",) if per_m else ()) \
         + ("k_half", "n_half")[2 - widths:]
-    out: dict[str, float] = {k: float(v) for k, v in zip(names, p)}
+    out: dict[str, Any] = {k: float(v) for k, v in zip(names, p)}
     if best_tile > 1:
         out["m_tile"] = best_tile
+    if row_tiles:
+        out["row_tiles"] = [list(pair) for pair in row_tiles]
     return out, err
 
 
@@ -349,9 +371,13 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
         flops, nbytes, m = gemm_features(rows, dtype)
         peak, bw = _gpu_arrays(rows, lambda r: dtype)
         st = start["gemm"].get(dtype, start["gemm"]["bf16"])
+        tiles = GEMM_ROW_TILES.get(engine, {}).get(dtype, ())
         p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, st, tiles=(1, 64, 128),
-                              per_m=True, nk=(_f(rows, "n"), _f(rows, "k")))
+                              per_m=True, nk=(_f(rows, "n"), _f(rows, "k")), row_tiles=tiles)
         note = f"fitted on {src} gemm_perf {raw}: {_summary(err)}"
+        if tiles:
+            note = (f"fitted on {src} gemm_perf {raw}, row tiles by batch size from the engine's kernel "
+                    f"dispatch (GEMM_ROW_TILES): {_summary(err)}")
         if min_m > 1:
             ref = gemm.get("fp8", p)
             for key in ("floor_s", "mem_eff", "bytes_half"):

@@ -6,6 +6,8 @@ Curve shapes (all efficiencies are fractions of a spec peak, never a fitted peak
   time                t = max(FLOPs x tile_pad(m) / (peak x eff(r)), bytes / (BW x eff(B))) + floor_s + m x m_cost_s
                       r: the rows the rate is read at, m x tile_pad(m) (the padded rows), or what a kernel
                       says (prefill attention: kernels.prefill_rows)
+                      tile_pad(m): m rounded up to whole row tiles, of m_tile rows, or of the tile the
+                      kernel's dispatch picks for m (row_tiles: vLLM's Hopper FP8 GEMM, 16 to 256 rows)
 m_half = bytes_half = 0 gives a constant efficiency.
 """
 
@@ -55,6 +57,9 @@ class Roofline:
     bytes_half: float = 0.0
     floor_s: float = 0.0
     m_tile: int = 1          # compute runs on m rounded up to whole tiles (tile quantisation)
+    row_tiles: tuple[tuple[int, int], ...] = ()
+    """The kernel's row tile by batch size, where it changes with m (an engine's dispatch): pairs (largest m,
+    tile rows), ascending, the last with largest m 0 for every m above the others; overrides ``m_tile``."""
     m_cost_s: float = 0.0    # serial cost per row (attention: per request work scheduling / page walks;
                              # FP8 GEMM: the per-token activation quantisation in front of the GEMM)
     k_half: float = 0.0      # GEMM only: inner width at which half the peak rate is lost to per-tile set-up
@@ -66,9 +71,14 @@ class Roofline:
 
     def tile_factor(self, m: float) -> float:
         """Padded rows / rows: the extra compute a partly filled last tile costs."""
-        if self.m_tile <= 1 or m <= 0:
+        if m <= 0:
             return 1.0
-        return math.ceil(m / self.m_tile) * self.m_tile / m
+        tile = self.m_tile
+        if self.row_tiles:
+            tile = next(t for top, t in self.row_tiles if top == 0 or m <= top)
+        if tile <= 1:
+            return 1.0
+        return math.ceil(m / tile) * tile / m
 
     def width_factor(self, n: float, k: float) -> float:
         """GEMM rate lost to narrow shapes: a tile's fixed prologue / epilogue (scale loads, output write)
@@ -266,7 +276,21 @@ def _roof(raw: Mapping[str, Any]) -> Roofline:
                     mem_eff=float(raw["mem_eff"]), bytes_half=float(raw.get("bytes_half", 0.0)),
                     floor_s=float(raw.get("floor_s", 0.0)), m_tile=int(raw.get("m_tile", 1)),
                     m_cost_s=float(raw.get("m_cost_s", 0.0)), k_half=float(raw.get("k_half", 0.0)),
-                    n_half=float(raw.get("n_half", 0.0)))
+                    n_half=float(raw.get("n_half", 0.0)), row_tiles=row_tiles(raw.get("row_tiles", ())))
+
+
+def row_tiles(raw: Any) -> tuple[tuple[int, int], ...]:
+    """A curve's ``row_tiles`` from YAML (a list of [largest m, tile rows] pairs), checked: ascending bounds,
+    tiles >= 1, the last bound 0 (every larger m)."""
+    pairs = tuple((int(top), int(tile)) for top, tile in raw)
+    if not pairs:
+        return ()
+    tops = [top for top, _ in pairs]
+    if tops[-1] != 0 or any(t <= 0 for t in tops[:-1]) or tops[:-1] != sorted(set(tops[:-1])) \
+            or any(tile < 1 for _, tile in pairs):
+        raise ValueError(f"row_tiles {list(map(list, pairs))}: expected [largest m, tile rows] pairs with "
+                         "ascending bounds > 0, tiles >= 1, and a last bound of 0 (every larger m)")
+    return pairs
 
 
 def _coll(raw: Mapping[str, Any]) -> Collective:

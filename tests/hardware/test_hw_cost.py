@@ -1172,6 +1172,44 @@ def test_tiled_gemm_runs_at_the_rate_of_its_padded_rows() -> None:
     assert times[0] == pytest.approx(memory + fp8_block.floor_s + fp8_block.m_cost_s, rel=1e-12)  # memory-bound
 
 
+def test_row_tiles_follow_the_kernel_dispatch_by_batch_size() -> None:
+    """vLLM's Hopper FP8 GEMM dispatch as row tiles: 16 rows up to m = 16, 64 up to 64 and up to 128, then
+    256 (128-row tiles in 2 x 1 clusters). Padded rows / rows, by hand: m = 1 pads to 16, 16 is whole, 17 pads
+    to 64, 100 to 128, 129 to 256, 300 to 512; the fit's vectorised padding agrees row by row."""
+    import numpy as np
+
+    from hardware.calibrate import GEMM_ROW_TILES, tile_pad_np
+    from hardware.calibration import row_tiles
+
+    tiles = GEMM_ROW_TILES["vllm"]["fp8"]
+    assert tiles == ((16, 16), (64, 64), (128, 64), (0, 256))
+    roof = Roofline(compute_eff=0.5, mem_eff=1.0, m_tile=128, row_tiles=tiles)   # row_tiles win over m_tile
+    assert [roof.tile_factor(m) for m in (1, 16, 17, 64, 100, 128, 129, 256, 300)] == \
+        [16.0, 1.0, 64 / 17, 1.0, 128 / 100, 1.0, 256 / 129, 1.0, 512 / 300]
+    m = np.arange(1, 2049, dtype=float)
+    assert np.allclose(tile_pad_np(m, 1, tiles), [roof.tile_factor(x) for x in m], rtol=0, atol=1e-15)
+    assert row_tiles([[16, 16], [0, 256]]) == ((16, 16), (0, 256)) and row_tiles([]) == ()
+    for bad in ([[16, 16], [64, 64]], [[64, 64], [16, 16], [0, 1]], [[16, 0], [0, 256]]):
+        with pytest.raises(ValueError, match="row_tiles .* ascending bounds > 0, tiles >= 1, and a last bound of 0"):
+            row_tiles(bad)
+
+
+def test_vllm_fp8_gemm_is_memory_bound_at_decode_sizes_and_never_cheaper_for_more_rows() -> None:
+    """The shipped vLLM FP8 curve (row tiles of its dispatch): a Llama-3.1-70B MLP up-projection at TP 8
+    (7168 x 8192) costs its weight stream at m = 1 (memory side + floor + one row's cost), and a larger
+    batch never costs less than a smaller one, also across the tile boundaries 16 / 17, 64 / 65, 128 / 129."""
+    from hardware import kernels
+    from hardware.calibration import calibration_for_engine
+
+    fp8 = calibration_for_engine("vllm").gemm_for("fp8")
+    assert fp8.row_tiles
+    times = [kernels.gemm_s(fp8, m, 7168, 8192, 1.0, 1979e12, 3.35e12) for m in range(1, 600)]
+    assert all(b >= a * (1 - 1e-12) for a, b in zip(times, times[1:]))
+    nbytes = 7168 * 8192 + (7168 + 8192) * 2.0
+    memory = nbytes / (3.35e12 * fp8.mem_eff * nbytes / (nbytes + fp8.bytes_half))
+    assert times[0] == pytest.approx(memory + fp8.floor_s + fp8.m_cost_s, rel=1e-12)
+
+
 def test_a_prefill_chunk_on_a_long_context_is_priced_at_the_rows_of_its_work() -> None:
     """Prefill attention's rate is read at max(query tokens, sqrt(2 pairs)): a fresh prompt of L tokens
     (L (L + 1) / 2 pairs) is read at its L tokens, within half a token; a 64-token chunk after 50,000 tokens
