@@ -855,6 +855,15 @@ def test_calibration_fit_formula_is_the_ledgers() -> None:
     assert float(np.max(np.abs(err))) < 1e-3
     assert fit["compute_eff"] == pytest.approx(0.6, rel=0.05)
     assert fit["mem_eff"] == pytest.approx(0.8, rel=0.05)
+    # row tiles by batch size (a kernel dispatch): the same agreement, and the fit writes them as given
+    tiles = ((16, 16), (64, 64), (128, 64), (0, 256))
+    r = Roofline(**base, m_cost_s=3e-9, row_tiles=tiles)  # type: ignore[arg-type]
+    got = roof_np(truth, flops, nbytes, m, peak, bw, per_m=True, row_tiles=tiles)
+    for i in range(40):
+        assert got[i] == pytest.approx(r.time_s(flops[i], nbytes[i], m[i], 989e12, 3.35e12), rel=1e-12)
+    fit, err = fit_roofline(flops, nbytes, m, peak, bw, got, start, per_m=True, row_tiles=tiles)
+    assert float(np.max(np.abs(err))) < 1e-3 and fit["row_tiles"] == [list(t) for t in tiles]
+    assert "m_tile" not in fit and fit["compute_eff"] == pytest.approx(0.6, rel=0.05)
 
 
 def test_moe_width_terms_by_hand_and_as_the_fit_writes_them() -> None:
