@@ -42,14 +42,15 @@ KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
 # m >= 512 rows only (GPU-bound, compute side) and take the memory side and floor from the same engine's
 # per-tensor FP8 fit.
 HOST_BOUND_GEMM = {"vllm": {"fp8_block": 512}}
-# GEMM kernels whose row tile changes with the batch size, from the engine's dispatch, as (largest m, tile
-# rows) pairs (calibration.Roofline.row_tiles). vLLM's per-tensor FP8 GEMM on Hopper (the opdb table's
-# CutlassFP8ScaledMMLinearKernel; vllm-project/vllm csrc/quantization/w8a8/cutlass/c3x/
-# scaled_mm_sm90_fp8_dispatch.cuh, cutlass_gemm_sm90_fp8_dispatch): m <= 16 swaps A and B and tiles the
-# batch by 16 rows, 16 < m <= 64 swaps them with 64-row tiles, 64 < m <= 128 runs 64 x 128 tiles, larger m
-# 128 x 128 tiles in clusters of 2 x 1 along m (256 rows a cluster). A fixed input of the fit, not fitted.
-GEMM_ROW_TILES: dict[str, dict[str, tuple[tuple[int, int], ...]]] = {
-    "vllm": {"fp8": ((16, 16), (64, 64), (128, 64), (0, 256))}}
+# GEMM kernels whose row tile changes with the batch size, from the engine's dispatch, as (largest m,
+# largest n, tile rows) entries, a bound of 0 holding for any size (calibration.Roofline.row_tiles). vLLM's
+# per-tensor FP8 GEMM on Hopper (the opdb table's CutlassFP8ScaledMMLinearKernel; vllm-project/vllm
+# csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm90_fp8_dispatch.cuh, cutlass_gemm_sm90_fp8_dispatch):
+# m <= 16 swaps A and B and tiles the batch by 16 rows (TileShape 64 x 16 x 256); 16 < m <= 64 swaps them
+# with 16-row tiles where n <= 1280 and 64-row tiles above; 64 < m <= 128 runs 64 x 128 tiles (64 rows);
+# larger m 128 x 128 tiles in clusters of 2 x 1 along m (256 rows a cluster). A fixed input of the fit.
+GEMM_ROW_TILES: dict[str, dict[str, tuple[tuple[int, int, int], ...]]] = {
+    "vllm": {"fp8": ((16, 0, 16), (64, 1280, 16), (64, 0, 64), (128, 0, 64), (0, 0, 256))}}
 # Linear-attention tables (gated DeltaNet) per engine: conv + scan kernels summed per configuration.
 # SGLang has no gdn table; its GDN layers call the same vendored flash-linear-attention Triton kernels as
 # vLLM's (sglang/srt/layers/attention/fla: chunk_gated_delta_rule, fused_recurrent_gated_delta_rule_update;
@@ -106,12 +107,17 @@ def _sample(rows: list[dict[str, str]], n: int = MAX_ROWS) -> list[dict[str, str
 
 # --- vectorised predictors (same formulas as hardware.kernels) --------------------------------------
 
-def tile_pad_np(m: np.ndarray, tile: int = 1, row_tiles: Sequence[tuple[int, int]] = ()) -> np.ndarray | float:
-    """Padded rows / rows per row, as calibration.Roofline.tile_factor (``row_tiles`` over ``tile``)."""
+def tile_pad_np(m: np.ndarray, tile: int = 1, row_tiles: Sequence[tuple[int, int, int]] = (),
+                n: np.ndarray | None = None) -> np.ndarray | float:
+    """Padded rows / rows per row, as calibration.Roofline.tile_factor (``row_tiles`` over ``tile``; ``n``
+    the GEMMs' output widths, None where unknown)."""
     if row_tiles:
-        tiles = np.full(m.shape, float(row_tiles[-1][1]))
-        for top, t in reversed(row_tiles[:-1]):
-            tiles = np.where(m <= top, float(t), tiles)
+        tiles = np.full(m.shape, float(row_tiles[-1][2]))
+        for top_m, top_n, t in reversed(row_tiles[:-1]):   # the first entry that holds wins
+            holds = (m <= top_m) if top_m else np.ones(m.shape, dtype=bool)
+            if top_n:
+                holds = holds & (n <= top_n) if n is not None else np.zeros(m.shape, dtype=bool)
+            tiles = np.where(holds, float(t), tiles)
         return np.ceil(m / tiles) * tiles / m
     return np.ceil(m / tile) * tile / m if tile > 1 else 1.0
 
@@ -119,13 +125,13 @@ def tile_pad_np(m: np.ndarray, tile: int = 1, row_tiles: Sequence[tuple[int, int
 def roof_np(p: Sequence[float] | np.ndarray, flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.ndarray,
             bw: np.ndarray, tile: int = 1, per_m: bool = False,
             nk: tuple[np.ndarray, np.ndarray | None] | None = None,
-            row_tiles: Sequence[tuple[int, int]] = ()) -> np.ndarray:
+            row_tiles: Sequence[tuple[int, int, int]] = ()) -> np.ndarray:
     """p = (compute_eff, m_half, mem_eff, bytes_half, floor_s[, m_cost_s][, k_half], n_half); see
     calibration.Roofline (m_cost_s present with per_m, k_half / n_half with the widths nk = (n, k); with
     k None, n_half alone: widths whose k never varies in the table; ``row_tiles`` as Roofline.row_tiles)."""
     ce, mh, me, bh, fl = p[:5]
     per_row = p[5] if per_m else 0.0
-    pad = tile_pad_np(m, tile, row_tiles)
+    pad = tile_pad_np(m, tile, row_tiles, nk[0] if nk is not None else None)
     rate = peak * ce * (m * pad / (m * pad + mh))  # the rate of the padded rows (Roofline.time_s)
     if nk is not None:
         n, k = nk
@@ -143,7 +149,7 @@ def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.
                  tiles: Sequence[int] = (1,), per_m: bool = False,
                  nk: tuple[np.ndarray, np.ndarray | None] | None = None,
                  min_compute_eff: float = 0.02,
-                 row_tiles: Sequence[tuple[int, int]] = ()) -> tuple[dict[str, Any], np.ndarray]:
+                 row_tiles: Sequence[tuple[int, int, int]] = ()) -> tuple[dict[str, Any], np.ndarray]:
     """Least-squares fit of the roofline constants on log error (tile size chosen from `tiles`, or the
     kernel's own ``row_tiles`` by batch size, given, not fitted; with per_m also a serial cost per row;
     with the widths nk = (n, k) also k_half and n_half, with nk = (n, None) n_half alone).
@@ -180,7 +186,7 @@ def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.
     if best_tile > 1:
         out["m_tile"] = best_tile
     if row_tiles:
-        out["row_tiles"] = [list(pair) for pair in row_tiles]
+        out["row_tiles"] = [list(entry) for entry in row_tiles]
     return out, err
 
 

@@ -7,7 +7,7 @@ Curve shapes (all efficiencies are fractions of a spec peak, never a fitted peak
                       r: the rows the rate is read at, m x tile_pad(m) (the padded rows), or what a kernel
                       says (prefill attention: kernels.prefill_rows)
                       tile_pad(m): m rounded up to whole row tiles, of m_tile rows, or of the tile the
-                      kernel's dispatch picks for m (row_tiles: vLLM's Hopper FP8 GEMM, 16 to 256 rows)
+                      kernel's dispatch picks for m and n (row_tiles: vLLM's Hopper FP8 GEMM, 16-256 rows)
 m_half = bytes_half = 0 gives a constant efficiency.
 """
 
@@ -57,9 +57,11 @@ class Roofline:
     bytes_half: float = 0.0
     floor_s: float = 0.0
     m_tile: int = 1          # compute runs on m rounded up to whole tiles (tile quantisation)
-    row_tiles: tuple[tuple[int, int], ...] = ()
-    """The kernel's row tile by batch size, where it changes with m (an engine's dispatch): pairs (largest m,
-    tile rows), ascending, the last with largest m 0 for every m above the others; overrides ``m_tile``."""
+    row_tiles: tuple[tuple[int, int, int], ...] = ()
+    """The kernel's row tile by batch size, where an engine's dispatch changes it with m (and n): entries
+    (largest m, largest n, tile rows), the first that holds wins, a bound of 0 holding for every size; the
+    last entry (0, 0, tile) holds for all. An entry with an n bound holds only for a GEMM of known n.
+    Overrides ``m_tile``."""
     m_cost_s: float = 0.0    # serial cost per row (attention: per request work scheduling / page walks;
                              # FP8 GEMM: the per-token activation quantisation in front of the GEMM)
     k_half: float = 0.0      # GEMM only: inner width at which half the peak rate is lost to per-tile set-up
@@ -69,13 +71,15 @@ class Roofline:
         """Achievable FLOP/s at m rows (before tile padding)."""
         return peak_flops * self.compute_eff * (m / (m + self.m_half) if self.m_half else 1.0)
 
-    def tile_factor(self, m: float) -> float:
-        """Padded rows / rows: the extra compute a partly filled last tile costs."""
+    def tile_factor(self, m: float, n: float | None = None) -> float:
+        """Padded rows / rows: the extra compute a partly filled last tile costs (``n``: a GEMM's output
+        width, for row tiles that depend on it)."""
         if m <= 0:
             return 1.0
         tile = self.m_tile
         if self.row_tiles:
-            tile = next(t for top, t in self.row_tiles if top == 0 or m <= top)
+            tile = next(t for top_m, top_n, t in self.row_tiles
+                        if (top_m == 0 or m <= top_m) and (top_n == 0 or (n is not None and n <= top_n)))
         if tile <= 1:
             return 1.0
         return math.ceil(m / tile) * tile / m
@@ -92,15 +96,15 @@ class Roofline:
         return bw_Bps * self.mem_eff * (nbytes / (nbytes + self.bytes_half) if self.bytes_half else 1.0)
 
     def time_s(self, flops: float, nbytes: float, m: float, peak_flops: float, bw_Bps: float,
-               width_eff: float = 1.0, rate_rows: float | None = None) -> float:
+               width_eff: float = 1.0, rate_rows: float | None = None, n: float | None = None) -> float:
         """max(compute, memory) + floor + per-row cost; ``width_eff`` scales the compute rate (GEMM shapes).
         With tiles, the kernel computes whole tiles of rows: the padded work runs at the rate of the padded
         row count (the rate at the rows asked for would charge the few-row loss twice: once as padding, once
         as a low rate, e.g. 2,100 x the ideal time for one row on 128-row tiles). ``rate_rows``: the rows to
-        read the rate at instead (see kernels.prefill_rows)."""
+        read the rate at instead (see kernels.prefill_rows); ``n``: a GEMM's output width (row_tiles)."""
         if flops <= 0 and nbytes <= 0:
             return 0.0
-        tile = self.tile_factor(m)
+        tile = self.tile_factor(m, n)
         rows = m * tile if rate_rows is None else rate_rows
         tc = flops * tile / (self.compute_Fps(peak_flops, rows) * width_eff) if flops > 0 else 0.0
         tm = nbytes / self.mem_Bps(bw_Bps, nbytes) if nbytes > 0 else 0.0
@@ -279,18 +283,19 @@ def _roof(raw: Mapping[str, Any]) -> Roofline:
                     n_half=float(raw.get("n_half", 0.0)), row_tiles=row_tiles(raw.get("row_tiles", ())))
 
 
-def row_tiles(raw: Any) -> tuple[tuple[int, int], ...]:
-    """A curve's ``row_tiles`` from YAML (a list of [largest m, tile rows] pairs), checked: ascending bounds,
-    tiles >= 1, the last bound 0 (every larger m)."""
-    pairs = tuple((int(top), int(tile)) for top, tile in raw)
-    if not pairs:
+def row_tiles(raw: Any) -> tuple[tuple[int, int, int], ...]:
+    """A curve's ``row_tiles`` from YAML (a list of [largest m, largest n, tile rows], Roofline.row_tiles),
+    checked: bounds >= 0, m bounds other than 0 non-decreasing, tiles >= 1, the last entry [0, 0, tile]."""
+    entries = tuple((int(top_m), int(top_n), int(tile)) for top_m, top_n, tile in raw)
+    if not entries:
         return ()
-    tops = [top for top, _ in pairs]
-    if tops[-1] != 0 or any(t <= 0 for t in tops[:-1]) or tops[:-1] != sorted(set(tops[:-1])) \
-            or any(tile < 1 for _, tile in pairs):
-        raise ValueError(f"row_tiles {list(map(list, pairs))}: expected [largest m, tile rows] pairs with "
-                         "ascending bounds > 0, tiles >= 1, and a last bound of 0 (every larger m)")
-    return pairs
+    tops = [top_m for top_m, _, _ in entries[:-1]]
+    if entries[-1][:2] != (0, 0) or any(t <= 0 for t in tops) or tops != sorted(tops) \
+            or any(top_n < 0 or tile < 1 for _, top_n, tile in entries):
+        raise ValueError(f"row_tiles {list(map(list, entries))}: expected [largest m, largest n, tile rows] "
+                         "entries with m bounds > 0 in order, n bounds >= 0 (0: any n), tiles >= 1, and a "
+                         "last entry [0, 0, tile rows] for every other size")
+    return entries
 
 
 def _coll(raw: Mapping[str, Any]) -> Collective:

@@ -23,7 +23,7 @@ def gemm_s(roof: Roofline, m: float, n: int, k: int, w_bytes_per_elem: float, pe
     if m <= 0:
         return 0.0
     return roof.time_s(2.0 * m * n * k, n * k * w_bytes_per_elem + m * (n + k) * ACT_BYTES, m, peak_flops,
-                       bw_Bps, roof.width_factor(n, k))
+                       bw_Bps, roof.width_factor(n, k), n=n)
 
 
 def decode_attention_work(sum_kv: float, heads: float, kv_heads: float, width: float,

@@ -856,11 +856,19 @@ def test_calibration_fit_formula_is_the_ledgers() -> None:
     assert fit["compute_eff"] == pytest.approx(0.6, rel=0.05)
     assert fit["mem_eff"] == pytest.approx(0.8, rel=0.05)
     # row tiles by batch size (a kernel dispatch): the same agreement, and the fit writes them as given
-    tiles = ((16, 16), (64, 64), (128, 64), (0, 256))
+    tiles = ((16, 0, 16), (64, 1280, 16), (64, 0, 64), (128, 0, 64), (0, 0, 256))
     r = Roofline(**base, m_cost_s=3e-9, row_tiles=tiles)  # type: ignore[arg-type]
     got = roof_np(truth, flops, nbytes, m, peak, bw, per_m=True, row_tiles=tiles)
     for i in range(40):
         assert got[i] == pytest.approx(r.time_s(flops[i], nbytes[i], m[i], 989e12, 3.35e12), rel=1e-12)
+    widths = np.array([1024.0, 4096.0] * 20)   # n < / > 1280: the 17-64-row tiles differ
+    r_n = attrs.evolve(r, n_half=900.0)
+    with_n = roof_np(np.append(truth, 900.0), flops, nbytes, m, peak, bw, per_m=True, nk=(widths, None),
+                     row_tiles=tiles)
+    for i in range(40):
+        want = r_n.time_s(flops[i], nbytes[i], m[i], 989e12, 3.35e12, r_n.width_factor(widths[i], 1.0),
+                          n=widths[i])
+        assert with_n[i] == pytest.approx(want, rel=1e-12)
     fit, err = fit_roofline(flops, nbytes, m, peak, bw, got, start, per_m=True, row_tiles=tiles)
     assert float(np.max(np.abs(err))) < 1e-3 and fit["row_tiles"] == [list(t) for t in tiles]
     assert "m_tile" not in fit and fit["compute_eff"] == pytest.approx(0.6, rel=0.05)
@@ -1182,24 +1190,30 @@ def test_tiled_gemm_runs_at_the_rate_of_its_padded_rows() -> None:
 
 
 def test_row_tiles_follow_the_kernel_dispatch_by_batch_size() -> None:
-    """vLLM's Hopper FP8 GEMM dispatch as row tiles: 16 rows up to m = 16, 64 up to 64 and up to 128, then
-    256 (128-row tiles in 2 x 1 clusters). Padded rows / rows, by hand: m = 1 pads to 16, 16 is whole, 17 pads
-    to 64, 100 to 128, 129 to 256, 300 to 512; the fit's vectorised padding agrees row by row."""
+    """vLLM's Hopper FP8 GEMM dispatch as row tiles: 16 rows up to m = 16; 16 up to 64 where n <= 1280, else
+    64; 64 up to 128; then 256 (128-row tiles in 2 x 1 clusters). Padded rows / rows, by hand: m = 1 pads to
+    16, 16 is whole, 17 pads to 64 at n = 8192 but to 32 at n = 1280 (and at unknown n, 64: an n bound holds
+    only for a known n), 100 to 128, 129 to 256, 300 to 512; the fit's vectorised padding agrees row by row."""
     import numpy as np
 
     from hardware.calibrate import GEMM_ROW_TILES, tile_pad_np
     from hardware.calibration import row_tiles
 
     tiles = GEMM_ROW_TILES["vllm"]["fp8"]
-    assert tiles == ((16, 16), (64, 64), (128, 64), (0, 256))
+    assert tiles == ((16, 0, 16), (64, 1280, 16), (64, 0, 64), (128, 0, 64), (0, 0, 256))
     roof = Roofline(compute_eff=0.5, mem_eff=1.0, m_tile=128, row_tiles=tiles)   # row_tiles win over m_tile
-    assert [roof.tile_factor(m) for m in (1, 16, 17, 64, 100, 128, 129, 256, 300)] == \
+    assert [roof.tile_factor(m, 8192) for m in (1, 16, 17, 64, 100, 128, 129, 256, 300)] == \
         [16.0, 1.0, 64 / 17, 1.0, 128 / 100, 1.0, 256 / 129, 1.0, 512 / 300]
+    assert roof.tile_factor(17, 1280) == 32 / 17 and roof.tile_factor(17, 1281) == roof.tile_factor(17) == 64 / 17
     m = np.arange(1, 2049, dtype=float)
+    for n in (1024.0, 1280.0, 1281.0, 8192.0):
+        assert np.allclose(tile_pad_np(m, 1, tiles, np.full(m.shape, n)), [roof.tile_factor(x, n) for x in m],
+                           rtol=0, atol=1e-15)
     assert np.allclose(tile_pad_np(m, 1, tiles), [roof.tile_factor(x) for x in m], rtol=0, atol=1e-15)
-    assert row_tiles([[16, 16], [0, 256]]) == ((16, 16), (0, 256)) and row_tiles([]) == ()
-    for bad in ([[16, 16], [64, 64]], [[64, 64], [16, 16], [0, 1]], [[16, 0], [0, 256]]):
-        with pytest.raises(ValueError, match="row_tiles .* ascending bounds > 0, tiles >= 1, and a last bound of 0"):
+    assert row_tiles([[16, 0, 16], [0, 0, 256]]) == ((16, 0, 16), (0, 0, 256)) and row_tiles([]) == ()
+    for bad in ([[16, 0, 16], [64, 0, 64]], [[64, 0, 64], [16, 0, 16], [0, 0, 1]], [[16, 0, 0], [0, 0, 256]],
+                [[16, -1, 16], [0, 0, 256]]):
+        with pytest.raises(ValueError, match=r"row_tiles .*: expected \[largest m, largest n, tile rows\]"):
             row_tiles(bad)
 
 
