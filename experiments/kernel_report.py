@@ -148,6 +148,13 @@ TABLES: list[tuple[str, str, Callable[[Row], bool], Callable[[Calibration, str, 
 ]
 
 
+def row_format(table: str, r: Row) -> str:
+    """The weight or KV-cache format a row is also reported under ('' where its table has none split)."""
+    if table == "generation_attention_perf":
+        return "kv " + r["kv_cache_dtype"]
+    return r.get("gemm_dtype") or r.get("moe_dtype") or ""
+
+
 def report(data: Path, engines: Iterable[str]) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     for engine in engines:
@@ -167,9 +174,8 @@ def report(data: Path, engines: Iterable[str]) -> list[dict[str, object]]:
                         e = predict(cal, gpu, r) / meas - 1.0
                         errs.setdefault(name, []).append(e)
                         errs.setdefault(f"{name} @{gpu}", []).append(e)
-                        fmt = r.get("gemm_dtype") or r.get("moe_dtype")
+                        fmt = row_format(table, r)
                         if table == "generation_attention_perf":
-                            fmt = "kv " + r["kv_cache_dtype"]
                             if _serving_decode(r):
                                 errs.setdefault(f"{name}[{fmt}, serving]", []).append(e)
                             if not possible(r, table, gpu):  # the collector re-read cached KV
@@ -251,7 +257,7 @@ def transfer(data: Path, engines: Iterable[str]) -> list[dict[str, object]]:
                                    lambda r: predict(cal, OTHER_GPU, r))
             groups: dict[str, list[tuple[float, float]]] = {}
             for r, meas, pred in pairs:
-                fmt = r.get("gemm_dtype") or r.get("moe_dtype") or r.get("kv_cache_dtype") or ""
+                fmt = row_format(table, r)
                 where = regime(name, r)
                 labels = [name] + ([f"{name}[{fmt}]"] if fmt else []) + ([f"{name}[{fmt}, {where}]"]
                                                                           if fmt and where else [])

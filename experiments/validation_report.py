@@ -262,6 +262,10 @@ PAIR_KEY = ("backend", "backend_version", "model_path", "precision", "mode", "is
 the measurement date of silicon_data_source, twin.validate._measured)."""
 
 
+def _mean_ms(rows: Sequence[dict[str, Any]], col: str) -> float:
+    return float(np.mean([float(r[col]) for r in rows]))
+
+
 def gpu_pair_table(rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> list[dict[str, Any]]:
     """Per group of ``keys`` (and one line for all, group ``("all",)``): the pairs of rows that ran the same
     benchmark (PAIR_KEY) on both PAIR_GPUS, with the median measured and predicted ratio of the second GPU to
@@ -276,12 +280,9 @@ def gpu_pair_table(rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> list[
     for sides in by_bench.values():
         if len(sides) < 2:
             continue
-        pair: dict[str, float] = {}
-        for metric in ("tpot", "ttft"):
-            def mean(gpu: str, kind: str) -> float:
-                return float(np.mean([float(r[f"{kind}_{metric}_ms"]) for r in sides[gpu]]))
-            pair[f"meas_{metric}"] = mean(other, "meas") / mean(ref, "meas")
-            pair[f"pred_{metric}"] = mean(other, "pred") / mean(ref, "pred")
+        pair = {f"{kind}_{metric}": _mean_ms(sides[other], f"{kind}_{metric}_ms")
+                / _mean_ms(sides[ref], f"{kind}_{metric}_ms")
+                for metric in ("tpot", "ttft") for kind in ("meas", "pred")}
         first = sides[ref][0]
         for g in (("all",), tuple(str(first[k]) for k in keys)):
             groups.setdefault(g, []).append(pair)

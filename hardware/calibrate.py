@@ -380,10 +380,8 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
         tiles = GEMM_ROW_TILES.get(engine, {}).get(dtype, ())
         p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, st, tiles=(1, 64, 128),
                               per_m=True, nk=(_f(rows, "n"), _f(rows, "k")), row_tiles=tiles)
-        note = f"fitted on {src} gemm_perf {raw}: {_summary(err)}"
-        if tiles:
-            note = (f"fitted on {src} gemm_perf {raw}, row tiles by batch size from the engine's kernel "
-                    f"dispatch (GEMM_ROW_TILES): {_summary(err)}")
+        how = ", row tiles by batch size from the engine's kernel dispatch (GEMM_ROW_TILES)" if tiles else ""
+        note = f"fitted on {src} gemm_perf {raw}{how}: {_summary(err)}"
         if min_m > 1:
             ref = gemm.get("fp8", p)
             for key in ("floor_s", "mem_eff", "bytes_half"):

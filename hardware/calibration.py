@@ -275,12 +275,17 @@ def list_calibrations() -> list[str]:
     return sorted(p.stem for p in CALIBRATION_DIR.glob("*.yaml"))
 
 
-def _roof(raw: Mapping[str, Any]) -> Roofline:
+def _roof(raw: Mapping[str, Any], where: str = "") -> Roofline:
+    """One curve of a calibration YAML; ``where`` names it (file and key) in the error of a bad field."""
+    try:
+        tiles = row_tiles(raw.get("row_tiles", ()))
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}" if where else str(exc)) from None
     return Roofline(compute_eff=float(raw.get("compute_eff", 1.0)), m_half=float(raw.get("m_half", 0.0)),
                     mem_eff=float(raw["mem_eff"]), bytes_half=float(raw.get("bytes_half", 0.0)),
                     floor_s=float(raw.get("floor_s", 0.0)), m_tile=int(raw.get("m_tile", 1)),
                     m_cost_s=float(raw.get("m_cost_s", 0.0)), k_half=float(raw.get("k_half", 0.0)),
-                    n_half=float(raw.get("n_half", 0.0)), row_tiles=row_tiles(raw.get("row_tiles", ())))
+                    n_half=float(raw.get("n_half", 0.0)), row_tiles=tiles)
 
 
 def row_tiles(raw: Any) -> tuple[tuple[int, int, int], ...]:
@@ -310,7 +315,7 @@ def calibration_from_dict(name: str, raw: Mapping[str, Any]) -> Calibration:
     return Calibration(
         name=name,
         provenance=str(raw.get("provenance", "")),
-        gemm={str(k): _roof(v) for k, v in raw["gemm"].items()},
+        gemm={str(k): _roof(v, f"calibration {name}.yaml gemm.{k}") for k, v in raw["gemm"].items()},
         attn_prefill=_roof(raw["attention_prefill"]),
         attn_decode=_roof(raw["attention_decode"]),
         attn_decode_fp8kv=_roof(raw["attention_decode_fp8kv"]) if "attention_decode_fp8kv" in raw else None,

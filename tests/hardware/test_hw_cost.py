@@ -1215,6 +1215,12 @@ def test_row_tiles_follow_the_kernel_dispatch_by_batch_size() -> None:
                 [[16, -1, 16], [0, 0, 256]]):
         with pytest.raises(ValueError, match=r"row_tiles .*: expected \[largest m, largest n, tile rows\]"):
             row_tiles(bad)
+    from hardware.calibration import calibration_from_dict, read_yaml, CALIBRATION_DIR
+
+    raw = read_yaml(CALIBRATION_DIR / "vllm.yaml")
+    raw["gemm"]["fp8"] = {**raw["gemm"]["fp8"], "row_tiles": [[16, 0, 16], [64, 0, 64]]}
+    with pytest.raises(ValueError, match=r"^calibration vllm.yaml gemm.fp8: row_tiles \[\[16, 0, 16\]"):
+        calibration_from_dict("vllm", raw)
 
 
 def test_vllm_fp8_gemm_is_memory_bound_at_decode_sizes_and_never_cheaper_for_more_rows() -> None:
