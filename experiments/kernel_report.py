@@ -16,12 +16,17 @@ shape a table times on both GPUs is a pair, and the pair's measured latency rati
 against the ratio the same curves predict from the two specs. A median transfer error of 0 means that
 switching the GPU spec moves the kernels as the measurements do; it is split by regime (GEMM and MoE at
 <= 256 rows or tokens, which is what decode steps run, against more; decode attention at serving shapes).
+
+``--check TABLE --engines E --gpu G`` prices one kernel table the constants were not fitted on (another
+collector or engine version in the opdb layout, .csv / .csv.gz / .parquet; Parquet needs pyarrow) with the
+shipped constants of engine E on GPU spec G, and prints the same figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import sys
 from pathlib import Path
 from typing import Callable, Iterable
@@ -155,6 +160,39 @@ def row_format(table: str, r: Row) -> str:
     return r.get("gemm_dtype") or r.get("moe_dtype") or ""
 
 
+def _add_row(errs: dict[str, list[float]], cal: Calibration, gpu: str, name: str, table: str,
+             predict: Callable[[Calibration, str, Row], float], r: Row) -> None:
+    """File one row's error, predicted / measured - 1, under its table, its GPU and its format labels."""
+    meas = float(r["latency"]) * 1e-3
+    if meas <= 0:
+        return
+    e = predict(cal, gpu, r) / meas - 1.0
+    errs.setdefault(name, []).append(e)
+    errs.setdefault(f"{name} @{gpu}", []).append(e)
+    fmt = row_format(table, r)
+    if table == "generation_attention_perf":
+        if _serving_decode(r):
+            errs.setdefault(f"{name}[{fmt}, serving]", []).append(e)
+        if not possible(r, table, gpu):  # the collector re-read cached KV
+            errs.setdefault(f"{name}[{fmt}, > HBM peak]", []).append(e)
+    if fmt:
+        errs.setdefault(f"{name}[{fmt}]", []).append(e)
+    if table == "moe_perf" and _split_moe_format(cal, r["moe_dtype"]):
+        family = moe_kernel_family(r.get("kernel_source", ""))
+        errs.setdefault(f"{name}[{fmt}:{family}]", []).append(e)
+
+
+def _summaries(engine: str, errs: dict[str, list[float]]) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for label, vals in errs.items():
+        a = np.array(vals)
+        out.append({"engine": engine, "table": label, "rows": len(a),
+                    "median_abs_err_pct": round(100 * float(np.median(np.abs(a))), 1),
+                    "p90_abs_err_pct": round(100 * float(np.percentile(np.abs(a), 90)), 1),
+                    "median_signed_err_pct": round(100 * float(np.median(a)), 1)})
+    return out
+
+
 def report(data: Path, engines: Iterable[str]) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     for engine in engines:
@@ -169,29 +207,63 @@ def report(data: Path, engines: Iterable[str]) -> list[dict[str, object]]:
                 else:
                     rows = _sample([r for r in read_table(data, gpu, table, ENGINES[engine]) if keep(r)])
                 for r in rows:
-                    meas = float(r["latency"]) * 1e-3
-                    if meas > 0:
-                        e = predict(cal, gpu, r) / meas - 1.0
-                        errs.setdefault(name, []).append(e)
-                        errs.setdefault(f"{name} @{gpu}", []).append(e)
-                        fmt = row_format(table, r)
-                        if table == "generation_attention_perf":
-                            if _serving_decode(r):
-                                errs.setdefault(f"{name}[{fmt}, serving]", []).append(e)
-                            if not possible(r, table, gpu):  # the collector re-read cached KV
-                                errs.setdefault(f"{name}[{fmt}, > HBM peak]", []).append(e)
-                        if fmt:
-                            errs.setdefault(f"{name}[{fmt}]", []).append(e)
-                        if table == "moe_perf" and _split_moe_format(cal, r["moe_dtype"]):
-                            family = moe_kernel_family(r.get("kernel_source", ""))
-                            errs.setdefault(f"{name}[{fmt}:{family}]", []).append(e)
-            for label, vals in errs.items():
-                a = np.array(vals)
-                out.append({"engine": engine, "table": label, "rows": len(a),
-                            "median_abs_err_pct": round(100 * float(np.median(np.abs(a))), 1),
-                            "p90_abs_err_pct": round(100 * float(np.percentile(np.abs(a), 90)), 1),
-                            "median_signed_err_pct": round(100 * float(np.median(a)), 1)})
+                    _add_row(errs, cal, gpu, name, table, predict, r)
+            out.extend(_summaries(engine, errs))
     return out
+
+
+OP_TABLES = {"all_reduce": "custom_allreduce_perf"}
+"""opdb op_name -> table, where the table is not ``<op_name>_perf``."""
+
+
+def read_rows(path: Path) -> list[Row]:
+    """The rows of one kernel table in the opdb layout: CSV (.csv, .csv.gz) or Parquet (needs pyarrow),
+    every value as text, as the shipped tables are read."""
+    name = path.name
+    if name.endswith(".parquet"):
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as err:
+            raise ValueError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow), "
+                             "or convert the table to .csv / .csv.gz") from err
+        return [{k: "" if v is None else str(v) for k, v in r.items()} for r in pq.read_table(path).to_pylist()]
+    if name.endswith(".csv.gz"):
+        with gzip.open(path, "rt", newline="") as fh:
+            return list(csv.DictReader(fh))
+    if name.endswith(".csv"):
+        with path.open(newline="", encoding="utf-8") as fh:
+            return list(csv.DictReader(fh))
+    raise ValueError(f"{path}: expected a .csv, .csv.gz or .parquet kernel table")
+
+
+def check_table(path: Path, engine: str, gpu: str) -> list[dict[str, object]]:
+    """The shipped constants of ``engine`` against a kernel table they were not fitted on (one measured on
+    ``gpu``, in the opdb layout: another collector version, a GPU of one's own): the report's figures for
+    each of its tables. Rows the report would not use are left out, as there (e.g. windowed attention), and a
+    table of more than MAX_ROWS rows is sampled as there."""
+    load_gpu(gpu)
+    rows = read_rows(path)
+    if not rows:
+        raise ValueError(f"{path}: no rows")
+    missing = {"op_name", "latency"} - set(rows[0])
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {sorted(missing)}; expected the opdb table layout")
+    by_table = {table: (name, keep, predict) for name, table, keep, predict in TABLES}
+    kept: dict[str, list[Row]] = {}
+    for i, r in enumerate(rows, start=2):
+        table = OP_TABLES.get(r["op_name"], f"{r['op_name']}_perf")
+        if table not in by_table or table == "gdn_perf":
+            raise ValueError(f"{path} line {i}: op_name {r['op_name']!r} is not one the report prices "
+                             f"(expected one of {sorted(t.removesuffix('_perf') for t in by_table)})")
+        if by_table[table][1](r):
+            kept.setdefault(table, []).append(r)
+    cal = load_calibration(engine)
+    errs: dict[str, list[float]] = {}
+    for table, of_table in kept.items():
+        name, _, predict = by_table[table]
+        for r in _sample(of_table):
+            _add_row(errs, cal, gpu, name, table, predict, r)
+    return _summaries(engine, errs)
 
 
 REFERENCE_GPU, OTHER_GPU = GPUS
@@ -283,15 +355,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--transfer", action="store_true",
                     help=f"also compare the measured {OTHER_GPU} / {REFERENCE_GPU} latency ratio of the "
                          "shapes both GPUs time with the predicted one (kernel_transfer.csv with --out)")
+    ap.add_argument("--check", type=Path, default=None, metavar="TABLE",
+                    help="instead: the shipped constants of --engines against one kernel table in the opdb "
+                         "layout (.csv, .csv.gz, .parquet) measured on --gpu")
+    ap.add_argument("--gpu", default=None, help="the GPU spec the --check table was measured on")
     args = ap.parse_args(argv)
+    if args.check is not None:
+        return _check_main(args.check, args.engines, args.gpu)
     if not args.data.is_dir():
         print(f"error: --data {args.data} is not a folder", file=sys.stderr)
         return 2
     rows = report(args.data, args.engines)
-    print(f"{'engine':8s} {'table':44s} {'rows':>7s} {'median|err|%':>13s} {'p90|err|%':>10s} {'bias%':>7s}")
-    for r in rows:
-        print(f"{r['engine']!s:8s} {r['table']!s:44s} {r['rows']!s:>7s} {r['median_abs_err_pct']!s:>13s} "
-              f"{r['p90_abs_err_pct']!s:>10s} {r['median_signed_err_pct']!s:>7s}")
+    _print_rows(rows)
     if args.out is not None:
         _write_csv(args.out / "kernel_report.csv", rows)
     if args.transfer:
@@ -306,6 +381,27 @@ def main(argv: list[str] | None = None) -> int:
                   f"{t['p90_abs_transfer_err_pct']!s:>7s}")
         if args.out is not None and moved:
             _write_csv(args.out / "kernel_transfer.csv", moved)
+    return 0
+
+
+def _print_rows(rows: list[dict[str, object]]) -> None:
+    print(f"{'engine':8s} {'table':44s} {'rows':>7s} {'median|err|%':>13s} {'p90|err|%':>10s} {'bias%':>7s}")
+    for r in rows:
+        print(f"{r['engine']!s:8s} {r['table']!s:44s} {r['rows']!s:>7s} {r['median_abs_err_pct']!s:>13s} "
+              f"{r['p90_abs_err_pct']!s:>10s} {r['median_signed_err_pct']!s:>7s}")
+
+
+def _check_main(path: Path, engines: list[str], gpu: str | None) -> int:
+    if gpu is None or len(engines) != 1:
+        print("error: --check needs --gpu and exactly one of --engines", file=sys.stderr)
+        return 2
+    try:
+        rows = check_table(path, engines[0], gpu)
+    except (OSError, ValueError, KeyError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{path} ({gpu}) against the shipped {engines[0]} constants")
+    _print_rows(rows)
     return 0
 
 

@@ -52,3 +52,48 @@ def test_gpu_transfer_pairs_the_shapes_both_gpus_time_and_sets_ratio_against_rat
                                                          pytest.approx((0.9, 0.75))]
     assert [regime("gemm", r) for r, _, _ in pairs] == ["m <= 256", "m > 256"]
     assert regime("moe", {"num_tokens": "257"}) == "tokens > 256" and regime("allreduce", ref[0]) == ""
+
+
+def _attn(batch: int, step: int, latency_ms: float, window: int = 0) -> dict[str, str]:
+    return {"framework": "TRTLLM", "version": "x", "op_name": "generation_attention", "batch_size": str(batch),
+            "isl": "1", "num_heads": "32", "num_key_value_heads": "8", "head_dim": "128",
+            "window_size": str(window), "kv_cache_dtype": "fp8", "step": str(step), "latency": str(latency_ms)}
+
+
+def _write(path, rows: list[dict[str, str]]) -> None:
+    import csv
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=sorted({k for r in rows for k in r}))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def test_check_prices_a_foreign_table_with_the_shipped_constants(tmp_path):
+    from experiments.kernel_report import check_table, predict_generation
+    from hardware import load_calibration
+
+    rows = [_attn(8, 1023, 0.030), _attn(64, 4095, 0.250), _attn(256, 1023, 0.400),
+            _attn(8, 1023, 0.030, window=128)]          # windowed attention: not priced, as in the report
+    _write(tmp_path / "t.csv", rows)
+    out = {r["table"]: r for r in check_table(tmp_path / "t.csv", "trtllm", "h200_sxm")}
+    assert out["generation_attention"]["rows"] == 3
+    assert out["generation_attention @h200_sxm"]["rows"] == 3
+    assert out["generation_attention[kv fp8, serving]"]["rows"] == 2       # 256 requests is not a serving shape
+    cal = load_calibration("trtllm")
+    errs = sorted(predict_generation(cal, "h200_sxm", r) / (float(r["latency"]) * 1e-3) - 1.0 for r in rows[:3])
+    assert out["generation_attention"]["median_signed_err_pct"] == round(100 * errs[1], 1)
+
+
+def test_check_names_the_file_and_line_of_a_row_it_cannot_price(tmp_path):
+    from experiments.kernel_report import check_table, main
+
+    _write(tmp_path / "t.csv", [_attn(8, 1023, 0.030), {**_attn(8, 1023, 0.030), "op_name": "rmsnorm"}])
+    with pytest.raises(ValueError, match=r"t\.csv line 3: op_name 'rmsnorm' is not one the report prices"):
+        check_table(tmp_path / "t.csv", "trtllm", "h200_sxm")
+    _write(tmp_path / "u.csv", [{"batch_size": "8", "latency": "0.03"}])
+    with pytest.raises(ValueError, match=r"u\.csv: missing column\(s\) \['op_name'\]"):
+        check_table(tmp_path / "u.csv", "trtllm", "h200_sxm")
+    (tmp_path / "v.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"v\.json: expected a \.csv, \.csv\.gz or \.parquet kernel table"):
+        check_table(tmp_path / "v.json", "trtllm", "h200_sxm")
+    assert main(["--check", str(tmp_path / "t.csv"), "--engines", "trtllm"]) == 2      # no --gpu
