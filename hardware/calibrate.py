@@ -75,10 +75,13 @@ def gqa_ratio_fitted(r: dict[str, str]) -> bool:
 def possible(r: dict[str, str], table: str, gpu: str) -> bool:
     """Whether a row's measured time is no faster than reading the bytes it must read once at its GPU's
     peak HBM bandwidth: a decode-attention row its KV cache, a GEMM row its weights. A faster row re-read
-    cache-resident data (the collector repeats one call on one buffer), which a serving step, whose layers
-    and requests each hold their own weights and KV, never does. TRT-LLM 1.2.0rc5's decode-attention table has
-    1,364 such rows at large batch x context (1,254 at the GQA ratios fitted; up to 1.73 x the H100's
-    bandwidth), vLLM's and SGLang's none; no GEMM row the fits use is one."""
+    cache-resident data, which a serving step, whose layers and requests each hold their own weights and KV,
+    never does. TRT-LLM 1.2.0rc5's decode-attention table has 1,364 such rows at large batch x context (1,254
+    at the GQA ratios fitted; up to 1.73 x the H100's bandwidth), vLLM's and SGLang's none; no GEMM row the
+    fits use is one. Why TRT-LLM's (hardware/STATUS.md, stop 37): its collector allocated a K-only cache
+    (CacheType.SELFKONLY, aiconfigurator collector/trtllm/collect_attn.py until dec5f4cd2), so V's reads hit
+    blocks just read as K and a row crosses HBM with less than the K and V bytes counted here; the table's
+    other large rows run fast for the same reason, which this check cannot see."""
     if table == "generation_attention_perf":
         kv = KV_BYTES.get(r["kv_cache_dtype"], 2.0)
         nbytes = int(r["batch_size"]) * (int(r["step"]) + 1) * int(r["num_key_value_heads"]) * 2 \
