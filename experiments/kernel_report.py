@@ -173,7 +173,7 @@ def _add_row(errs: dict[str, list[float]], cal: Calibration, gpu: str, name: str
     if table == "generation_attention_perf":
         if _serving_decode(r):
             errs.setdefault(f"{name}[{fmt}, serving]", []).append(e)
-        if not possible(r, table, gpu):  # the collector re-read cached KV
+        if not possible(r, table, gpu):  # faster than reading its KV once at peak HBM bandwidth
             errs.setdefault(f"{name}[{fmt}, > HBM peak]", []).append(e)
     if fmt:
         errs.setdefault(f"{name}[{fmt}]", []).append(e)
@@ -212,7 +212,8 @@ def report(data: Path, engines: Iterable[str]) -> list[dict[str, object]]:
     return out
 
 
-OP_TABLES = {"all_reduce": "custom_allreduce_perf"}
+OP_TABLES = {"all_reduce": "custom_allreduce_perf", "mla_context": "context_mla_perf",
+             "mla_generation": "generation_mla_perf"}
 """opdb op_name -> table, where the table is not ``<op_name>_perf``."""
 
 
@@ -253,17 +254,30 @@ def check_table(path: Path, engine: str, gpu: str) -> list[dict[str, object]]:
     for i, r in enumerate(rows, start=2):
         table = OP_TABLES.get(r["op_name"], f"{r['op_name']}_perf")
         if table not in by_table or table == "gdn_perf":
+            ops = {t: t.removesuffix("_perf") for t in by_table if t != "gdn_perf"}
+            ops.update({t: op for op, t in OP_TABLES.items()})
             raise ValueError(f"{path} line {i}: op_name {r['op_name']!r} is not one the report prices "
-                             f"(expected one of {sorted(t.removesuffix('_perf') for t in by_table)})")
-        if by_table[table][1](r):
+                             f"(expected one of {sorted(ops.values())})")
+        r["_line"] = str(i)
+        if _named(path, r, lambda: by_table[table][1](r)):
             kept.setdefault(table, []).append(r)
     cal = load_calibration(engine)
     errs: dict[str, list[float]] = {}
     for table, of_table in kept.items():
         name, _, predict = by_table[table]
         for r in _sample(of_table):
-            _add_row(errs, cal, gpu, name, table, predict, r)
+            _named(path, r, lambda: _add_row(errs, cal, gpu, name, table, predict, r))
     return _summaries(engine, errs)
+
+
+def _named(path: Path, r: Row, run: Callable[[], object]) -> object:
+    """``run()``, with a missing column or an unreadable number reported with the file and line of ``r``."""
+    try:
+        return run()
+    except KeyError as err:
+        raise ValueError(f"{path} line {r['_line']}: no column {err} ({r['op_name']} rows need it)") from err
+    except ValueError as err:
+        raise ValueError(f"{path} line {r['_line']}: {err}") from err
 
 
 REFERENCE_GPU, OTHER_GPU = GPUS
@@ -351,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="predicted vs measured kernel latency on the opdb tables")
     ap.add_argument("--data", type=Path, default=Path("/work/shared/data/measured/opdb"))
     ap.add_argument("--engines", nargs="*", default=list(ENGINES), choices=list(ENGINES))
-    ap.add_argument("--out", type=Path, default=None, help="folder for kernel_report.csv")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="folder for kernel_report.csv (kernel_check.csv with --check)")
     ap.add_argument("--transfer", action="store_true",
                     help=f"also compare the measured {OTHER_GPU} / {REFERENCE_GPU} latency ratio of the "
                          "shapes both GPUs time with the predicted one (kernel_transfer.csv with --out)")
@@ -361,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu", default=None, help="the GPU spec the --check table was measured on")
     args = ap.parse_args(argv)
     if args.check is not None:
-        return _check_main(args.check, args.engines, args.gpu)
+        return _check_main(args.check, args.engines, args.gpu, args.out)
     if not args.data.is_dir():
         print(f"error: --data {args.data} is not a folder", file=sys.stderr)
         return 2
@@ -391,7 +406,7 @@ def _print_rows(rows: list[dict[str, object]]) -> None:
               f"{r['p90_abs_err_pct']!s:>10s} {r['median_signed_err_pct']!s:>7s}")
 
 
-def _check_main(path: Path, engines: list[str], gpu: str | None) -> int:
+def _check_main(path: Path, engines: list[str], gpu: str | None, out: Path | None) -> int:
     if gpu is None or len(engines) != 1:
         print("error: --check needs --gpu and exactly one of --engines", file=sys.stderr)
         return 2
@@ -402,6 +417,8 @@ def _check_main(path: Path, engines: list[str], gpu: str | None) -> int:
         return 2
     print(f"{path} ({gpu}) against the shipped {engines[0]} constants")
     _print_rows(rows)
+    if out is not None and rows:
+        _write_csv(out / "kernel_check.csv", rows)
     return 0
 
 

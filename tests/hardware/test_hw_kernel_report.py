@@ -88,7 +88,9 @@ def test_check_names_the_file_and_line_of_a_row_it_cannot_price(tmp_path):
     from experiments.kernel_report import check_table, main
 
     _write(tmp_path / "t.csv", [_attn(8, 1023, 0.030), {**_attn(8, 1023, 0.030), "op_name": "rmsnorm"}])
-    with pytest.raises(ValueError, match=r"t\.csv line 3: op_name 'rmsnorm' is not one the report prices"):
+    with pytest.raises(ValueError, match=r"t\.csv line 3: op_name 'rmsnorm' is not one the report prices "
+                                         r"\(expected one of \['all_reduce', 'context_attention', 'gemm', "
+                                         r"'generation_attention', 'mla_context', 'mla_generation', 'moe'\]\)"):
         check_table(tmp_path / "t.csv", "trtllm", "h200_sxm")
     _write(tmp_path / "u.csv", [{"batch_size": "8", "latency": "0.03"}])
     with pytest.raises(ValueError, match=r"u\.csv: missing column\(s\) \['op_name'\]"):
@@ -96,4 +98,16 @@ def test_check_names_the_file_and_line_of_a_row_it_cannot_price(tmp_path):
     (tmp_path / "v.json").write_text("{}")
     with pytest.raises(ValueError, match=r"v\.json: expected a \.csv, \.csv\.gz or \.parquet kernel table"):
         check_table(tmp_path / "v.json", "trtllm", "h200_sxm")
+    bad = _attn(8, 1023, 0.030)
+    del bad["head_dim"]
+    _write(tmp_path / "w.csv", [bad])
+    with pytest.raises(ValueError, match=r"w\.csv line 2: no column 'head_dim' \(generation_attention rows"):
+        check_table(tmp_path / "w.csv", "trtllm", "h200_sxm")
+    _write(tmp_path / "x.csv", [{**_attn(8, 1023, 0.030), "latency": "fast"}])
+    with pytest.raises(ValueError, match=r"x\.csv line 2: could not convert string to float: 'fast'"):
+        check_table(tmp_path / "x.csv", "trtllm", "h200_sxm")
     assert main(["--check", str(tmp_path / "t.csv"), "--engines", "trtllm"]) == 2      # no --gpu
+    _write(tmp_path / "y.csv", [_attn(8, 1023, 0.030)])
+    assert main(["--check", str(tmp_path / "y.csv"), "--engines", "trtllm", "--gpu", "h200_sxm",
+                 "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "kernel_check.csv").read_text().startswith("engine,table,rows,")
