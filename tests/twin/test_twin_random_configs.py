@@ -7,7 +7,8 @@ every run. 2,500 fresh random examples of this space passed at stop 25 (max_exam
 derandomize=False: about 50 s); a wider search outside the suite found the bugs named in that stop's commits.
 Since stop 32 half the examples also draw the settings of ``_more_knobs``; fresh searches then passed 2,000
 examples of this space with MoE and 8B models and TP 2, 600 with prompts to 3,000 and outputs to 2,000 tokens,
-and 900 replaying the shipped agent sessions with their tool waits.
+and 900 replaying the shipped agent sessions with their tool waits. At stop 37, 1,500 and 2,500 fresh examples
+of the whole strategy (seeds 3701 and 3702) passed.
 """
 
 from __future__ import annotations
