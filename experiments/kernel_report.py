@@ -19,7 +19,9 @@ switching the GPU spec moves the kernels as the measurements do; it is split by 
 
 ``--check TABLE --engines E --gpu G`` prices one kernel table the constants were not fitted on (another
 collector or engine version in the opdb layout, .csv / .csv.gz / .parquet; Parquet needs pyarrow) with the
-shipped constants of engine E on GPU spec G, and prints the same figures.
+shipped constants of engine E on GPU spec G, and prints the same figures; ``--check FOLDER`` does so for every
+table of a folder named as the opdb tables are (``<gpu>__<table>__<engine>-<version>``), each against its own
+engine on its own GPU.
 """
 
 from __future__ import annotations
@@ -372,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
                          "shapes both GPUs time with the predicted one (kernel_transfer.csv with --out)")
     ap.add_argument("--check", type=Path, default=None, metavar="TABLE",
                     help="instead: the shipped constants of --engines against one kernel table in the opdb "
-                         "layout (.csv, .csv.gz, .parquet) measured on --gpu")
+                         "layout (.csv, .csv.gz, .parquet) measured on --gpu, or against every table of a "
+                         "folder named <gpu>__<table>__<engine>-<version>.<ext> (engine and GPU from the name)")
     ap.add_argument("--gpu", default=None, help="the GPU spec the --check table was measured on")
     args = ap.parse_args(argv)
     if args.check is not None:
@@ -406,17 +409,67 @@ def _print_rows(rows: list[dict[str, object]]) -> None:
               f"{r['p90_abs_err_pct']!s:>10s} {r['median_signed_err_pct']!s:>7s}")
 
 
+TABLE_SUFFIXES = (".csv.gz", ".csv", ".parquet")
+
+
+def table_name_parts(name: str) -> tuple[str, str, str, str] | None:
+    """(gpu, table, engine, version) of a file named as the opdb tables are,
+    ``<gpu>__<table>__<engine>-<version>.<csv | csv.gz | parquet>``; None for any other name."""
+    for suffix in TABLE_SUFFIXES:
+        if name.endswith(suffix):
+            parts = name[:-len(suffix)].split("__")
+            if len(parts) == 3 and "-" in parts[2]:
+                engine, version = parts[2].split("-", 1)
+                return parts[0], parts[1], engine, version
+    return None
+
+
+def check_folder(folder: Path, engines: Iterable[str]) -> tuple[list[dict[str, object]], list[str]]:
+    """:func:`check_table` for every table in ``folder`` named as the opdb tables are, each against its own
+    engine's constants (those of ``engines`` only) on the GPU its name gives: the figures, each row with its
+    file and version, and a line for every file left out and why."""
+    rows: list[dict[str, object]] = []
+    notes: list[str] = []
+    wanted = set(engines)
+    for path in sorted(folder.iterdir()):
+        parts = table_name_parts(path.name)
+        if parts is None:
+            notes.append(f"{path.name}: left out, not named <gpu>__<table>__<engine>-<version>.<csv|csv.gz|parquet>")
+            continue
+        gpu, _, engine, version = parts
+        if engine not in ENGINES:
+            notes.append(f"{path.name}: left out, no constants for engine {engine!r} (known: {sorted(ENGINES)})")
+            continue
+        if engine not in wanted:
+            continue
+        checked = check_table(path, engine, gpu)
+        if not checked:
+            notes.append(f"{path.name}: left out, no row the report prices (it keeps balanced-routing MoE rows, "
+                         "full attention at GQA ratios 2-16 and the formats it has curves for)")
+        rows.extend({"file": path.name, "version": version, "gpu": gpu, **r} for r in checked)
+    return rows, notes
+
+
 def _check_main(path: Path, engines: list[str], gpu: str | None, out: Path | None) -> int:
-    if gpu is None or len(engines) != 1:
-        print("error: --check needs --gpu and exactly one of --engines", file=sys.stderr)
-        return 2
     try:
-        rows = check_table(path, engines[0], gpu)
+        if path.is_dir():
+            rows, notes = check_folder(path, engines)
+            for note in notes:
+                print(note)
+            for name in dict.fromkeys(str(r["file"]) for r in rows):
+                print(f"\n{name}")
+                _print_rows([r for r in rows if r["file"] == name])
+        else:
+            if gpu is None or len(engines) != 1:
+                print("error: --check TABLE needs --gpu and exactly one of --engines (a folder of tables named "
+                      "<gpu>__<table>__<engine>-<version> needs neither)", file=sys.stderr)
+                return 2
+            rows = check_table(path, engines[0], gpu)
+            print(f"{path} ({gpu}) against the shipped {engines[0]} constants")
+            _print_rows(rows)
     except (OSError, ValueError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"{path} ({gpu}) against the shipped {engines[0]} constants")
-    _print_rows(rows)
     if out is not None and rows:
         _write_csv(out / "kernel_check.csv", rows)
     return 0

@@ -111,3 +111,24 @@ def test_check_names_the_file_and_line_of_a_row_it_cannot_price(tmp_path):
     assert main(["--check", str(tmp_path / "y.csv"), "--engines", "trtllm", "--gpu", "h200_sxm",
                  "--out", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "kernel_check.csv").read_text().startswith("engine,table,rows,")
+
+
+def test_check_of_a_folder_prices_each_table_against_the_engine_and_gpu_its_name_gives(tmp_path):
+    from experiments.kernel_report import check_folder, check_table, table_name_parts
+
+    assert table_name_parts("h200_sxm__moe_perf__sglang-0.5.6.post2.parquet") == (
+        "h200_sxm", "moe_perf", "sglang", "0.5.6.post2")
+    assert table_name_parts("h200_sxm__moe_perf.csv") is None and table_name_parts("a__b__c-1.json") is None
+    _write(tmp_path / "h200_sxm__generation_attention_perf__trtllm-9.9.csv", [_attn(8, 1023, 0.030)])
+    _write(tmp_path / "h100_sxm__generation_attention_perf__trtllm-9.9.csv", [_attn(8, 1023, 0.030, window=64)])
+    _write(tmp_path / "h200_sxm__generation_attention_perf__mlc-1.0.csv", [_attn(8, 1023, 0.030)])
+    _write(tmp_path / "notes.csv", [_attn(8, 1023, 0.030)])
+    rows, notes = check_folder(tmp_path, ["vllm", "sglang", "trtllm"])
+    assert {(r["file"], r["version"], r["gpu"], r["table"]) for r in rows} >= {
+        ("h200_sxm__generation_attention_perf__trtllm-9.9.csv", "9.9", "h200_sxm", "generation_attention")}
+    one = check_table(tmp_path / "h200_sxm__generation_attention_perf__trtllm-9.9.csv", "trtllm", "h200_sxm")
+    assert [{k: v for k, v in r.items() if k not in ("file", "version", "gpu")} for r in rows] == one
+    assert [n.split(":")[0] for n in notes] == ["h100_sxm__generation_attention_perf__trtllm-9.9.csv",
+                                                "h200_sxm__generation_attention_perf__mlc-1.0.csv", "notes.csv"]
+    assert "no row the report prices" in notes[0] and "no constants for engine 'mlc'" in notes[1]
+    assert check_folder(tmp_path, ["vllm"]) == ([], notes[1:])     # trtllm's tables not asked for
