@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import gzip
 import sys
 from pathlib import Path
 from typing import Callable, Iterable
@@ -37,7 +36,8 @@ import numpy as np
 
 from hardware import kernels, load_calibration, load_gpu
 from hardware.calibrate import (ENGINES, GEMM_DTYPES, GPUS, KV_BYTES, MOE_DTYPES, SSM_TABLES,
-                                gdn_rows, gqa_ratio_fitted, moe_kernel_family, possible, read_table)
+                                gdn_rows, gqa_ratio_fitted, moe_kernel_family, possible, read_table,
+                                read_table_file)
 from hardware.calibration import CURVE_MOE_KERNELS, Calibration, moe_curve_key
 from hardware.dtypes import COMPUTE_DTYPE, DTYPE_BYTES
 
@@ -219,33 +219,13 @@ OP_TABLES = {"all_reduce": "custom_allreduce_perf", "mla_context": "context_mla_
 """opdb op_name -> table, where the table is not ``<op_name>_perf``."""
 
 
-def read_rows(path: Path) -> list[Row]:
-    """The rows of one kernel table in the opdb layout: CSV (.csv, .csv.gz) or Parquet (needs pyarrow),
-    every value as text, as the shipped tables are read."""
-    name = path.name
-    if name.endswith(".parquet"):
-        try:
-            import pyarrow.parquet as pq
-        except ImportError as err:
-            raise ValueError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow), "
-                             "or convert the table to .csv / .csv.gz") from err
-        return [{k: "" if v is None else str(v) for k, v in r.items()} for r in pq.read_table(path).to_pylist()]
-    if name.endswith(".csv.gz"):
-        with gzip.open(path, "rt", newline="") as fh:
-            return list(csv.DictReader(fh))
-    if name.endswith(".csv"):
-        with path.open(newline="", encoding="utf-8") as fh:
-            return list(csv.DictReader(fh))
-    raise ValueError(f"{path}: expected a .csv, .csv.gz or .parquet kernel table")
-
-
 def check_table(path: Path, engine: str, gpu: str) -> list[dict[str, object]]:
     """The shipped constants of ``engine`` against a kernel table they were not fitted on (one measured on
     ``gpu``, in the opdb layout: another collector version, a GPU of one's own): the report's figures for
     each of its tables. Rows the report would not use are left out, as there (e.g. windowed attention), and a
     table of more than MAX_ROWS rows is sampled as there."""
     load_gpu(gpu)
-    rows = read_rows(path)
+    rows = read_table_file(path)
     if not rows:
         raise ValueError(f"{path}: no rows")
     missing = {"op_name", "latency"} - set(rows[0])
@@ -451,6 +431,9 @@ def check_folder(folder: Path, engines: Iterable[str]) -> tuple[list[dict[str, o
 
 
 def _check_main(path: Path, engines: list[str], gpu: str | None, out: Path | None) -> int:
+    if path.is_dir() and gpu is not None:
+        print("error: --gpu is for one table; a folder's file names give each table's GPU", file=sys.stderr)
+        return 2
     try:
         if path.is_dir():
             rows, notes = check_folder(path, engines)

@@ -318,7 +318,7 @@ def gpu_pairs(out: Path, keys: Sequence[str]) -> str:
                      f"{100 * t['tpot_abs_err']:7.1f}  {t['ttft_meas']:9.3f} {t['ttft_pred']:6.3f} "
                      f"{100 * t['ttft_err']:+6.1f} {100 * t['ttft_abs_err']:7.1f}  "
                      f"{' / '.join(v or '-' for v in t['group'])}")
-    if len(table_) == 0:
+    if not table_:
         lines.append("(no benchmark ran on both GPUs)")
     return "\n".join(lines)
 

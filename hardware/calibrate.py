@@ -95,10 +95,27 @@ def possible(r: dict[str, str], table: str, gpu: str) -> bool:
 
 def read_table(data: Path, gpu: str, table: str, version: str) -> list[dict[str, str]]:
     path = data / f"{gpu}__{table}__{version}.csv.gz"
-    if not path.is_file():
-        return []
-    with gzip.open(path, "rt") as fh:
-        return list(csv.DictReader(fh))
+    return read_table_file(path) if path.is_file() else []
+
+
+def read_table_file(path: Path) -> list[dict[str, str]]:
+    """The rows of one kernel table in the opdb layout: CSV (.csv, .csv.gz) or Parquet (needs pyarrow),
+    every value as text, as the shipped tables are read."""
+    name = path.name
+    if name.endswith(".parquet"):
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as err:
+            raise ValueError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow), "
+                             "or convert the table to .csv / .csv.gz") from err
+        return [{k: "" if v is None else str(v) for k, v in r.items()} for r in pq.read_table(path).to_pylist()]
+    if name.endswith(".csv.gz"):
+        with gzip.open(path, "rt", newline="") as fh:
+            return list(csv.DictReader(fh))
+    if name.endswith(".csv"):
+        with path.open(newline="", encoding="utf-8") as fh:
+            return list(csv.DictReader(fh))
+    raise ValueError(f"{path}: expected a .csv, .csv.gz or .parquet kernel table")
 
 
 def _sample(rows: list[dict[str, str]], n: int = MAX_ROWS) -> list[dict[str, str]]:

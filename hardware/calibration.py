@@ -78,8 +78,9 @@ class Roofline:
             return 1.0
         tile = self.m_tile
         if self.row_tiles:
-            tile = next(t for top_m, top_n, t in self.row_tiles
-                        if (top_m == 0 or m <= top_m) and (top_n == 0 or (n is not None and n <= top_n)))
+            tile = next((t for top_m, top_n, t in self.row_tiles
+                         if (top_m == 0 or m <= top_m) and (top_n == 0 or (n is not None and n <= top_n))),
+                        self.m_tile)
         if tile <= 1:
             return 1.0
         return math.ceil(m / tile) * tile / m

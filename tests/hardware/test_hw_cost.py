@@ -1211,6 +1211,8 @@ def test_row_tiles_follow_the_kernel_dispatch_by_batch_size() -> None:
                            rtol=0, atol=1e-15)
     assert np.allclose(tile_pad_np(m, 1, tiles), [roof.tile_factor(x) for x in m], rtol=0, atol=1e-15)
     assert row_tiles([[16, 0, 16], [0, 0, 256]]) == ((16, 0, 16), (0, 0, 256)) and row_tiles([]) == ()
+    # a curve built in code without the closing entry falls back to m_tile where no entry holds
+    assert Roofline(compute_eff=0.5, mem_eff=1.0, m_tile=8, row_tiles=((16, 0, 16),)).tile_factor(20) == 24 / 20
     for bad in ([[16, 0, 16], [64, 0, 64]], [[64, 0, 64], [16, 0, 16], [0, 0, 1]], [[16, 0, 0], [0, 0, 256]],
                 [[16, -1, 16], [0, 0, 256]]):
         with pytest.raises(ValueError, match=r"row_tiles .*: expected \[largest m, largest n, tile rows\]"):

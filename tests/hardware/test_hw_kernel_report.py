@@ -132,3 +132,5 @@ def test_check_of_a_folder_prices_each_table_against_the_engine_and_gpu_its_name
                                                 "h200_sxm__generation_attention_perf__mlc-1.0.csv", "notes.csv"]
     assert "no row the report prices" in notes[0] and "no constants for engine 'mlc'" in notes[1]
     assert check_folder(tmp_path, ["vllm"]) == ([], notes[1:])     # trtllm's tables not asked for
+    from experiments.kernel_report import main
+    assert main(["--check", str(tmp_path), "--gpu", "h200_sxm"]) == 2  # a folder's names give the GPUs
