@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
+import itertools
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -293,6 +294,69 @@ def gdn_features(rows: list[dict[str, str]]) -> tuple[np.ndarray, ...]:
     return flops, nbytes, M
 
 
+def _soft_l1_cost(resid: np.ndarray, f_scale: float = 0.1) -> float:
+    """The cost least_squares minimises with loss="soft_l1" (0.5 x sum of rho(r^2)), to compare two fits."""
+    return float(0.5 * np.sum(2.0 * f_scale ** 2 * (np.sqrt(1.0 + (resid / f_scale) ** 2) - 1.0)))
+
+
+EXPERT_S_PER_BYTE_MAX = 1e-9
+"""Upper bound of Roofline.expert_s_per_byte in the fit (1 GB/s for one expert's weights)."""
+
+EXPERT_TERM_MIN_GAIN = 0.10
+"""The share of the plain fit's cost the serial expert term must remove to be kept (:func:`fit_moe_curve`):
+one parameter more has to describe the table, not just bend the fit. On the shipped opdb tables it removes
+40 % (vLLM w4a16_mxfp4, OpenAI triton_kernels) and 13 % (TensorRT-LLM w4a16_mxfp4, the same kernels through
+its Triton MoE backend) against 2-3 % on the Marlin tables (vLLM fp4_marlin, int4) and nothing on the
+others."""
+
+
+def fit_moe_curve(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.ndarray, bw: np.ndarray,
+                  meas_s: np.ndarray, start: dict[str, float], expert_bytes: np.ndarray,
+                  nk: tuple[np.ndarray, np.ndarray | None] | None = None
+                  ) -> tuple[dict[str, Any], np.ndarray]:
+    """A grouped-expert curve: :func:`fit_roofline`, then the same roofline plus one expert's weight bytes
+    (``expert_bytes``, per row) at a fitted serial rate (Roofline.expert_s_per_byte), started from the plain
+    fit and from fit_roofline's starting points. The serial term is kept only where it lowers the fit's cost
+    by EXPERT_TERM_MIN_GAIN or more; otherwise the plain curve is returned unchanged (the plain fit is the
+    extended one at rate 0)."""
+    base, err = fit_roofline(flops, nbytes, m, peak, bw, meas_s, start, nk=nk)
+    if "m_tile" in base or "row_tiles" in base:
+        return base, err
+    ok = np.isfinite(meas_s) & (meas_s > 0) & np.isfinite(flops) & np.isfinite(nbytes)
+    fl, nb, mm, pk, b, ms, eb = (a[ok] for a in (flops, nbytes, m, peak, bw, meas_s, expert_bytes))
+    nk_ok = None if nk is None else (nk[0][ok], None if nk[1] is None else nk[1][ok])
+    mm, nb = np.maximum(mm, 1e-9), np.maximum(nb, 1.0)
+    names = list(base)
+    widths = 0 if nk is None else (1 if nk[1] is None else 2)
+    lo = np.array([0.02, 0.0, 0.02, 0.0, 0.0] + [0.0] * widths + [0.0])
+    hi = np.array([1.0, 8192.0, 1.0, 2.0e9, 2.0e-4] + [65536.0] * widths + [EXPERT_S_PER_BYTE_MAX])
+
+    def pred(x: np.ndarray) -> np.ndarray:
+        return roof_np(x[:-1], fl, nb, mm, pk, b, 1, False, nk_ok) + x[-1] * eb
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        return np.log(pred(x) / ms)
+
+    plain = np.array([base[k] for k in names] + [0.0])
+    best_x, best_cost = plain, _soft_l1_cost(resid(plain))
+    # from the plain fit and from fit_roofline's own starting points, each with a few serial rates
+    starts = [plain[:-1]] + [np.array(x + [256.0] * widths) for x in (
+        [start["compute_eff"], 16.0, start["mem_eff"], 1e6, start["floor_s"]],
+        [0.7, 128.0, 0.8, 1e7, 8e-6], [0.5, 1.0, 0.6, 1e5, 4e-6])]
+    for x, s0 in itertools.product(starts, (1e-13, 1e-12, 5e-12)):
+        x0 = np.clip(np.concatenate([x, [s0]]), lo + 1e-12 * (hi - lo), hi - 1e-12 * (hi - lo))
+        res = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, max_nfev=400,
+                            x_scale="jac")
+        cost = _soft_l1_cost(resid(res.x))
+        if cost < best_cost:
+            best_x, best_cost = res.x, cost
+    if best_cost > (1.0 - EXPERT_TERM_MIN_GAIN) * _soft_l1_cost(resid(plain)):
+        return base, err
+    out = {k: float(v) for k, v in zip(names, best_x[:-1])}
+    out["expert_s_per_byte"] = float(best_x[-1])
+    return out, pred(best_x) / ms - 1.0
+
+
 def moe_kernel_family(kernel_source: str) -> str:
     """The kernel family of an opdb MoE ``kernel_source``: ``marlin`` for the Marlin weight-only MoE kernels
     (w4a16: FP4 / INT4 weights dequantised to BF16 in the GEMM), ``flashinfer`` for FlashInfer's CUTLASS
@@ -342,6 +406,13 @@ def moe_features(rows: list[dict[str, str]], dtype: str) -> tuple[np.ndarray, ..
     flops = 2 * pairs * mats * hid * inter_gpu
     nbytes = touched * mats * hid * inter_gpu * DTYPE_BYTES[dtype] + pairs * (2 * hid + mats * inter_gpu) * ACT
     return flops, nbytes, pairs / np.maximum(touched, 1e-9), inter_gpu, hid
+
+
+def moe_expert_bytes(rows: list[dict[str, str]], dtype: str) -> np.ndarray:
+    """One expert's weight bytes on the GPU per MoE row (kernels.moe_s: mats x hidden x inter / moe_tp)."""
+    mats = np.array([2.0 if "nongated" in r.get("kernel_source", "") else 3.0 for r in rows])
+    inter_gpu = np.ceil(_f(rows, "inter_size") / _f(rows, "moe_tp_size"))
+    return mats * _f(rows, "hidden_size") * inter_gpu * DTYPE_BYTES[dtype]
 
 
 MOE_WIDTHS_MIN = 3
@@ -454,13 +525,18 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
             # (n, k) = (expert width per GPU, hidden width), each fitted where the table varies it
             n_ok, k_ok = (len(np.unique(a)) >= MOE_WIDTHS_MIN for a in (inter_gpu, hid))
             nk = (inter_gpu, hid if k_ok else None) if n_ok else None
-            p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, st, nk=nk)
+            p, err = fit_moe_curve(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, st,
+                                   moe_expert_bytes(rows, dtype), nk=nk)
             moe[key] = p
             kernels = "" if len(subsets) == 1 else f" ({_family_label(key, dtype, list(subsets))} kernels)"
             shape = "" if n_ok and k_ok else (f", width terms on {'the expert width' if n_ok else 'neither'}"
                                                f" ({len(np.unique(inter_gpu))} expert widths per GPU, "
                                                f"{len(np.unique(hid))} hidden width(s))")
-            notes[f"moe.{key}"] = f"fitted on {src} moe_perf {raw}{kernels} balanced{shape}: {_summary(err)}"
+            rate = p.get("expert_s_per_byte")
+            serial = (f", one expert's weights at {1e-9 / rate:.0f} GB/s added (expert_s_per_byte)"
+                      if rate else "")
+            notes[f"moe.{key}"] = (f"fitted on {src} moe_perf {raw}{kernels} balanced{shape}{serial}: "
+                                   f"{_summary(err)}")
             log(f"{engine} moe {key}: {_summary(err)}")
     out["moe"] = moe
     # linear-attention scan (SSM family): gated DeltaNet tables
@@ -593,8 +669,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=CALIBRATION_DIR, help="where to write <engine>.yaml")
     ap.add_argument("--engines", nargs="*", default=list(ENGINES), choices=list(ENGINES))
     ap.add_argument("--only", nargs="*", default=None, metavar="BLOCK",
-                    help="write only these blocks (e.g. moe), keeping every other block of the shipped "
-                         "hardware/data/calibration/<engine>.yaml as it is (a refit of one kernel family)")
+                    help="write only these blocks (e.g. moe) or curves (e.g. moe.fp4), keeping every other "
+                         "block and curve of the shipped hardware/data/calibration/<engine>.yaml as it is (a "
+                         "refit of one kernel family)")
     args = ap.parse_args(argv)
     if not args.data.is_dir():
         print(f"error: --data {args.data} is not a folder", file=sys.stderr)
@@ -614,19 +691,36 @@ def main(argv: list[str] | None = None) -> int:
 def keep_shipped(engine: str, data: dict[str, Any], notes: dict[str, str],
                  only: set[str]) -> tuple[dict[str, Any], dict[str, str]]:
     """The fitted ``data`` / ``notes`` of the blocks in ``only``, every other block and its note as the shipped
-    YAML of ``engine`` has them (its comment line above each block)."""
-    unknown = only - set(data)
+    YAML of ``engine`` has them (its comment line above each block). A name ``group.key`` (e.g. ``moe.fp4``)
+    is one curve of a group (gemm, moe): the group's other curves stay as shipped."""
+    curves = {name for name in only if "." in name}
+    known = set(data) | {f"{group}.{key}" for group in ("gemm", "moe") for key in data.get(group, {})}
+    unknown = sorted(only - known)
     if unknown:
-        raise SystemExit(f"--only: no block {', '.join(sorted(unknown))}; blocks: {', '.join(sorted(data))}")
+        raise SystemExit(f"--only: no block {', '.join(unknown)}; blocks: {', '.join(sorted(known))}")
     path = CALIBRATION_DIR / f"{engine}.yaml"
     shipped = read_yaml(path)
-    kept = {k: (data[k] if k in only else v) for k, v in shipped.items() if k != "provenance"}
+
+    def refitted(name: str) -> bool:
+        return name in only or name.split(".", 1)[0] in only
+
+    kept: dict[str, Any] = {}
+    for k, v in shipped.items():
+        if k == "provenance":
+            continue
+        if k in only:
+            kept[k] = data[k]
+        elif isinstance(v, dict) and any(c.startswith(k + ".") for c in curves):
+            kept[k] = {**v, **{c.split(".", 1)[1]: data[k][c.split(".", 1)[1]] for c in curves
+                               if c.startswith(k + ".")}}
+        else:
+            kept[k] = v
     for k in data:
         kept.setdefault(k, data[k])
     shipped_notes = _read_notes(path.read_text())
     merged = {}
     for k in {**shipped_notes, **notes}:  # a refitted block's note first, any other block's shipped one
-        first, second = (notes, shipped_notes) if k.split(".", 1)[0] in only else (shipped_notes, notes)
+        first, second = (notes, shipped_notes) if refitted(k) else (shipped_notes, notes)
         merged[k] = first.get(k, second.get(k, ""))
     return kept, {k: v for k, v in merged.items() if v}
 

@@ -8,6 +8,7 @@ Curve shapes (all efficiencies are fractions of a spec peak, never a fitted peak
                       says (prefill attention: kernels.prefill_rows)
                       tile_pad(m): m rounded up to whole row tiles, of m_tile rows, or of the tile the
                       kernel's dispatch picks for m and n (row_tiles: vLLM's Hopper FP8 GEMM, 16-256 rows)
+  grouped experts     t + one expert's weight bytes x expert_s_per_byte        (kernels.moe_s; 0: off)
 m_half = bytes_half = 0 gives a constant efficiency.
 """
 
@@ -66,6 +67,14 @@ class Roofline:
                              # FP8 GEMM: the per-token activation quantisation in front of the GEMM)
     k_half: float = 0.0      # GEMM only: inner width at which half the peak rate is lost to per-tile set-up
     n_half: float = 0.0      # GEMM only: output width at which half is lost to too few output tiles
+    expert_s_per_byte: float = 0.0
+    """Grouped experts only (kernels.moe_s): seconds per byte of one expert's weights on the GPU, added to the
+    call whatever the number of experts it touches. A kernel that gives each expert's slice only part of
+    the GPU streams one expert's weights no faster than that part allows, so a call over a few experts costs
+    about the time of one expert's weights at that rate before the roofline's total counts: the OpenAI
+    triton_kernels MXFP4 MoE on Hopper (both engines' w4a16_mxfp4 tables at gpt-oss's shape: 100 us at one
+    token, 4 experts, where reading their 53 MB at HBM rate takes 11 us). Fitted only where it lowers the
+    table's fit (hardware.calibrate.fit_moe_curve); 0 elsewhere. Not a floor: it stays in graph steps."""
 
     def compute_Fps(self, peak_flops: float, m: float) -> float:
         """Achievable FLOP/s at m rows (before tile padding)."""
@@ -286,7 +295,8 @@ def _roof(raw: Mapping[str, Any], where: str = "") -> Roofline:
                     mem_eff=float(raw["mem_eff"]), bytes_half=float(raw.get("bytes_half", 0.0)),
                     floor_s=float(raw.get("floor_s", 0.0)), m_tile=int(raw.get("m_tile", 1)),
                     m_cost_s=float(raw.get("m_cost_s", 0.0)), k_half=float(raw.get("k_half", 0.0)),
-                    n_half=float(raw.get("n_half", 0.0)), row_tiles=tiles)
+                    n_half=float(raw.get("n_half", 0.0)), row_tiles=tiles,
+                    expert_s_per_byte=float(raw.get("expert_s_per_byte", 0.0)))
 
 
 def row_tiles(raw: Any) -> tuple[tuple[int, int, int], ...]:

@@ -249,14 +249,18 @@ def moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, topk: int, n
     The compute rate falls with narrow experts as a GEMM's does with narrow shapes (Roofline.width_factor,
     n = inter, k = width): an expert sharded over moe_tp GPUs gives each few output tiles per row block
     (up-projection) and a short inner loop (down-projection); on the opdb tables the curve without these
-    terms priced experts of <= 384 columns per GPU at >= 2k tokens 20-65 % too fast, and wide ones too slow."""
+    terms priced experts of <= 384 columns per GPU at >= 2k tokens 20-65 % too fast, and wide ones too slow.
+    A curve with ``expert_s_per_byte`` adds one expert's weight bytes at that rate to the call (Roofline)."""
     if tokens <= 0:
         return 0.0
     touched, pairs = routed_load(tokens, topk, num_experts, ep, routing)
     flops = 2.0 * pairs * mats * width * inter
     nbytes = touched * mats * width * inter * w_bytes_per_elem + pairs * (2 * width + mats * inter) * ACT_BYTES
-    return roof.time_s(flops, nbytes, pairs / touched if touched > 0 else 0.0, peak_flops, bw_Bps,
-                       roof.width_factor(inter, width))
+    t = roof.time_s(flops, nbytes, pairs / touched if touched > 0 else 0.0, peak_flops, bw_Bps,
+                    roof.width_factor(inter, width))
+    if roof.expert_s_per_byte:
+        t += roof.expert_s_per_byte * (mats * width * inter * w_bytes_per_elem)
+    return t
 
 
 DEEPGEMM_M_ALIGN = 128

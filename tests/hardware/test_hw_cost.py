@@ -1344,3 +1344,111 @@ def test_pipeline_boundaries_cross_nodes_where_the_stages_do() -> None:
     nbytes = 2 * 10 * 1000 * 2
     assert t == pytest.approx(7.2e-6 + nbytes / 200e9 + 9.3e-6 + nbytes / 25e9, rel=1e-12)
     assert pipeline_sendrecv_s(coll, tokens=0, hidden=1000, hops=(True,), scaleup_Bps=1.0, nic_Bps=1.0) == 0.0
+
+
+def test_moe_serial_expert_term_by_hand() -> None:
+    """Roofline.expert_s_per_byte adds one expert's weight bytes on the GPU at that rate to a routed-expert
+    call, whatever the experts it touches: by hand at gpt-oss-120b's shape (2880 x 2880, 3 matrices, MXFP4),
+    one token over 4 of 128 experts, TP 1 and with the experts sharded over moe_tp 4; a curve without it is
+    the plain roofline. Not a floor: a replayed graph keeps it."""
+    from hardware import kernels
+    from hardware.dtypes import DTYPE_BYTES
+
+    plain = Roofline(compute_eff=0.3, m_half=10.0, mem_eff=0.8, floor_s=25e-6, n_half=500.0)
+    serial = attrs.evolve(plain, expert_s_per_byte=5e-12)
+    fp4 = DTYPE_BYTES["fp4"]
+    for inter in (2880, 2880 // 4):
+        kw = dict(tokens=1, width=2880, inter=inter, topk=4, num_experts=128, ep=1, mats=3,
+                  w_bytes_per_elem=fp4, peak_flops=989e12, bw_Bps=4.8e12, routing="balanced")
+        extra = kernels.moe_s(serial, **kw) - kernels.moe_s(plain, **kw)
+        assert extra == pytest.approx(5e-12 * 3 * 2880 * inter * fp4, rel=1e-9)
+        assert kernels.moe_s(serial, **dict(kw, tokens=64)) - kernels.moe_s(plain, **dict(kw, tokens=64)) \
+            == pytest.approx(extra, rel=1e-9)
+    assert kernels.moe_s(serial, tokens=0, width=2880, inter=2880, topk=4, num_experts=128, ep=1, mats=3,
+                         w_bytes_per_elem=fp4, peak_flops=989e12, bw_Bps=4.8e12) == 0.0
+    cal = Calibration(name="t", gemm={"bf16": GEMM}, attn_prefill=GEMM, attn_decode=GEMM, moe={"fp4": serial},
+                      ssm=GEMM, elementwise=GEMM, allreduce=Collective(alpha_s=5e-6, bw_eff=0.7),
+                      alltoall=Collective(alpha_s=5e-6, bw_eff=0.7))
+    graphed = cal.graph_mode(3e-6).moe["fp4"]
+    assert graphed.expert_s_per_byte == 5e-12 and graphed.floor_s != serial.floor_s
+
+
+def test_moe_serial_expert_term_in_the_ledger() -> None:
+    """In a step, the serial term is paid once per MoE layer by the mean expert-parallel rank and by the
+    busiest alike: moe_experts grows by layers x rate x one expert's bytes, ep_imbalance does not move, and
+    no other term changes (gpt-oss-120b MXFP4, TP 2 x EP 2 on H200, 8 decodes)."""
+    from hardware import calibration_for_engine, load_gpu, load_model
+
+    cal = calibration_for_engine("trtllm")
+    plain = attrs.evolve(cal, moe={**cal.moe, "fp4": attrs.evolve(cal.moe["fp4"], expert_s_per_byte=0.0)})
+    rate = 4e-12
+    serial = attrs.evolve(cal, moe={**cal.moe, "fp4": attrs.evolve(cal.moe["fp4"], expert_s_per_byte=rate)})
+    model = load_model("openai/gpt-oss-120b")
+    dep = Deployment(gpu=load_gpu("h200_sxm"), model=model, engine=load_engine("trtllm"), tp=2, ep=2)
+    shape = BatchShape.from_requests([1] * 8, [1500] * 8)
+    a = CostModel(dep, calibration=plain).step_cost(shape).terms
+    b = CostModel(dep, calibration=serial).step_cost(shape).terms
+    moe = [ffn for _mixer, ffn in model.layers if ffn is not None and ffn.kind == "moe"]
+    ffn, moe_layers = moe[0], len(moe)
+    inter = -(-ffn.intermediate_size // dep.moe_tp)
+    expert_bytes = ffn.mats * model.hidden_size * inter * dep.weight_bytes_per_elem
+    assert b["moe_experts"] - a["moe_experts"] == pytest.approx(moe_layers * rate * expert_bytes, rel=1e-9)
+    assert b["ep_imbalance"] == pytest.approx(a["ep_imbalance"], rel=1e-9, abs=1e-15)
+    assert {k: v for k, v in a.items() if k not in ("moe_experts", "ep_imbalance")} == \
+        {k: v for k, v in b.items() if k not in ("moe_experts", "ep_imbalance")}
+
+
+def test_fit_moe_curve_keeps_the_serial_term_only_where_it_fits() -> None:
+    """hardware.calibrate.fit_moe_curve: rows made by a curve with a serial expert term give that term back
+    (within 5 %) and a better fit than the plain roofline; rows made by a plain curve keep the plain fit,
+    with no expert_s_per_byte written."""
+    import numpy as np
+
+    from hardware.calibrate import fit_moe_curve, fit_roofline, roof_np
+
+    rng = np.random.default_rng(11)
+    n = 120
+    inter = rng.choice([360.0, 720.0, 1440.0, 2880.0], n)
+    width = np.full(n, 2880.0)
+    touched = rng.choice([1.0, 4.0, 16.0, 64.0, 128.0], n)
+    m = rng.uniform(1, 64, n)
+    pairs = touched * m
+    fl = 2 * pairs * 3 * width * inter
+    nb = touched * 3 * width * inter * 0.53 + pairs * (2 * width + 3 * inter) * 2
+    eb = 3 * width * inter * 0.53
+    peak, bw = np.full(n, 989e12), np.full(n, 4.8e12)
+    p = np.array([0.3, 10.0, 0.7, 0.0, 20e-6, 500.0])
+    start = {"compute_eff": 0.4, "mem_eff": 0.6, "floor_s": 1e-5}
+    planted = roof_np(p, fl, nb, m, peak, bw, nk=(inter, None)) + 5e-12 * eb
+    fit, err = fit_moe_curve(fl, nb, m, peak, bw, planted, start, eb, nk=(inter, None))
+    assert fit["expert_s_per_byte"] == pytest.approx(5e-12, rel=0.05)
+    _, plain_err = fit_roofline(fl, nb, m, peak, bw, planted, start, nk=(inter, None))
+    assert float(np.median(np.abs(err))) < float(np.median(np.abs(plain_err)))
+    plain_rows = roof_np(p, fl, nb, m, peak, bw, nk=(inter, None))
+    fit, err = fit_moe_curve(fl, nb, m, peak, bw, plain_rows, start, eb, nk=(inter, None))
+    assert "expert_s_per_byte" not in fit
+    assert fit == fit_roofline(fl, nb, m, peak, bw, plain_rows, start, nk=(inter, None))[0]
+
+
+def test_calibrate_only_refits_one_named_curve() -> None:
+    """``--only moe.fp4``: that curve and its note refitted, the group's other curves, every other block and
+    their notes as shipped; a curve name the fit does not have is refused with the names it has."""
+    from hardware._data import read_yaml
+    from hardware.calibrate import keep_shipped
+    from hardware.calibration import CALIBRATION_DIR
+
+    shipped = read_yaml(CALIBRATION_DIR / "trtllm.yaml")
+    fitted = {k: v for k, v in shipped.items() if k != "provenance"}
+    fitted["moe"] = {key: {"compute_eff": 0.2, "mem_eff": 0.2} for key in shipped["moe"]}
+    fitted["gemm"] = {"bf16": {"compute_eff": 0.1, "mem_eff": 0.1}}
+    notes = {"moe.fp4": "new fp4 note", "moe.bf16": "new bf16 note", "gemm.bf16": "refitted"}
+    data, kept_notes = keep_shipped("trtllm", fitted, notes, {"moe.fp4"})
+    assert data["moe"]["fp4"] == fitted["moe"]["fp4"]
+    assert {k: v for k, v in data["moe"].items() if k != "fp4"} == \
+        {k: v for k, v in shipped["moe"].items() if k != "fp4"}
+    assert data["gemm"] == shipped["gemm"] and data["attention_decode"] == shipped["attention_decode"]
+    text = (CALIBRATION_DIR / "trtllm.yaml").read_text()
+    assert kept_notes["moe.fp4"] == "new fp4 note"
+    assert kept_notes["moe.bf16"] != "new bf16 note" and kept_notes["moe.bf16"] in text
+    with pytest.raises(SystemExit, match="--only: no block moe.fp5; blocks: .*moe.fp4"):
+        keep_shipped("trtllm", fitted, notes, {"moe.fp5"})
