@@ -319,9 +319,7 @@ def fit_moe_curve(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np
     fit and from fit_roofline's starting points. The serial term is kept only where it lowers the fit's cost
     by EXPERT_TERM_MIN_GAIN or more; otherwise the plain curve is returned unchanged (the plain fit is the
     extended one at rate 0)."""
-    base, err = fit_roofline(flops, nbytes, m, peak, bw, meas_s, start, nk=nk)
-    if "m_tile" in base or "row_tiles" in base:
-        return base, err
+    base, err = fit_roofline(flops, nbytes, m, peak, bw, meas_s, start, nk=nk)  # no tiles: names as roof_np's
     ok = np.isfinite(meas_s) & (meas_s > 0) & np.isfinite(flops) & np.isfinite(nbytes)
     fl, nb, mm, pk, b, ms, eb = (a[ok] for a in (flops, nbytes, m, peak, bw, meas_s, expert_bytes))
     nk_ok = None if nk is None else (nk[0][ok], None if nk[1] is None else nk[1][ok])

@@ -73,8 +73,9 @@ class Roofline:
     the GPU streams one expert's weights no faster than that part allows, so a call over a few experts costs
     about the time of one expert's weights at that rate before the roofline's total counts: the OpenAI
     triton_kernels MXFP4 MoE on Hopper (both engines' w4a16_mxfp4 tables at gpt-oss's shape: 100 us at one
-    token, 4 experts, where reading their 53 MB at HBM rate takes 11 us). Fitted only where it lowers the
-    table's fit (hardware.calibrate.fit_moe_curve); 0 elsewhere. Not a floor: it stays in graph steps."""
+    token, 4 experts, where reading their 53 MB at HBM rate takes 11 us). Fitted only where it removes a tenth
+    of the table's fit cost or more (hardware.calibrate.fit_moe_curve); 0 elsewhere. Not a floor: it stays
+    in graph steps."""
 
     def compute_Fps(self, peak_flops: float, m: float) -> float:
         """Achievable FLOP/s at m rows (before tile padding)."""
