@@ -146,23 +146,67 @@ def tile_pad_np(m: np.ndarray, tile: int = 1, row_tiles: Sequence[tuple[int, int
 def roof_np(p: Sequence[float] | np.ndarray, flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.ndarray,
             bw: np.ndarray, tile: int = 1, per_m: bool = False,
             nk: tuple[np.ndarray, np.ndarray | None] | None = None,
-            row_tiles: Sequence[tuple[int, int, int]] = ()) -> np.ndarray:
-    """p = (compute_eff, m_half, mem_eff, bytes_half, floor_s[, m_cost_s][, k_half], n_half); see
-    calibration.Roofline (m_cost_s present with per_m, k_half / n_half with the widths nk = (n, k); with
-    k None, n_half alone: widths whose k never varies in the table; ``row_tiles`` as Roofline.row_tiles)."""
+            row_tiles: Sequence[tuple[int, int, int]] = (),
+            expert_bytes: np.ndarray | None = None) -> np.ndarray:
+    """p = (compute_eff, m_half, mem_eff, bytes_half, floor_s[, m_cost_s][, k_half], n_half[,
+    expert_s_per_byte]); see calibration.Roofline (m_cost_s present with per_m, k_half / n_half with the
+    widths nk = (n, k); with k None, n_half alone: widths whose k never varies in the table; ``row_tiles``
+    as Roofline.row_tiles; expert_s_per_byte with ``expert_bytes``, one expert's weight bytes per row, as
+    kernels.moe_s adds it)."""
     ce, mh, me, bh, fl = p[:5]
-    per_row = p[5] if per_m else 0.0
+    i = 5
+    per_row = 0.0
+    if per_m:
+        per_row, i = p[5], 6
     pad = tile_pad_np(m, tile, row_tiles, nk[0] if nk is not None else None)
     rate = peak * ce * (m * pad / (m * pad + mh))  # the rate of the padded rows (Roofline.time_s)
     if nk is not None:
         n, k = nk
-        nh = p[-1]
         if k is not None:
-            rate = rate * (k / (k + p[-2]))
-        rate = rate * (n / (n + nh))
+            rate, i = rate * (k / (k + p[i])), i + 1
+        rate, i = rate * (n / (n + p[i])), i + 1
     tc = flops * pad / rate
     tm = nbytes / (bw * me * (nbytes / (nbytes + bh)))
-    return np.maximum(tc, tm) + fl + per_row * m
+    t = np.maximum(tc, tm) + fl + per_row * m
+    return t if expert_bytes is None else t + p[i] * expert_bytes
+
+
+EXPERT_S_PER_BYTE_MAX = 1e-9
+"""Upper bound of Roofline.expert_s_per_byte in the fit (1 GB/s for one expert's weights)."""
+
+EXPERT_S_PER_BYTE_STARTS = (1e-13, 1e-12, 5e-12)
+"""Starting rates of expert_s_per_byte, tried with each of fit_roofline's starting points."""
+
+EXPERT_TERM_MIN_GAIN = 0.10
+"""The share of the plain fit's cost the serial expert term must remove to be kept (:func:`fit_moe_curve`):
+one parameter more has to describe the table, not just bend the fit. On the shipped opdb tables it removes
+40 % (vLLM w4a16_mxfp4, OpenAI triton_kernels) and 13 % (TensorRT-LLM w4a16_mxfp4, the same kernels through
+its Triton MoE backend) against 2-3 % on the Marlin tables (vLLM fp4_marlin, int4) and nothing on the
+others (the fit with the term ends at a higher cost there)."""
+
+
+def _soft_l1_cost(err: np.ndarray, f_scale: float = 0.1) -> float:
+    """The cost fit_roofline minimises (least_squares, loss="soft_l1", on log(predicted / measured)) of a fit
+    whose errors, predicted / measured - 1, are ``err``: to compare two fits of the same rows."""
+    r = np.log1p(err)
+    return float(0.5 * np.sum(2.0 * f_scale ** 2 * (np.sqrt(1.0 + (r / f_scale) ** 2) - 1.0)))
+
+
+def fit_moe_curve(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.ndarray, bw: np.ndarray,
+                  meas_s: np.ndarray, start: dict[str, float], expert_bytes: np.ndarray,
+                  nk: tuple[np.ndarray, np.ndarray | None] | None = None
+                  ) -> tuple[dict[str, Any], np.ndarray]:
+    """A grouped-expert curve: :func:`fit_roofline` plain and with the serial expert term
+    (Roofline.expert_s_per_byte, ``expert_bytes`` per row), the second also started from the first; the
+    term is kept only where it lowers the fit's cost by EXPERT_TERM_MIN_GAIN or more, else the plain curve
+    is returned."""
+    plain, plain_err = fit_roofline(flops, nbytes, m, peak, bw, meas_s, start, nk=nk)
+    serial, serial_err = fit_roofline(flops, nbytes, m, peak, bw, meas_s, start, nk=nk,
+                                      expert_bytes=expert_bytes,
+                                      more_starts=[list(plain.values())])  # names in p order: no tiles
+    if _soft_l1_cost(serial_err) > (1.0 - EXPERT_TERM_MIN_GAIN) * _soft_l1_cost(plain_err):
+        return plain, plain_err
+    return serial, serial_err
 
 
 def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.ndarray, bw: np.ndarray,
@@ -170,39 +214,53 @@ def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.
                  tiles: Sequence[int] = (1,), per_m: bool = False,
                  nk: tuple[np.ndarray, np.ndarray | None] | None = None,
                  min_compute_eff: float = 0.02,
-                 row_tiles: Sequence[tuple[int, int, int]] = ()) -> tuple[dict[str, Any], np.ndarray]:
+                 row_tiles: Sequence[tuple[int, int, int]] = (),
+                 expert_bytes: np.ndarray | None = None,
+                 more_starts: Sequence[Sequence[float]] = ()) -> tuple[dict[str, Any], np.ndarray]:
     """Least-squares fit of the roofline constants on log error (tile size chosen from `tiles`, or the
     kernel's own ``row_tiles`` by batch size, given, not fitted; with per_m also a serial cost per row;
-    with the widths nk = (n, k) also k_half and n_half, with nk = (n, None) n_half alone).
+    with the widths nk = (n, k) also k_half and n_half, with nk = (n, None) n_half alone; with
+    ``expert_bytes`` (one expert's weight bytes per row) also expert_s_per_byte, started at a few rates).
+    ``more_starts``: starting points besides the three fixed ones, each a full parameter vector in the order
+    of roof_np's p without expert_s_per_byte (e.g. a plain fit's, to extend it by the serial term).
     ``min_compute_eff``: the lowest compute efficiency allowed (a fraction of the tensor-core peak; work done
     on the CUDA cores, as a quantised KV cache's dequantisation, runs at a few percent of it)."""
     widths = 0 if nk is None else (1 if nk[1] is None else 2)
-    lo = [min_compute_eff, 0.0, 0.02, 0.0, 0.0] + ([0.0] if per_m else []) + [0.0] * widths
-    hi = [1.0, 8192.0, 1.0, 2.0e9, 2.0e-4] + ([2.0e-6] if per_m else []) + [65536.0] * widths
+    serial = expert_bytes is not None
+    lo = [min_compute_eff, 0.0, 0.02, 0.0, 0.0] + ([0.0] if per_m else []) + [0.0] * widths \
+        + ([0.0] if serial else [])
+    hi = [1.0, 8192.0, 1.0, 2.0e9, 2.0e-4] + ([2.0e-6] if per_m else []) + [65536.0] * widths \
+        + ([EXPERT_S_PER_BYTE_MAX] if serial else [])
     ok = np.isfinite(meas_s) & (meas_s > 0) & np.isfinite(flops) & np.isfinite(nbytes)
     flops, nbytes, m, peak, bw, meas_s = (a[ok] for a in (flops, nbytes, m, peak, bw, meas_s))
+    if expert_bytes is not None:
+        expert_bytes = expert_bytes[ok]
     if nk is not None:
         nk = (nk[0][ok], None if nk[1] is None else nk[1][ok])
     m = np.maximum(m, 1e-9)
     nbytes = np.maximum(nbytes, 1.0)
+    starts = [x + ([1e-7] if per_m else []) + [256.0] * widths
+              for x in ([start["compute_eff"], 16.0, start["mem_eff"], 1e6, start["floor_s"]],
+                        [0.7, 128.0, 0.8, 1e7, 8e-6], [0.5, 1.0, 0.6, 1e5, 4e-6])]
+    starts += [list(x) for x in more_starts]
     best, best_tile = None, 1
     for tile in (1,) if row_tiles else tiles:
         def resid(p: np.ndarray, tile: int = tile) -> np.ndarray:
-            return np.log(roof_np(p, flops, nbytes, m, peak, bw, tile, per_m, nk, row_tiles) / meas_s)
+            return np.log(roof_np(p, flops, nbytes, m, peak, bw, tile, per_m, nk, row_tiles, expert_bytes)
+                          / meas_s)
 
-        for x0 in ([start["compute_eff"], 16.0, start["mem_eff"], 1e6, start["floor_s"]],
-                   [0.7, 128.0, 0.8, 1e7, 8e-6], [0.5, 1.0, 0.6, 1e5, 4e-6]):
-            x0 = x0 + ([1e-7] if per_m else []) + [256.0] * widths
-            x0 = np.clip(np.array(x0, dtype=float), np.array(lo) + 1e-12, np.array(hi) - 1e-12)
+        rate_starts = [[s] for s in EXPERT_S_PER_BYTE_STARTS] if serial else [[]]
+        for x, rates in itertools.product(starts, rate_starts):
+            x0 = np.clip(np.array(x + rates, dtype=float), np.array(lo) + 1e-12, np.array(hi) - 1e-12)
             res = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, max_nfev=400,
                                 x_scale="jac")
             if best is None or res.cost < best.cost:
                 best, best_tile = res, tile
     assert best is not None
     p = best.x
-    err = roof_np(p, flops, nbytes, m, peak, bw, best_tile, per_m, nk, row_tiles) / meas_s - 1.0
+    err = roof_np(p, flops, nbytes, m, peak, bw, best_tile, per_m, nk, row_tiles, expert_bytes) / meas_s - 1.0
     names = ("compute_eff", "m_half", "mem_eff", "bytes_half", "floor_s") + (("m_cost_s",) if per_m else ()) \
-        + ("k_half", "n_half")[2 - widths:]
+        + ("k_half", "n_half")[2 - widths:] + (("expert_s_per_byte",) if serial else ())
     out: dict[str, Any] = {k: float(v) for k, v in zip(names, p)}
     if best_tile > 1:
         out["m_tile"] = best_tile
@@ -294,67 +352,6 @@ def gdn_features(rows: list[dict[str, str]]) -> tuple[np.ndarray, ...]:
     return flops, nbytes, M
 
 
-def _soft_l1_cost(resid: np.ndarray, f_scale: float = 0.1) -> float:
-    """The cost least_squares minimises with loss="soft_l1" (0.5 x sum of rho(r^2)), to compare two fits."""
-    return float(0.5 * np.sum(2.0 * f_scale ** 2 * (np.sqrt(1.0 + (resid / f_scale) ** 2) - 1.0)))
-
-
-EXPERT_S_PER_BYTE_MAX = 1e-9
-"""Upper bound of Roofline.expert_s_per_byte in the fit (1 GB/s for one expert's weights)."""
-
-EXPERT_TERM_MIN_GAIN = 0.10
-"""The share of the plain fit's cost the serial expert term must remove to be kept (:func:`fit_moe_curve`):
-one parameter more has to describe the table, not just bend the fit. On the shipped opdb tables it removes
-40 % (vLLM w4a16_mxfp4, OpenAI triton_kernels) and 13 % (TensorRT-LLM w4a16_mxfp4, the same kernels through
-its Triton MoE backend) against 2-3 % on the Marlin tables (vLLM fp4_marlin, int4) and nothing on the
-others."""
-
-
-def fit_moe_curve(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.ndarray, bw: np.ndarray,
-                  meas_s: np.ndarray, start: dict[str, float], expert_bytes: np.ndarray,
-                  nk: tuple[np.ndarray, np.ndarray | None] | None = None
-                  ) -> tuple[dict[str, Any], np.ndarray]:
-    """A grouped-expert curve: :func:`fit_roofline`, then the same roofline plus one expert's weight bytes
-    (``expert_bytes``, per row) at a fitted serial rate (Roofline.expert_s_per_byte), started from the plain
-    fit and from fit_roofline's starting points. The serial term is kept only where it lowers the fit's cost
-    by EXPERT_TERM_MIN_GAIN or more; otherwise the plain curve is returned unchanged (the plain fit is the
-    extended one at rate 0)."""
-    base, err = fit_roofline(flops, nbytes, m, peak, bw, meas_s, start, nk=nk)  # no tiles: names as roof_np's
-    ok = np.isfinite(meas_s) & (meas_s > 0) & np.isfinite(flops) & np.isfinite(nbytes)
-    fl, nb, mm, pk, b, ms, eb = (a[ok] for a in (flops, nbytes, m, peak, bw, meas_s, expert_bytes))
-    nk_ok = None if nk is None else (nk[0][ok], None if nk[1] is None else nk[1][ok])
-    mm, nb = np.maximum(mm, 1e-9), np.maximum(nb, 1.0)
-    names = list(base)
-    widths = 0 if nk is None else (1 if nk[1] is None else 2)
-    lo = np.array([0.02, 0.0, 0.02, 0.0, 0.0] + [0.0] * widths + [0.0])
-    hi = np.array([1.0, 8192.0, 1.0, 2.0e9, 2.0e-4] + [65536.0] * widths + [EXPERT_S_PER_BYTE_MAX])
-
-    def pred(x: np.ndarray) -> np.ndarray:
-        return roof_np(x[:-1], fl, nb, mm, pk, b, 1, False, nk_ok) + x[-1] * eb
-
-    def resid(x: np.ndarray) -> np.ndarray:
-        return np.log(pred(x) / ms)
-
-    plain = np.array([base[k] for k in names] + [0.0])
-    best_x, best_cost = plain, _soft_l1_cost(resid(plain))
-    # from the plain fit and from fit_roofline's own starting points, each with a few serial rates
-    starts = [plain[:-1]] + [np.array(x + [256.0] * widths) for x in (
-        [start["compute_eff"], 16.0, start["mem_eff"], 1e6, start["floor_s"]],
-        [0.7, 128.0, 0.8, 1e7, 8e-6], [0.5, 1.0, 0.6, 1e5, 4e-6])]
-    for x, s0 in itertools.product(starts, (1e-13, 1e-12, 5e-12)):
-        x0 = np.clip(np.concatenate([x, [s0]]), lo + 1e-12 * (hi - lo), hi - 1e-12 * (hi - lo))
-        res = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, max_nfev=400,
-                            x_scale="jac")
-        cost = _soft_l1_cost(resid(res.x))
-        if cost < best_cost:
-            best_x, best_cost = res.x, cost
-    if best_cost > (1.0 - EXPERT_TERM_MIN_GAIN) * _soft_l1_cost(resid(plain)):
-        return base, err
-    out = {k: float(v) for k, v in zip(names, best_x[:-1])}
-    out["expert_s_per_byte"] = float(best_x[-1])
-    return out, pred(best_x) / ms - 1.0
-
-
 def moe_kernel_family(kernel_source: str) -> str:
     """The kernel family of an opdb MoE ``kernel_source``: ``marlin`` for the Marlin weight-only MoE kernels
     (w4a16: FP4 / INT4 weights dequantised to BF16 in the GEMM), ``flashinfer`` for FlashInfer's CUTLASS
@@ -392,24 +389,28 @@ def moe_curve_subsets(rows: list[dict[str, str]], dtype: str) -> dict[str, list[
 
 
 def moe_features(rows: list[dict[str, str]], dtype: str) -> tuple[np.ndarray, ...]:
-    T, hid, inter = _f(rows, "num_tokens"), _f(rows, "hidden_size"), _f(rows, "inter_size")
-    k, E = _f(rows, "topk"), _f(rows, "num_experts")
-    tp, ep = _f(rows, "moe_tp_size"), _f(rows, "moe_ep_size")
-    mats = np.array([2.0 if "nongated" in r.get("kernel_source", "") else 3.0 for r in rows])
-    inter_gpu = np.ceil(inter / tp)
+    T, hid = _f(rows, "num_tokens"), _f(rows, "hidden_size")
+    k, E, ep = _f(rows, "topk"), _f(rows, "num_experts"), _f(rows, "moe_ep_size")
+    mats, inter_gpu = _moe_widths(rows)
     # the tables route their tokens evenly ('balanced'): rank 0's experts and pairs as the collector made them
     loads = np.array([kernels.balanced_local_load(int(t), int(kk), int(e), int(p))
                       for t, kk, e, p in zip(T, k, E, ep)]).reshape(-1, 2)
     touched, pairs = loads[:, 0], loads[:, 1]
     flops = 2 * pairs * mats * hid * inter_gpu
-    nbytes = touched * mats * hid * inter_gpu * DTYPE_BYTES[dtype] + pairs * (2 * hid + mats * inter_gpu) * ACT
+    nbytes = touched * moe_expert_bytes(rows, dtype) + pairs * (2 * hid + mats * inter_gpu) * ACT
     return flops, nbytes, pairs / np.maximum(touched, 1e-9), inter_gpu, hid
+
+
+def _moe_widths(rows: list[dict[str, str]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per MoE row: the expert's weight matrices (2 without a gate) and its width on one GPU (inter /
+    moe_tp)."""
+    mats = np.array([2.0 if "nongated" in r.get("kernel_source", "") else 3.0 for r in rows])
+    return mats, np.ceil(_f(rows, "inter_size") / _f(rows, "moe_tp_size"))
 
 
 def moe_expert_bytes(rows: list[dict[str, str]], dtype: str) -> np.ndarray:
     """One expert's weight bytes on the GPU per MoE row (kernels.moe_s: mats x hidden x inter / moe_tp)."""
-    mats = np.array([2.0 if "nongated" in r.get("kernel_source", "") else 3.0 for r in rows])
-    inter_gpu = np.ceil(_f(rows, "inter_size") / _f(rows, "moe_tp_size"))
+    mats, inter_gpu = _moe_widths(rows)
     return mats * _f(rows, "hidden_size") * inter_gpu * DTYPE_BYTES[dtype]
 
 
