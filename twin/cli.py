@@ -119,7 +119,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from twin.validate import format_summary, validate_silicon
 
     summary = validate_silicon(args.csv, args.out, jobs=args.jobs, limit=args.limit, match=args.match,
-                               waves=args.waves, resume=args.resume)
+                               waves=args.waves, resume=args.resume, prompt_pool=args.prompt_pool)
     print(format_summary(summary))
     print(f"wrote {args.out}/rows.csv and {args.out}/summary.json")
     return 0
@@ -232,6 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--match", help="only rows whose id matches this regular expression")
     v.add_argument("--waves", type=_at_least_one, default=None,
                    help="override the row's protocol: measured requests per client slot (default: as the benchmark ran)")
+    v.add_argument("--prompt-pool", metavar="SAMPLING:K", default=None,
+                   help="what-if for genai-perf rows: their requests draw prompts from K x c dataset entries, "
+                        "SAMPLING sequential | random | shuffle (aiperf's --num-dataset-entries and "
+                        "--dataset-sampling-strategy), so repeats hit the prefix cache (default: every prompt unique)")
     v.add_argument("--resume", action="store_true",
                    help="reuse the rows already simulated in OUT/rows.jsonl (an interrupted run) and do the rest")
     v.set_defaults(func=cmd_validate)

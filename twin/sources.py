@@ -9,10 +9,12 @@ from typing import Any, Callable, Sequence
 import attrs
 import numpy as np
 
-from twin.config import CLOCK_MAX_S, ArrivalSpec, WorkloadSpec, non_negative, on_clock, positive, rate_on_clock
+from twin.config import (CLOCK_MAX_S, ArrivalSpec, WorkloadSpec, non_negative, on_clock, one_of, positive,
+                         rate_on_clock)
 from twin.errors import ConfigError
 from twin.registry import register
 from twin.sim import CLOCK_RANGE
+from workloads.generators import POOL_SAMPLINGS
 from workloads.sessions import Session
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -197,10 +199,31 @@ class SyntheticWorkload(WorkloadSpec):
     output_tokens: Lengths = attrs.Factory(lambda: Lengths(low=16, high=512))
     prefix_group: str | None = None
     prefix_tokens: int = attrs.field(default=0, validator=non_negative)
+    prompt_pool: int | None = attrs.field(default=None, validator=positive)
+    """Distinct prompts the requests draw from, as a benchmark client's dataset (genai-perf's and aiperf's
+    ``--num-dataset-entries``, 100 unless given): each entry has its own sampled lengths, and requests that
+    send one entry send the same tokens, which the prefix cache finds. Null: every request has a prompt of
+    its own."""
+    pool_sampling: str = attrs.field(default="sequential", validator=one_of(*POOL_SAMPLINGS))
+    """How each request picks its entry: sequential | random (with replacement) | shuffle
+    (``workloads.generators.POOL_SAMPLINGS``)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.prompt_pool is not None and (self.prefix_group is not None or self.prefix_tokens):
+            raise ValueError("prompt_pool gives each dataset entry's whole prompt its own identity; a shared "
+                             "prefix_group / prefix_tokens on top of it is not modelled (leave one of them out)")
+        if self.prompt_pool is None and self.pool_sampling != "sequential":
+            raise ValueError(f"pool_sampling {self.pool_sampling!r} needs prompt_pool (the number of dataset "
+                             f"entries to draw from)")
 
     def build(self, rng: np.random.Generator) -> WorkloadPlan:
-        from workloads.generators import open_loop_sessions
+        from workloads.generators import open_loop_sessions, pool_draws, pooled_sessions
 
+        if self.prompt_pool is not None:
+            isl = self.input_tokens.sample(rng, self.prompt_pool)
+            osl = self.output_tokens.sample(rng, self.prompt_pool)
+            entry = pool_draws(rng, self.prompt_pool, self.num_requests, self.pool_sampling)
+            return _plan(pooled_sessions(entry, isl, osl), self.arrival, rng)
         isl = self.input_tokens.sample(rng, self.num_requests)
         osl = self.output_tokens.sample(rng, self.num_requests)
         short = np.flatnonzero(isl < self.prefix_tokens)

@@ -917,11 +917,25 @@ def _lengths(value: int, low_frac: float) -> dict[str, int]:
     return {"fixed": value} if low >= value else {"low": low, "high": value}
 
 
-def row_config(row: dict[str, str], *, waves: int | None = None) -> dict[str, Any]:
+def parse_prompt_pool(text: str) -> tuple[str, int]:
+    """``SAMPLING:K`` (``random:12``) -> (sampling, dataset entries per client slot); see :func:`row_config`."""
+    from workloads.generators import POOL_SAMPLINGS
+
+    how, sep, per_slot = text.partition(":")
+    if how not in POOL_SAMPLINGS or not sep or not per_slot.isdigit() or int(per_slot) < 1:
+        raise ValueError(f"prompt pool {text!r}: expected SAMPLING:K with SAMPLING one of "
+                         f"{', '.join(POOL_SAMPLINGS)} and K >= 1 dataset entries per client slot (random:12)")
+    return how, int(per_slot)
+
+
+def row_config(row: dict[str, str], *, waves: int | None = None, prompt_pool: str | None = None) -> dict[str, Any]:
     """The twin config for one row (raises :class:`Skip` with the reason when it cannot be represented).
 
     The workload follows the row's benchmark client (:func:`protocol`); ``waves`` overrides its measured
-    requests per client slot. Aggregated rows with attention DP (dp ranks) simulate one rank: it serves
+    requests per client slot. ``prompt_pool`` (``SAMPLING:K``, a what-if for genai-perf rows only) has their
+    requests draw prompts from K x c dataset entries by that rule (``workload.prompt_pool``): aiperf's
+    ``--num-dataset-entries`` and ``--dataset-sampling-strategy``; the warm-up's draws are not simulated, so
+    entries it alone sent are not in the cache when the measured requests start. Aggregated rows with attention DP (dp ranks) simulate one rank: it serves
     concurrency / dp of the clients, its Deployment has ``attention_dp`` = dp so the MoE layers see the
     tokens of all ranks. Disaggregated pools become ``workers x dp`` rank-workers of the same kind.
     """
@@ -962,6 +976,14 @@ def row_config(row: dict[str, str], *, waves: int | None = None) -> dict[str, An
         cfg["model"]["kv_dtype"] = kv["kv_dtype"]
     if "gpu_memory_utilization" in kv:
         cfg["kv_cache"] = {"gpu_memory_utilization": kv["gpu_memory_utilization"]}
+    if prompt_pool is not None and proto is GENAI_PERF:
+        how, per_slot_entries = parse_prompt_pool(prompt_pool)
+        cfg["workload"].update(prompt_pool=per_slot_entries * conc, pool_sampling=how)
+        if spec.backend == "trtllm":
+            # aiconfigurator's TRT-LLM templates: enable_block_reuse: {{ ... | default(false) }}; its vLLM and
+            # SGLang templates leave the engines' prefix caches on (no --no-enable-prefix-caching /
+            # --disable-radix-cache unless disable_prefix_cache is set, which no rule does without a prefix)
+            cfg["kv_cache"] = {**cfg.get("kv_cache", {}), "prefix_caching": False}
     if spec.mode == "agg":
         assert spec.agg is not None
         cfg["system"] = {"kind": "colocated", "tp": spec.agg.tp, "ep": spec.agg.ep, "attention_dp": spec.agg.dp}
@@ -1013,14 +1035,14 @@ UNREPRESENTABLE = (TwinError, ValueError, NotImplementedError)
 """What building or running a row's simulation raises where the twin cannot represent the row."""
 
 
-def simulate_row(row: dict[str, str], waves: int | None = None) -> dict[str, Any]:
+def simulate_row(row: dict[str, str], waves: int | None = None, prompt_pool: str | None = None) -> dict[str, Any]:
     """Predicted vs measured TTFT / TPOT for one row, or its skip reason."""
     from twin.config import load_config
     from twin.runner import Simulation
 
     out = _row_head(row)
     try:
-        cfg = load_config(row_config(row, waves=waves))  # (row_spec skips a ragged row)
+        cfg = load_config(row_config(row, waves=waves, prompt_pool=prompt_pool))  # (row_spec skips a ragged row)
         _measured_ms(row, "silicon_ttft_ms"), _measured_ms(row, "silicon_tpot_ms")  # (before simulating)
         res = Simulation(cfg).run()
     except Skip as exc:
@@ -1051,7 +1073,7 @@ def _row_result(row: dict[str, str], out: dict[str, Any], pred_ttft: float, pred
             "wall_s": wall_s}
 
 
-def simulation_key(row: dict[str, str], waves: int | None = None) -> str | None:
+def simulation_key(row: dict[str, str], waves: int | None = None, prompt_pool: str | None = None) -> str | None:
     """Fingerprint of the simulation a row asks for: its twin config without the config's name (the row id,
     which no part of a run reads), or None where the row is skipped before it is simulated (its config or its
     measured latencies are not usable; such a row is handled on its own).
@@ -1061,7 +1083,7 @@ def simulation_key(row: dict[str, str], waves: int | None = None) -> str | None:
     day files, a DeepSeek run listed as tp 64 and as tp 8) or one configuration measured again: 258 of the
     1,584 represented aggregated rows of silicon_h100_h200.csv."""
     try:
-        cfg = row_config(row, waves=waves)
+        cfg = row_config(row, waves=waves, prompt_pool=prompt_pool)
         _measured_ms(row, "silicon_ttft_ms"), _measured_ms(row, "silicon_tpot_ms")
     except (Skip, *UNREPRESENTABLE):  # (simulate_row gives the reason)
         return None
@@ -1123,18 +1145,21 @@ def _row_cost(row: dict[str, str]) -> int:
 
 def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, limit: int | None = None,
                      match: str | None = None, waves: int | None = None, executor: Executor | None = None,
-                     progress: bool = True, resume: bool = False) -> dict[str, Any]:
+                     progress: bool = True, resume: bool = False, prompt_pool: str | None = None) -> dict[str, Any]:
     """Simulate every row, write ``rows.csv`` and ``summary.json`` into ``out_dir``; returns the summary.
 
     Each finished row is appended to ``out_dir/rows.jsonl`` as it completes (longest rows are started first
     when running in parallel), so an interrupted run keeps its work: ``resume=True`` reuses the rows that file
-    holds and simulates the rest. The journal's first line records the CSV and ``waves``; resuming a journal
+    holds and simulates the rest. The journal's first line records the CSV and ``waves`` (and ``prompt_pool``
+    where given, :func:`row_config`); resuming a journal
     written for other settings is an error. Rows asking for the same simulation (:func:`simulation_key`)
     share one: the first such row of the file is simulated, and the others' results name it in
     ``simulated_with``."""
     for name, value in (("jobs", jobs), ("limit", limit), ("waves", waves)):
         if value is not None and value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
+    if prompt_pool is not None:
+        parse_prompt_pool(prompt_pool)
     pattern = re.compile(match) if match else None  # a bad pattern fails before anything is read
     rows = read_rows(path)
     if pattern is not None:
@@ -1144,7 +1169,9 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     journal = out / "rows.jsonl"
-    header = {"csv": str(Path(path).resolve()), "waves": waves}
+    header: dict[str, Any] = {"csv": str(Path(path).resolve()), "waves": waves}
+    if prompt_pool is not None:
+        header["prompt_pool"] = prompt_pool
     done: dict[int, dict[str, Any]] = {}
     if resume and journal.is_file():
         lines = journal.read_text().splitlines()
@@ -1175,7 +1202,7 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
     todo = [r for r in rows if int(r["_line"]) not in done]
     # Rows asking for the same simulation share one (simulation_key): the first row of each key in the file is
     # simulated (or its journalled result kept), the others take its result.
-    keys = {int(r["_line"]): simulation_key(r, waves) for r in rows}
+    keys = {int(r["_line"]): simulation_key(r, waves, prompt_pool) for r in rows}
     leader: dict[str, int] = {}  # simulation key -> line of the first row asking for it
     for r in rows:
         key = keys[int(r["_line"])]
@@ -1207,9 +1234,9 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
         try:
             if pool is None:
                 for row in own_sims:
-                    record(simulate_row(row, waves))
+                    record(simulate_row(row, waves, prompt_pool))
             else:
-                futures = [pool.submit(simulate_row, row, waves)
+                futures = [pool.submit(simulate_row, row, waves, prompt_pool)
                            for row in sorted(own_sims, key=_row_cost, reverse=True)]
                 for fut in as_completed(futures):
                     record(fut.result())

@@ -111,6 +111,46 @@ def open_loop_sessions(
     return sessions
 
 
+POOL_SAMPLINGS = ("sequential", "random", "shuffle")
+"""How a benchmark client picks each request's prompt from its dataset of ``pool`` entries (aiperf's
+``--dataset-sampling-strategy``): ``sequential`` takes entry i mod pool for request i (perf_analyzer under
+genai-perf walks its input data so); ``random`` draws entries uniformly with replacement (aiperf's only rule
+before it had samplers, DatasetManager._return_any_conversation at db4f639, 2025-10); ``shuffle`` walks a
+permutation and draws a fresh one after each pass (aiperf's default for synthetic data in its later versions)."""
+
+
+def pool_draws(rng: np.random.Generator, pool: int, n: int, sampling: str) -> np.ndarray:
+    """The dataset entry (0 .. pool - 1) each of ``n`` requests sends, in request order."""
+    if pool < 1 or n < 0:
+        raise ValueError(f"need a pool of at least 1 entry and n >= 0, got pool={pool}, n={n}")
+    if sampling == "sequential":
+        return np.arange(n, dtype=np.int64) % pool
+    if sampling == "random":
+        return rng.integers(0, pool, size=n, dtype=np.int64)
+    if sampling == "shuffle":
+        passes = -(-n // pool)
+        return np.concatenate([rng.permutation(pool) for _ in range(passes)] or [np.zeros(0, np.int64)])[:n]
+    raise ValueError(f"sampling must be one of {', '.join(POOL_SAMPLINGS)}, got {sampling!r}")
+
+
+def pooled_sessions(entry: npt.ArrayLike, input_tokens: npt.ArrayLike, output_tokens: npt.ArrayLike, *,
+                    id_prefix: str = "req", group_prefix: str = "prompt-pool/") -> list[Session]:
+    """One one-call session per request, request i sending dataset entry ``entry[i]``: the entry's whole
+    prompt (``input_tokens[entry]`` tokens) is the prefix group ``{group_prefix}{entry}``, so requests that
+    send one entry send the same tokens (the engine's prefix cache finds the repeat), and the entry fixes the
+    output length too (``output_tokens[entry]``, the payload's max_tokens with ignore_eos)."""
+    entries = np.asarray(entry, dtype=np.int64).reshape(-1)
+    inputs = np.asarray(input_tokens, dtype=np.int64).reshape(-1)
+    outputs = np.asarray(output_tokens, dtype=np.int64).reshape(-1)
+    if len(inputs) != len(outputs):
+        raise ValueError(f"{len(inputs)} input lengths but {len(outputs)} output lengths")
+    if len(entries) and not (0 <= entries.min() and entries.max() < len(inputs)):
+        raise ValueError(f"entries must lie in 0 .. {len(inputs) - 1}")
+    return [Session(id=f"{id_prefix}-{i}", prefix_group=f"{group_prefix}{k}", prefix_tokens=int(inputs[k]),
+                    calls=(Call(append_tokens=0, output_tokens=int(outputs[k])),))
+            for i, k in enumerate(entries.tolist())]
+
+
 def lmbenchmark_multiround(
     num_users: int,
     num_rounds: int,

@@ -513,3 +513,30 @@ def test_a_field_set_twice_by_overrides_or_by_seed_is_refused_naming_both(tmp_pa
     assert main(["run", "--seed", "3", "--set", "run.seed=1", "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == "twin: error: --seed 3 and --set run.seed=1 both set run.seed; give one\n"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("engine, hit", [("vllm", 64), ("sglang", 69), ("trtllm", 64)])
+def test_a_prompt_pool_repeats_whole_prompts_and_the_prefix_cache_finds_them(engine, hit):
+    """Five requests one at a time over a shuffled pool of two 70-token prompts: the first pass computes
+    both, every later request sends one of them again. vLLM (16-token blocks) keeps the 4 full blocks, 64
+    tokens; SGLang (one-token pages) all but the last token, which it recomputes; TRT-LLM (32-token blocks)
+    2 blocks."""
+    cfg = load_config({"engine": {"name": engine}, "run": {"seed": 3},
+                       "workload": {"kind": "synthetic", "num_requests": 5, "prompt_pool": 2,
+                                    "pool_sampling": "shuffle", "input_tokens": 70, "output_tokens": 4,
+                                    "arrival": {"kind": "concurrency", "concurrency": 1}}})
+    requests = Simulation(cfg).run().requests
+    assert list(requests["cached_tokens"]) == [0, 0, hit, hit, hit]
+    assert list(requests["prompt_tokens"]) == [70] * 5
+
+
+@pytest.mark.parametrize("workload, path, message", [
+    ({"prompt_pool": 0}, "workload.prompt_pool", "must be a finite number > 0"),
+    ({"pool_sampling": "random"}, "workload.pool_sampling", "needs prompt_pool"),
+    ({"prompt_pool": 3, "prefix_group": "g", "prefix_tokens": 8}, "workload.prompt_pool", "not modelled"),
+    ({"prompt_pool": 3, "pool_sampling": "lru"}, "workload.pool_sampling", "must be one of"),
+])
+def test_prompt_pool_settings_are_checked(workload, path, message):
+    with pytest.raises(ConfigError) as info:
+        load_config({"workload": {"kind": "synthetic", **workload}})
+    assert info.value.path == path and message in str(info.value)

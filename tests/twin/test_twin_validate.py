@@ -620,7 +620,7 @@ def test_rows_asking_for_one_simulation_share_it(tmp_path: Path, monkeypatch: py
     sims: list[str] = []
     real = validate_module.simulate_row
 
-    def counted(r: dict[str, str], waves: int | None = None) -> dict[str, object]:
+    def counted(r: dict[str, str], waves: int | None = None, prompt_pool: str | None = None) -> dict[str, object]:
         sims.append(r["id"])
         return real(r, waves)
 
@@ -651,7 +651,7 @@ def test_a_shared_simulations_skip_reason_is_every_rows(tmp_path: Path, monkeypa
     path = tmp_path / "s.csv"
     write_rows(path, [row(id="a"), row(id="b", silicon_tpot_ms="9")])
 
-    def fails(r: dict[str, str], waves: int | None = None) -> dict[str, object]:
+    def fails(r: dict[str, str], waves: int | None = None, prompt_pool: str | None = None) -> dict[str, object]:
         return {"id": r["id"], "line": int(r["_line"]), "skipped": "3 requests failed: {'x': 3}"}
 
     monkeypatch.setattr(validate_module, "simulate_row", fails)
@@ -867,8 +867,26 @@ def test_a_row_whose_config_fails_has_no_simulation_key(monkeypatch: pytest.Monk
 
     assert simulation_key(row()) is not None and simulation_key(row(silicon_tpot_ms="0")) is None
 
-    def fails(r: dict[str, str], waves: int | None = None) -> dict[str, object]:
+    def fails(r: dict[str, str], waves: int | None = None, prompt_pool: str | None = None) -> dict[str, object]:
         raise ValueError("a cell the config cannot take")
 
     monkeypatch.setattr(validate_module, "row_config", fails)
     assert simulation_key(row()) is None
+
+
+def test_prompt_pool_what_if_draws_genai_perf_prompts_from_k_entries_per_slot() -> None:
+    gap = dict(silicon_data_source="source_file=/x/aic-auto-gap-analysis/data/h100_sxm/vllm/0.12.0/q.csv; "
+                                   "silicon_concurrency=4")
+    base = row_config(row(**gap))
+    pooled = row_config(row(**gap), prompt_pool="random:12")
+    assert pooled["workload"] == {**base["workload"], "prompt_pool": 48, "pool_sampling": "random"}
+    assert "kv_cache" not in pooled  # vLLM keeps its prefix cache on
+    # aiconfigurator's TRT-LLM template leaves block reuse off, so its repeats recompute
+    trt = row_config(row(backend="trtllm", **gap), prompt_pool="shuffle:2")
+    assert trt["workload"]["prompt_pool"] == 8 and trt["kv_cache"]["prefix_caching"] is False
+    # InferenceMAX's client sends a fresh random prompt each time: untouched
+    im = row(silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=4")
+    assert row_config(im, prompt_pool="random:12") == row_config(im)
+    for bad in ("random", "lru:12", "random:0", "random:x"):
+        with pytest.raises(ValueError, match="expected SAMPLING:K"):
+            row_config(row(**gap), prompt_pool=bad)

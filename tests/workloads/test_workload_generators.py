@@ -13,6 +13,8 @@ from workloads.generators import (
     lmbenchmark_multiround,
     open_loop_sessions,
     poisson_arrivals,
+    pool_draws,
+    pooled_sessions,
     read_request_csv,
     sample_lengths,
 )
@@ -284,3 +286,30 @@ def test_a_trace_with_both_id_columns_is_refused(tmp_path: Path) -> None:
     assert str(info.value) == f"{trace}:1: two id columns ['request_id', 'id']; expected at most one"
     trace.write_text("arrival_s,input_tokens,output_tokens,id\n0.5,10,3,b\n")
     assert [s.id for s in read_request_csv(trace)] == ["b"]
+
+
+def test_pool_draws_sequential_shuffle_and_random() -> None:
+    assert pool_draws(np.random.default_rng(0), 3, 7, "sequential").tolist() == [0, 1, 2, 0, 1, 2, 0]
+    shuffled = pool_draws(np.random.default_rng(0), 5, 13, "shuffle").tolist()
+    # every whole pass is a permutation of the entries, and the partial last pass repeats none
+    assert sorted(shuffled[:5]) == sorted(shuffled[5:10]) == list(range(5))
+    assert len(set(shuffled[10:])) == 3 and shuffled[:5] != shuffled[5:10]
+    # with replacement: over n = pool draws the share of requests sending an entry already sent tends to
+    # 1 - (1 - 1/e) = 0.368 (the mean over i of 1 - (1 - 1/pool)**i)
+    drawn = pool_draws(np.random.default_rng(1), 20_000, 20_000, "random")
+    assert drawn.min() >= 0 and drawn.max() < 20_000
+    repeats = 1 - len(np.unique(drawn)) / len(drawn)
+    assert abs(repeats - np.exp(-1)) < 0.01
+    for pool, n, how in ((0, 3, "random"), (3, -1, "shuffle"), (3, 3, "lru")):
+        with pytest.raises(ValueError):
+            pool_draws(np.random.default_rng(0), pool, n, how)
+
+
+def test_pooled_sessions_share_the_whole_prompt_of_an_entry() -> None:
+    sessions = pooled_sessions([1, 0, 1], [100, 200], [5, 7])
+    assert [(s.id, s.prefix_group, s.prefix_tokens) for s in sessions] == [
+        ("req-0", "prompt-pool/1", 200), ("req-1", "prompt-pool/0", 100), ("req-2", "prompt-pool/1", 200)]
+    assert [prompt_tokens(s)[0] for s in sessions] == [200, 100, 200]
+    assert [s.calls[0].output_tokens for s in sessions] == [7, 5, 7]
+    with pytest.raises(ValueError, match="entries must lie in 0 .. 1"):
+        pooled_sessions([2], [100, 200], [5, 7])
