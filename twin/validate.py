@@ -935,9 +935,9 @@ def row_config(row: dict[str, str], *, waves: int | None = None, prompt_pool: st
     requests per client slot. ``prompt_pool`` (``SAMPLING:K``, a what-if for genai-perf rows only) has their
     requests draw prompts from K x c dataset entries by that rule (``workload.prompt_pool``): aiperf's
     ``--num-dataset-entries`` and ``--dataset-sampling-strategy``; the warm-up's draws are not simulated, so
-    entries it alone sent are not in the cache when the measured requests start. Aggregated rows with attention DP (dp ranks) simulate one rank: it serves
-    concurrency / dp of the clients, its Deployment has ``attention_dp`` = dp so the MoE layers see the
-    tokens of all ranks. Disaggregated pools become ``workers x dp`` rank-workers of the same kind.
+    entries it alone sent are not in the cache when the measured requests start (hardware/STATUS.md, stop 39).
+    Aggregated rows with attention DP (dp ranks) simulate one rank: it serves concurrency / dp of the clients,
+    its Deployment has ``attention_dp`` = dp so the MoE layers see the tokens of all ranks. Disaggregated pools become ``workers x dp`` rank-workers of the same kind.
     """
     spec = row_spec(row)
     proto = protocol(row)
@@ -1151,8 +1151,7 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
     Each finished row is appended to ``out_dir/rows.jsonl`` as it completes (longest rows are started first
     when running in parallel), so an interrupted run keeps its work: ``resume=True`` reuses the rows that file
     holds and simulates the rest. The journal's first line records the CSV and ``waves`` (and ``prompt_pool``
-    where given, :func:`row_config`); resuming a journal
-    written for other settings is an error. Rows asking for the same simulation (:func:`simulation_key`)
+    where given, :func:`row_config`); resuming a journal written for other settings is an error. Rows asking for the same simulation (:func:`simulation_key`)
     share one: the first such row of the file is simulated, and the others' results name it in
     ``simulated_with``."""
     for name, value in (("jobs", jobs), ("limit", limit), ("waves", waves)):
