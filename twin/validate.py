@@ -18,7 +18,8 @@ import re
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from datetime import datetime, time, timedelta
 from pathlib import Path
-from typing import Any, Iterable
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
 
 import attrs
 import numpy as np
@@ -1035,14 +1036,15 @@ UNREPRESENTABLE = (TwinError, ValueError, NotImplementedError)
 """What building or running a row's simulation raises where the twin cannot represent the row."""
 
 
-def simulate_row(row: dict[str, str], waves: int | None = None, prompt_pool: str | None = None) -> dict[str, Any]:
-    """Predicted vs measured TTFT / TPOT for one row, or its skip reason."""
+def simulate_row(row: dict[str, str], overrides: Mapping[str, Any] = MappingProxyType({})) -> dict[str, Any]:
+    """Predicted vs measured TTFT / TPOT for one row, or its skip reason; ``overrides`` are
+    :func:`row_config`'s keywords (``waves``, ``prompt_pool``)."""
     from twin.config import load_config
     from twin.runner import Simulation
 
     out = _row_head(row)
     try:
-        cfg = load_config(row_config(row, waves=waves, prompt_pool=prompt_pool))  # (row_spec skips a ragged row)
+        cfg = load_config(row_config(row, **overrides))  # (row_spec skips a ragged row)
         _measured_ms(row, "silicon_ttft_ms"), _measured_ms(row, "silicon_tpot_ms")  # (before simulating)
         res = Simulation(cfg).run()
     except Skip as exc:
@@ -1073,7 +1075,7 @@ def _row_result(row: dict[str, str], out: dict[str, Any], pred_ttft: float, pred
             "wall_s": wall_s}
 
 
-def simulation_key(row: dict[str, str], waves: int | None = None, prompt_pool: str | None = None) -> str | None:
+def simulation_key(row: dict[str, str], overrides: Mapping[str, Any] = MappingProxyType({})) -> str | None:
     """Fingerprint of the simulation a row asks for: its twin config without the config's name (the row id,
     which no part of a run reads), or None where the row is skipped before it is simulated (its config or its
     measured latencies are not usable; such a row is handled on its own).
@@ -1083,7 +1085,7 @@ def simulation_key(row: dict[str, str], waves: int | None = None, prompt_pool: s
     day files, a DeepSeek run listed as tp 64 and as tp 8) or one configuration measured again: 258 of the
     1,584 represented aggregated rows of silicon_h100_h200.csv."""
     try:
-        cfg = row_config(row, waves=waves, prompt_pool=prompt_pool)
+        cfg = row_config(row, **overrides)
         _measured_ms(row, "silicon_ttft_ms"), _measured_ms(row, "silicon_tpot_ms")
     except (Skip, *UNREPRESENTABLE):  # (simulate_row gives the reason)
         return None
@@ -1151,9 +1153,9 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
     Each finished row is appended to ``out_dir/rows.jsonl`` as it completes (longest rows are started first
     when running in parallel), so an interrupted run keeps its work: ``resume=True`` reuses the rows that file
     holds and simulates the rest. The journal's first line records the CSV and ``waves`` (and ``prompt_pool``
-    where given, :func:`row_config`); resuming a journal written for other settings is an error. Rows asking for the same simulation (:func:`simulation_key`)
-    share one: the first such row of the file is simulated, and the others' results name it in
-    ``simulated_with``."""
+    where given, :func:`row_config`); resuming a journal written for other settings is an error. Rows asking
+    for the same simulation (:func:`simulation_key`) share one: the first such row of the file is simulated,
+    and the others' results name it in ``simulated_with``."""
     for name, value in (("jobs", jobs), ("limit", limit), ("waves", waves)):
         if value is not None and value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
@@ -1168,9 +1170,8 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     journal = out / "rows.jsonl"
-    header: dict[str, Any] = {"csv": str(Path(path).resolve()), "waves": waves}
-    if prompt_pool is not None:
-        header["prompt_pool"] = prompt_pool
+    overrides = {"waves": waves, **({"prompt_pool": prompt_pool} if prompt_pool is not None else {})}
+    header = {"csv": str(Path(path).resolve()), **overrides}
     done: dict[int, dict[str, Any]] = {}
     if resume and journal.is_file():
         lines = journal.read_text().splitlines()
@@ -1201,7 +1202,7 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
     todo = [r for r in rows if int(r["_line"]) not in done]
     # Rows asking for the same simulation share one (simulation_key): the first row of each key in the file is
     # simulated (or its journalled result kept), the others take its result.
-    keys = {int(r["_line"]): simulation_key(r, waves, prompt_pool) for r in rows}
+    keys = {int(r["_line"]): simulation_key(r, overrides) for r in rows}
     leader: dict[str, int] = {}  # simulation key -> line of the first row asking for it
     for r in rows:
         key = keys[int(r["_line"])]
@@ -1233,9 +1234,9 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
         try:
             if pool is None:
                 for row in own_sims:
-                    record(simulate_row(row, waves, prompt_pool))
+                    record(simulate_row(row, overrides))
             else:
-                futures = [pool.submit(simulate_row, row, waves, prompt_pool)
+                futures = [pool.submit(simulate_row, row, overrides)
                            for row in sorted(own_sims, key=_row_cost, reverse=True)]
                 for fut in as_completed(futures):
                     record(fut.result())

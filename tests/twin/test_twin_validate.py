@@ -177,7 +177,7 @@ def test_validate_writes_rows_and_summary(tmp_path: Path, monkeypatch: pytest.Mo
     assert len(journal) == 3 and json.loads(journal[0])["waves"] == 1
     first = [(tmp_path / "out" / f).read_text() for f in ("rows.csv", "summary.json")]
 
-    def no_sim(row: object, waves: object) -> None:
+    def no_sim(row: object, overrides: object) -> None:
         raise AssertionError("resume simulated a row it already had")
 
     monkeypatch.setattr(validate_module, "simulate_row", no_sim)
@@ -620,9 +620,9 @@ def test_rows_asking_for_one_simulation_share_it(tmp_path: Path, monkeypatch: py
     sims: list[str] = []
     real = validate_module.simulate_row
 
-    def counted(r: dict[str, str], waves: int | None = None, prompt_pool: str | None = None) -> dict[str, object]:
+    def counted(r: dict[str, str], overrides: dict[str, object]) -> dict[str, object]:
         sims.append(r["id"])
-        return real(r, waves)
+        return real(r, overrides)
 
     monkeypatch.setattr(validate_module, "simulate_row", counted)
     validate_silicon(path, tmp_path / "out", progress=False, waves=1)
@@ -635,7 +635,7 @@ def test_rows_asking_for_one_simulation_share_it(tmp_path: Path, monkeypatch: py
     assert (b["simulated_with"], b["wall_s"], a["simulated_with"]) == ("2", "0.0", "")
     assert out["bad"]["skipped"] == "column silicon_ttft_ms='x' is not a number"
     # the shared result is what simulating the row itself gives (the twin is deterministic), but its wall time
-    mine = real({**rows[2], "_line": "4"}, 1)
+    mine = real({**rows[2], "_line": "4"}, {"waves": 1})
     shared = next(json.loads(x) for x in (tmp_path / "out" / "rows.jsonl").read_text().splitlines()
                   if '"id": "b"' in x)
     assert {**mine, "wall_s": 0.0, "simulated_with": 2} == shared
@@ -651,7 +651,7 @@ def test_a_shared_simulations_skip_reason_is_every_rows(tmp_path: Path, monkeypa
     path = tmp_path / "s.csv"
     write_rows(path, [row(id="a"), row(id="b", silicon_tpot_ms="9")])
 
-    def fails(r: dict[str, str], waves: int | None = None, prompt_pool: str | None = None) -> dict[str, object]:
+    def fails(r: dict[str, str], overrides: dict[str, object]) -> dict[str, object]:
         return {"id": r["id"], "line": int(r["_line"]), "skipped": "3 requests failed: {'x': 3}"}
 
     monkeypatch.setattr(validate_module, "simulate_row", fails)
@@ -867,7 +867,7 @@ def test_a_row_whose_config_fails_has_no_simulation_key(monkeypatch: pytest.Monk
 
     assert simulation_key(row()) is not None and simulation_key(row(silicon_tpot_ms="0")) is None
 
-    def fails(r: dict[str, str], waves: int | None = None, prompt_pool: str | None = None) -> dict[str, object]:
+    def fails(r: dict[str, str], waves: int | None = None) -> dict[str, object]:
         raise ValueError("a cell the config cannot take")
 
     monkeypatch.setattr(validate_module, "row_config", fails)
