@@ -8,7 +8,10 @@ derandomize=False: about 50 s); a wider search outside the suite found the bugs 
 Since stop 32 half the examples also draw the settings of ``_more_knobs``; fresh searches then passed 2,000
 examples of this space with MoE and 8B models and TP 2, 600 with prompts to 3,000 and outputs to 2,000 tokens,
 and 900 replaying the shipped agent sessions with their tool waits. At stop 37, 1,500 and 2,500 fresh examples
-of the whole strategy (seeds 3701 and 3702) passed.
+of the whole strategy (seeds 3701 and 3702) passed. Since stop 40 half the synthetic workloads draw
+their prompts from a pool of 1-4 dataset entries (repeated prompts: whole-prompt prefix hits); fresh searches
+then passed 3,000 examples each of the whole strategy (seeds 4001, 4002) and 4,000 each with every synthetic
+workload pooled (seeds 4004, 4005: 3,259 pooled examples).
 """
 
 from __future__ import annotations
@@ -63,6 +66,9 @@ def configs(draw: st.DrawFn) -> dict:
                                                      {"kind": "concurrency", "concurrency": 6},
                                                      {"kind": "all_at_once"}])),
                     "input_tokens": _lengths(draw, 400), "output_tokens": _lengths(draw, 60)}
+        if draw(st.booleans()):  # a dataset of a few entries: repeated prompts, whole-prompt prefix hits
+            workload.update(prompt_pool=draw(st.integers(1, 4)),
+                            pool_sampling=draw(st.sampled_from(["sequential", "random", "shuffle"])))
     else:
         workload = {"kind": "lmbenchmark_multiround", "num_users": draw(st.integers(1, 4)),
                     "num_rounds": draw(st.integers(2, 3)), "qps": 8.0,
