@@ -12,7 +12,7 @@ import math
 import attrs
 
 from hardware.calibration import MOE_KERNELS
-from hardware.dtypes import DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, check_dtype
+from hardware.dtypes import COMPUTE_DTYPE, DTYPE_BYTES, KV_DTYPES, WEIGHT_DTYPES, check_dtype
 from hardware.engine import EngineProfile
 from hardware.gpu import GPUSpec
 from hardware.kernels import SERVING_ROUTINGS
@@ -37,6 +37,10 @@ class DeploymentError(ValueError):
 def _pos(inst: object, attr: "attrs.Attribute[int]", value: int) -> None:
     if value < 1:
         raise DeploymentError(attr.name, f"Deployment.{attr.name} must be >= 1, got {value}")
+
+
+WEIGHT_ONLY_CURVE = "int4"
+"""The curve key of an engine's weight-only kernels (W4A16 tables, computing in BF16: dtypes.COMPUTE_DTYPE)."""
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -118,6 +122,14 @@ class Deployment:
         if self.moe_kernel == "deepgemm" and self.weight_dtype != "fp8_block":
             raise DeploymentError("moe_kernel", f"moe_kernel deepgemm runs block-FP8 weights only, got weight_dtype "
                                   f"{self.weight_dtype!r}")
+        if self.weight_only:
+            if self.engine.name == "trtllm":
+                raise DeploymentError("weight_dtype", f"TensorRT-LLM runs {self.weight_dtype} weights on FP8 tensor "
+                                      f"cores, which {self.gpu.name} does not have (Ada, Hopper or newer): use "
+                                      f"bf16 weights, or an engine with weight-only kernels (vllm, sglang)")
+            if self.moe_kernel == "deepgemm":
+                raise DeploymentError("moe_kernel", f"moe_kernel deepgemm needs FP8 tensor cores, which "
+                                      f"{self.gpu.name} does not have")
         m = self.model
         if m.num_heads % self.tp:
             raise DeploymentError("tp", f"tp={self.tp} does not divide {m.name}'s {m.num_heads} attention heads")
@@ -161,6 +173,25 @@ class Deployment:
     def layers_per_gpu(self) -> int:
         """Layers held by one pipeline stage (the largest stage when pp does not divide evenly)."""
         return math.ceil(self.model.num_layers / self.pp)
+
+    @property
+    def weight_only(self) -> bool:
+        """Quantised weights the GPU has no tensor cores for (FP8 or FP4 on Ampere: GPUSpec.has_tensor_cores_for).
+        vLLM and SGLang run them weight-only, dequantised into BF16 MMAs by Marlin kernels (vLLM
+        marlin_utils_fp8: "For GPUs that lack FP8 hardware support, we can leverage the Marlin kernel for fast
+        weight-only FP8 quantization"), priced as :attr:`curve_dtype` says. The FP8 and FP4 curves were fitted
+        on Hopper kernels that compute in those formats; read at an Ampere BF16 peak they priced kernels that
+        do not run there (Mixtral-8x7B FP8, TP4, on A100 under vLLM: 112 ms a decode step at c8, against
+        11 ms in BF16 at TP8)."""
+        return not self.gpu.has_tensor_cores_for(COMPUTE_DTYPE[self.weight_dtype])
+
+    @property
+    def curve_dtype(self) -> str:
+        """The format whose curves price the quantised GEMMs and routed experts: the weight format, or, for
+        weights run weight-only (:attr:`weight_only`), ``int4``: the engine's weight-only kernels (its MoE
+        curve fitted on the W4A16 expert tables; no table times a weight-only dense GEMM, so the GEMMs fall
+        back to the BF16 curve), computing at the BF16 peak. The bytes streamed stay the weight format's."""
+        return WEIGHT_ONLY_CURVE if self.weight_only else self.weight_dtype
 
     @property
     def weight_bytes_per_elem(self) -> float:

@@ -57,6 +57,11 @@ class GPUSpec:
     def hbm_gib(self) -> float:
         return self.hbm_bytes / 2**30
 
+    def has_tensor_cores_for(self, dtype: str) -> bool:
+        """Whether the GPU has a tensor-core rate below BF16 for a compute format: its own or one it falls back
+        to (FP4 on Hopper runs at the FP8 rate); False where only BF16 is left (FP8 or FP4 on Ampere)."""
+        return dtype == "bf16" or any(d in self.peak_flops for d in _FLOPS_FALLBACK.get(dtype, ()) if d != "bf16")
+
     def flops_for(self, dtype: str) -> float:
         """Peak dense FLOP/s for a compute format, falling back to the next wider one the GPU has."""
         for d in _FLOPS_FALLBACK.get(dtype, ("bf16",)):

@@ -6,8 +6,8 @@ import time
 import attrs
 import pytest
 
-from hardware import (BatchShape, Calibration, Collective, CostModel, Deployment, Roofline, StepCost, load_engine,
-                      load_gpu, load_model)
+from hardware import (BatchShape, Calibration, Collective, CostModel, Deployment, DeploymentError, Roofline, StepCost,
+                      load_engine, load_gpu, load_model)
 
 # Llama-3.1-8B, by hand: hidden 4096, 32 heads, 8 KV heads, head_dim 128, MLP 14336, vocab 128256, 32 layers.
 H, NH, NKV, HD, I, V, L = 4096, 32, 8, 128, 14336, 128256, 32
@@ -1452,3 +1452,55 @@ def test_calibrate_only_refits_one_named_curve() -> None:
     assert kept_notes["moe.bf16"] != "new bf16 note" and kept_notes["moe.bf16"] in text
     with pytest.raises(SystemExit, match="--only: no block moe.fp5; blocks: .*moe.fp4"):
         keep_shipped("trtllm", fitted, notes, {"moe.fp5"})
+
+
+def test_fp8_weights_without_fp8_tensor_cores_run_weight_only() -> None:
+    """On a GPU without FP8 tensor cores (A100) FP8 weights are priced as vLLM and SGLang run them, weight-only:
+    the GEMMs on the BF16 curve at the BF16 peak, the experts on the engine's weight-only curve, both streaming
+    one byte per weight; the FP8 curves are not read. On an H100 they are, at its FP8 peak."""
+    fp8 = Roofline(compute_eff=0.3, mem_eff=0.5, floor_s=20e-6)
+    wo = Roofline(compute_eff=0.6, mem_eff=0.6, floor_s=9e-6)
+    cal = attrs.evolve(CAL, gemm={"bf16": GEMM, "fp8": fp8}, moe={"bf16": GEMM, "fp8": fp8, "int4": wo})
+    M = 514
+
+    def qkv(gpu: str) -> tuple[Deployment, float]:
+        d = Deployment(gpu=load_gpu(gpu), model=load_model("meta-llama/Llama-3.1-8B"), engine=SERIAL,
+                       weight_dtype="fp8", kv_dtype="bf16")
+        return d, CostModel(d, calibration=cal).step_cost(SHAPE).terms["qkv_proj"]
+
+    a100, t = qkv("a100_sxm")
+    assert a100.weight_only and a100.curve_dtype == "int4"
+    peak, bw = 312e12, 2.039e12   # A100 SXM4 80 GB: BF16 dense, HBM2e
+    flops, nbytes = 2 * M * H * 6144, H * 6144 * 1 + M * (H + 6144) * 2
+    assert t == pytest.approx(L * (max(flops / (peak * 0.8), nbytes / (bw * 0.75)) + 7e-6), rel=1e-12)
+    h100, t = qkv("h100_sxm")
+    assert not h100.weight_only and h100.curve_dtype == "fp8"
+    peak8 = load_gpu("h100_sxm").flops_for("fp8")
+    assert t == pytest.approx(L * (max(flops / (peak8 * 0.3), nbytes / (HBM * 0.5)) + 20e-6), rel=1e-12)
+
+    def experts(gpu: str, c: Calibration) -> float:
+        ledger = moe_ledger(gpu, "Qwen/Qwen3-30B-A3B", c, "default", weight_dtype="fp8", kv_dtype="bf16")
+        return ledger.step_cost(SHAPE).terms["moe_experts"]
+
+    no_fp8 = attrs.evolve(cal, moe={"bf16": GEMM, "int4": wo})
+    no_wo = attrs.evolve(cal, moe={"bf16": GEMM, "fp8": fp8})
+    assert experts("a100_sxm", cal) == experts("a100_sxm", no_fp8) != experts("a100_sxm", no_wo)
+    assert experts("h100_sxm", cal) == experts("h100_sxm", no_wo) != experts("h100_sxm", no_fp8)
+
+
+def test_weight_only_formats_by_gpu_and_engine() -> None:
+    """FP4 on Hopper runs at the FP8 rate (not weight-only); FP8 and FP4 on Ampere run weight-only, which
+    TensorRT-LLM has no kernels for: refused, naming the field."""
+    def d(gpu: str, wdt: str, engine: str = "vllm") -> Deployment:
+        return Deployment(gpu=load_gpu(gpu), model=load_model("meta-llama/Llama-3.1-8B"),
+                          engine=load_engine(engine), weight_dtype=wdt)
+
+    assert [d("h100_sxm", w).weight_only for w in ("bf16", "fp8", "fp8_block", "fp4", "int4")] == [False] * 5
+    assert [d("a100_sxm", w).weight_only for w in ("bf16", "fp8", "fp8_block", "fp4", "int4")] == \
+        [False, True, True, True, False]
+    assert d("a100_sxm", "fp8", "sglang").curve_dtype == "int4"
+    with pytest.raises(DeploymentError, match=r"TensorRT-LLM runs fp8 weights on FP8 tensor cores, which a100_sxm "
+                                              r"does not have") as exc:
+        d("a100_sxm", "fp8", "trtllm")
+    assert exc.value.field == "weight_dtype"
+    assert d("a100_sxm", "bf16", "trtllm").curve_dtype == "bf16"
