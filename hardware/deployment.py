@@ -124,9 +124,9 @@ class Deployment:
                                   f"{self.weight_dtype!r}")
         if self.weight_only:
             if self.engine.name == "trtllm":
-                raise DeploymentError("weight_dtype", f"TensorRT-LLM runs {self.weight_dtype} weights on FP8 tensor "
-                                      f"cores, which {self.gpu.name} does not have (Ada, Hopper or newer): use "
-                                      f"bf16 weights, or an engine with weight-only kernels (vllm, sglang)")
+                raise DeploymentError("weight_dtype", f"TensorRT-LLM runs {self.weight_dtype} weights on FP8 / FP4 "
+                                      f"tensor cores (Ada, Hopper or newer), which {self.gpu.name} does not have: "
+                                      f"use bf16 weights, or an engine with weight-only kernels (vllm, sglang)")
             if self.moe_kernel == "deepgemm":
                 raise DeploymentError("moe_kernel", f"moe_kernel deepgemm needs FP8 tensor cores, which "
                                       f"{self.gpu.name} does not have")
@@ -180,9 +180,9 @@ class Deployment:
         vLLM and SGLang run them weight-only, dequantised into BF16 MMAs by Marlin kernels (vLLM
         marlin_utils_fp8: "For GPUs that lack FP8 hardware support, we can leverage the Marlin kernel for fast
         weight-only FP8 quantization"), priced as :attr:`curve_dtype` says. The FP8 and FP4 curves were fitted
-        on Hopper kernels that compute in those formats; read at an Ampere BF16 peak they priced kernels that
-        do not run there (Mixtral-8x7B FP8, TP4, on A100 under vLLM: 112 ms a decode step at c8, against
-        11 ms in BF16 at TP8)."""
+        on Hopper kernels at Hopper's FP8 rate; read at an Ampere BF16 peak they priced kernels that do not run
+        there (Mixtral-8x7B FP8, TP4, on A100 under vLLM: 112 ms a decode step at c8, against 11 ms in BF16 at
+        TP8)."""
         return not self.gpu.has_tensor_cores_for(COMPUTE_DTYPE[self.weight_dtype])
 
     @property

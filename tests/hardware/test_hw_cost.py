@@ -1499,8 +1499,10 @@ def test_weight_only_formats_by_gpu_and_engine() -> None:
     assert [d("a100_sxm", w).weight_only for w in ("bf16", "fp8", "fp8_block", "fp4", "int4")] == \
         [False, True, True, True, False]
     assert d("a100_sxm", "fp8", "sglang").curve_dtype == "int4"
-    with pytest.raises(DeploymentError, match=r"TensorRT-LLM runs fp8 weights on FP8 tensor cores, which a100_sxm "
-                                              r"does not have") as exc:
-        d("a100_sxm", "fp8", "trtllm")
-    assert exc.value.field == "weight_dtype"
+    for wdt in ("fp8", "fp4"):
+        with pytest.raises(DeploymentError, match=rf"TensorRT-LLM runs {wdt} weights on FP8 / FP4 tensor cores "
+                                                  r"\(Ada, Hopper or newer\), which a100_sxm does not have") as exc:
+            d("a100_sxm", wdt, "trtllm")
+        assert exc.value.field == "weight_dtype"
+    assert d("h100_sxm", "fp4", "trtllm").curve_dtype == "fp4"
     assert d("a100_sxm", "bf16", "trtllm").curve_dtype == "bf16"
