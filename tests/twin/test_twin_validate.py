@@ -890,3 +890,18 @@ def test_prompt_pool_what_if_draws_genai_perf_prompts_from_k_entries_per_slot() 
     for bad in ("random", "lru:12", "random:0", "random:x"):
         with pytest.raises(ValueError, match="expected SAMPLING:K"):
             row_config(row(**gap), prompt_pool=bad)
+
+
+def test_fp8_rows_on_a_gpu_without_fp8_tensor_cores(tmp_path: Path) -> None:
+    """A100 rows (not in the shared file) with FP8 weights: vLLM and SGLang run them weight-only and are
+    simulated; TensorRT-LLM has no FP8 kernels there, so its row is skipped, the reason naming the field."""
+    rows = [row(id=f"a100_{b}", backend=b, system="a100_sxm", precision="fp8", gemm_quant_mode="fp8")
+            for b in ("vllm", "sglang", "trtllm")]
+    path = tmp_path / "a100.csv"
+    write_rows(path, rows)
+    s = validate_silicon(path, tmp_path / "out", progress=False, waves=1)
+    assert s["rows_represented"] == 2
+    assert [(r["id"], r["reason"]) for r in s["rows_skipped"]] == [
+        ("a100_trtllm", "not representable: model.weight_dtype: TensorRT-LLM runs fp8 weights on FP8 / FP4 tensor "
+                        "cores (Ada, Hopper or newer), which a100_sxm does not have: use bf16 weights, or an "
+                        "engine with weight-only kernels (vllm, sglang)")]
