@@ -199,7 +199,7 @@ class CostModel:
 
     def _gemm(self, lin: Linear, term: str) -> _Gemm:
         d = self.dep
-        wdt = d.curve_dtype if lin.quantized else "bf16"
+        wdt = d.linear_curve_dtype(lin.quantized)
         return _Gemm(term, lin.n, lin.k, d.linear_bytes_per_elem(lin.quantized), self.ecal.gemm_for(wdt),
                      self.gcal.gemm_for(wdt),
                      d.gpu.flops_for(COMPUTE_DTYPE[wdt]), d.gpu.hbm_bw_Bps)
@@ -359,12 +359,11 @@ class CostModel:
         deployment's routing (uniform: E(1-(1-k/E)^T) experts; power_law: kernels.power_law_load), or the
         rank the layer waits for (``ep_imbalance`` is the difference)."""
         d = self.dep
-        fmt = d.weight_dtype  # a named kernel family is priced on its own curve, fitted in the weight format
+        # The engine's own kernel is its weight-only one where the GPU lacks the format (curve_dtype); a named
+        # kernel family is priced on its own curve, fitted in the weight format.
+        fmt = d.curve_dtype if d.moe_kernel == "default" else d.weight_dtype
         if d.moe_kernel == "deepgemm":  # DeepGEMM's padded grouped GEMM, on the block-FP8 GEMM curve
             price, roof = kernels.deepgemm_moe_s, cal.gemm_for(fmt)
-        elif d.moe_kernel == "default":  # the engine's kernel: its weight-only one where the GPU lacks the format
-            fmt = d.curve_dtype
-            price, roof = kernels.moe_s, cal.moe_for(fmt)
         else:
             price, roof = kernels.moe_s, cal.moe_for(fmt, d.moe_kernel)
         return price(roof, tokens=M * d.attn_dp, width=f.latent_size or d.model.hidden_size,
@@ -451,8 +450,8 @@ class CostModel:
         lat, rope, nope, v = mx.kv_lora_rank, mx.qk_rope_head_dim, mx.qk_nope_head_dim, mx.vdim
         quant = d.model.quant_scope == "all"
         kv_b_bytes = d.mla_kv_b_elems(mx) * d.linear_bytes_per_elem(quant)
-        proj = cal.gemm_for(d.curve_dtype if quant else "bf16")
-        proj_peak = d.gpu.flops_for(COMPUTE_DTYPE[d.curve_dtype] if quant else "bf16")
+        proj_fmt = d.linear_curve_dtype(quant)
+        proj, proj_peak = cal.gemm_for(proj_fmt), d.gpu.flops_for(COMPUTE_DTYPE[proj_fmt])
         t = 0.0
         idx_flops, idx_bytes = 0.0, 0.0
         dk, pk, pp, dm = d_kv, p_kv, p_pairs, d_max

@@ -123,10 +123,11 @@ class Deployment:
             raise DeploymentError("moe_kernel", f"moe_kernel deepgemm runs block-FP8 weights only, got weight_dtype "
                                   f"{self.weight_dtype!r}")
         if self.weight_only:
-            if self.engine.name == "trtllm":
-                raise DeploymentError("weight_dtype", f"TensorRT-LLM runs {self.weight_dtype} weights on FP8 / FP4 "
-                                      f"tensor cores (Ada, Hopper or newer), which {self.gpu.name} does not have: "
-                                      f"use bf16 weights, or an engine with weight-only kernels (vllm, sglang)")
+            if not self.engine.weight_only_kernels:
+                raise DeploymentError("weight_dtype", f"engine {self.engine.name!r} runs {self.weight_dtype} weights "
+                                      f"on FP8 / FP4 tensor cores (Ada, Hopper or newer), which {self.gpu.name} "
+                                      f"does not have: use bf16 weights, or an engine with weight-only kernels "
+                                      f"(vllm, sglang)")
             if self.moe_kernel == "deepgemm":
                 raise DeploymentError("moe_kernel", f"moe_kernel deepgemm needs FP8 tensor cores, which "
                                       f"{self.gpu.name} does not have")
@@ -203,6 +204,10 @@ class Deployment:
 
     def linear_bytes_per_elem(self, quantized: bool) -> float:
         return self.weight_bytes_per_elem if quantized else ACT_BYTES
+
+    def linear_curve_dtype(self, quantized: bool) -> str:
+        """The format whose GEMM curve and peak price a linear layer (:attr:`curve_dtype` if it is quantised)."""
+        return self.curve_dtype if quantized else "bf16"
 
     @property
     def _dense_quantized(self) -> bool:

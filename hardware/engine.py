@@ -92,6 +92,10 @@ class EngineProfile:
     further copy that takes over when the first is evicted (vLLM: BlockHashToBlockMap keeps every block
     under a hash, v1/core/block_pool.py), or leaves it uncached (SGLang's radix cache and TensorRT-LLM's
     block tree keep the block stored first; twin.kv_cache.PyBlockPool.keep_duplicates)."""
+    weight_only_kernels: bool = True
+    """Whether the engine runs FP8 / FP4 weights on a GPU without those tensor cores (Ampere) through
+    weight-only kernels that dequantise into BF16 MMAs (vLLM's and SGLang's Marlin kernels; Deployment.
+    weight_only), or refuses such weights there (TensorRT-LLM: its FP8 path needs Ada, Hopper or newer)."""
 
     def __attrs_post_init__(self) -> None:
         for field, valid in (("capture_rule", CAPTURE_RULES), ("batch_rule", CAPTURE_RULES),

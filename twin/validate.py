@@ -938,7 +938,8 @@ def row_config(row: dict[str, str], *, waves: int | None = None, prompt_pool: st
     ``--num-dataset-entries`` and ``--dataset-sampling-strategy``; the warm-up's draws are not simulated, so
     entries it alone sent are not in the cache when the measured requests start (hardware/STATUS.md, stop 39).
     Aggregated rows with attention DP (dp ranks) simulate one rank: it serves concurrency / dp of the clients,
-    its Deployment has ``attention_dp`` = dp so the MoE layers see the tokens of all ranks. Disaggregated pools become ``workers x dp`` rank-workers of the same kind.
+    its Deployment has ``attention_dp`` = dp so the MoE layers see the tokens of all ranks. Disaggregated pools
+    become ``workers x dp`` rank-workers of the same kind.
     """
     spec = row_spec(row)
     proto = protocol(row)

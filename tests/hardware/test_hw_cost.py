@@ -1500,8 +1500,8 @@ def test_weight_only_formats_by_gpu_and_engine() -> None:
         [False, True, True, True, False]
     assert d("a100_sxm", "fp8", "sglang").curve_dtype == "int4"
     for wdt in ("fp8", "fp4"):
-        with pytest.raises(DeploymentError, match=rf"TensorRT-LLM runs {wdt} weights on FP8 / FP4 tensor cores "
-                                                  r"\(Ada, Hopper or newer\), which a100_sxm does not have") as exc:
+        with pytest.raises(DeploymentError, match=rf"engine 'trtllm' runs {wdt} weights on FP8 / FP4 tensor "
+                                                  r"cores \(Ada, Hopper or newer\), which a100_sxm does not have") as exc:
             d("a100_sxm", wdt, "trtllm")
         assert exc.value.field == "weight_dtype"
     assert d("h100_sxm", "fp4", "trtllm").curve_dtype == "fp4"

@@ -902,6 +902,6 @@ def test_fp8_rows_on_a_gpu_without_fp8_tensor_cores(tmp_path: Path) -> None:
     s = validate_silicon(path, tmp_path / "out", progress=False, waves=1)
     assert s["rows_represented"] == 2
     assert [(r["id"], r["reason"]) for r in s["rows_skipped"]] == [
-        ("a100_trtllm", "not representable: model.weight_dtype: TensorRT-LLM runs fp8 weights on FP8 / FP4 tensor "
-                        "cores (Ada, Hopper or newer), which a100_sxm does not have: use bf16 weights, or an "
-                        "engine with weight-only kernels (vllm, sglang)")]
+        ("a100_trtllm", "not representable: model.weight_dtype: engine 'trtllm' runs fp8 weights on FP8 / FP4 "
+                        "tensor cores (Ada, Hopper or newer), which a100_sxm does not have: use bf16 weights, or "
+                        "an engine with weight-only kernels (vllm, sglang)")]
