@@ -278,10 +278,13 @@ class CostModel:
     # --- collectives ---------------------------------------------------------------------------
     def _allreduce_s(self, nbytes: float, group: int) -> float:
         """One all-reduce over ``group`` GPUs (tp, or the routed experts' moe_tp, which attention DP can make
-        wider): inside the GPU's NVLink domain its count's fitted lines, across nodes the NIC and NCCL's
-        latency model."""
-        domain = self.dep.gpu.scaleup_domain_gpus
-        return kernels.allreduce_s(self.cal.allreduce, nbytes=nbytes, gpus=group, link_Bps=self._link_Bps(group),
+        wider): inside the GPU's NVLink domain its count's fitted lines, across nodes NCCL's latency model
+        and the ring's rails (every rank's NIC, :func:`~hardware.kernels.internode_ring_Bps`)."""
+        gpu = self.dep.gpu
+        domain = gpu.scaleup_domain_gpus
+        link = (gpu.scaleup_bw_Bps if group <= domain
+                else kernels.internode_ring_Bps(group, domain, gpu.scaleup_bw_Bps, gpu.nic_bw_Bps))
+        return kernels.allreduce_s(self.cal.allreduce, nbytes=nbytes, gpus=group, link_Bps=link,
                                    scale_up=group <= domain, per_node=domain)
 
     # --- token-dependent terms --------------------------------------------------------------------

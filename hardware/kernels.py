@@ -322,6 +322,19 @@ def internode_allreduce_alpha_s(gpus: int, per_node: int) -> float:
     return min(tree, ring)
 
 
+def internode_ring_Bps(gpus: int, per_node: int, scaleup_Bps: float, nic_Bps: float) -> float:
+    """The link an all-reduce over ``gpus`` ranks placed ``per_node`` to a node runs at, ``nic_Bps`` being
+    one GPU's own NIC (a rail-optimised node: one NIC per GPU). NCCL opens one ring channel per NIC, each
+    carrying its share of the message and crossing nodes on its own rail, so the network moves the ranks
+    of a node in parallel: ranks-per-node x NIC, unless the NVLink hops inside the node, which every channel
+    shares, are slower. 2 x 8 H100 (8 x 400 Gb/s): min(450, 8 x 50) = 400 GB/s of bus bandwidth, the
+    400-450 GB/s nccl-tests reach on such pairs (one NIC's 50 GB/s was priced before)."""
+    nodes = -(-gpus // per_node)
+    if nodes < 2:
+        raise ValueError(f"{gpus} GPUs fit one node of {per_node}: no network in the ring")
+    return min(scaleup_Bps, gpus // nodes * nic_Bps)
+
+
 def allreduce_s(coll: Collective, *, nbytes: float, gpus: int, link_Bps: float, eager: bool = False,
                 scale_up: bool = True, per_node: int | None = None) -> float:
     """All-reduce, alpha-beta: alpha + 2 (g-1)/g x bytes / (link x efficiency), the fastest of the GPU

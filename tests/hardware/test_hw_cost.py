@@ -1073,11 +1073,11 @@ def test_tp_allreduce_uses_the_gpu_counts_lines_inside_nvlink_and_the_pooled_lin
     cost = CostModel(dep(8), calibration=cal).step_cost(SHAPE)
     x = 2 * 7 / 8 * msg / 450e9
     assert cost.terms["tp_allreduce"] == pytest.approx(2 * L * min(4e-6 + x / 0.2, 20e-6 + x / 0.95), rel=1e-12)
-    # TP 16 spans two nodes: the NIC's bandwidth, the pooled efficiency and NCCL's tree latency for 2 x 8
-    # ranks, 6.8 + 2 x (7 x 0.6 + 1 x 5.0) = 25.2 us
+    # TP 16 spans two nodes: the ring's 8 rails of 50 GB/s (400 GB/s, below NVLink's 450), the pooled
+    # efficiency and NCCL's tree latency for 2 x 8 ranks, 6.8 + 2 x (7 x 0.6 + 1 x 5.0) = 25.2 us
     d16 = attrs.evolve(dep(8), tp=16)
     cost16 = CostModel(d16, calibration=cal).step_cost(SHAPE)
-    x16 = 2 * 15 / 16 * msg / d16.gpu.nic_bw_Bps
+    x16 = 2 * 15 / 16 * msg / 400e9
     assert cost16.terms["tp_allreduce"] == pytest.approx(2 * L * (25.2e-6 + x16 / 0.9), rel=1e-12)
 
 
@@ -1090,11 +1090,25 @@ def test_the_experts_all_reduce_prices_its_own_group_across_nodes() -> None:
     ledger = moe_ledger("h100_sxm", "Qwen/Qwen3-30B-A3B", CAL, "default", tp=8, attn_dp=2, ep=1,
                         weight_dtype="bf16", kv_dtype="bf16")
     assert ledger.dep.moe_tp == 16
-    nic, nvl = ledger.dep.gpu.nic_bw_Bps, ledger.dep.gpu.scaleup_bw_Bps
-    assert ledger._allreduce_s(1e6, 16) == pytest.approx(25.2e-6 + 2 * 15 / 16 * 1e6 / nic / 0.9, rel=1e-12)
+    nvl = ledger.dep.gpu.scaleup_bw_Bps
+    rails = 8 * ledger.dep.gpu.nic_bw_Bps    # 8 ranks a node, each on its own 50 GB/s NIC: 400 GB/s
+    assert ledger._allreduce_s(1e6, 16) == pytest.approx(25.2e-6 + 2 * 15 / 16 * 1e6 / rails / 0.9, rel=1e-12)
     assert ledger._allreduce_s(1e6, 8) == pytest.approx(6e-6 + 2 * 7 / 8 * 1e6 / nvl / 0.9, rel=1e-12)
-    assert ledger._allreduce_s(1e6, 16) == kernels.allreduce_s(CAL.allreduce, nbytes=1e6, gpus=16, link_Bps=nic,
-                                                               scale_up=False, per_node=8)
+    assert ledger._allreduce_s(1e6, 16) == kernels.allreduce_s(CAL.allreduce, nbytes=1e6, gpus=16,
+                                                               link_Bps=rails, scale_up=False, per_node=8)
+
+
+def test_internode_ring_runs_on_every_ranks_nic_up_to_nvlink() -> None:
+    """Across nodes the ring's bandwidth is ranks-per-node x one GPU's NIC, capped by the NVLink hops."""
+    from hardware.kernels import internode_ring_Bps
+
+    assert internode_ring_Bps(16, 8, 450e9, 50e9) == 400e9     # 2 x 8 H100: 8 rails of 400 Gb/s
+    assert internode_ring_Bps(32, 8, 450e9, 50e9) == 400e9     # 4 nodes: still 8 ranks a node
+    assert internode_ring_Bps(16, 8, 300e9, 50e9) == 300e9     # NVLink slower than the rails: NVLink
+    assert internode_ring_Bps(12, 8, 450e9, 50e9) == 300e9     # 12 ranks on 2 nodes: 6 a node
+    assert internode_ring_Bps(2, 1, 64e9, 50e9) == 50e9        # one GPU a node: its one NIC
+    with pytest.raises(ValueError, match="fit one node"):
+        internode_ring_Bps(8, 8, 450e9, 50e9)
 
 
 def test_internode_allreduce_latency_is_nccls_tree_or_ring_by_hand() -> None:
