@@ -18,6 +18,9 @@ KV_MEMORY_RULES = ("total", "free", "static")
 MEMORY_FRACTION_RULES = ("fixed", "sglang")
 ADMISSION_RESERVES = ("none", "sglang")
 PREEMPTION_RULES = ("vllm", "sglang")
+KV_TRANSFER_PIECES = ("block", "layer", "buffer")
+TRANSFER_BUFFER_BYTES = 512 << 20
+"""TensorRT-LLM's KV send buffer (TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE, 512 MB by default)."""
 _MIB = 2**20
 HOST_TIME_FIELDS = ("step_host_s", "per_request_host_s", "launch_s", "per_block_host_s", "graph_kernel_floor_s",
                     "eager_layer_host_s", "eager_moe_host_s", "sampler_s_per_vocab")
@@ -83,25 +86,33 @@ class EngineProfile:
     then the longest prompt, to the back)."""
     runtime_reserve_bytes: int = 1 << 30
     cache_duplicate_blocks: bool = False
+    """Whether the prefix cache keeps a block computed with the content of a block it already holds, as a
+    further copy that takes over when the first is evicted (vLLM: BlockHashToBlockMap keeps every block
+    under a hash, v1/core/block_pool.py), or leaves it uncached (SGLang's radix cache and TensorRT-LLM's
+    block tree keep the block stored first; twin.kv_cache.PyBlockPool.keep_duplicates)."""
     async_output: bool = False
     """With host_overlap, a step's output is applied only after the next step is formed, as vLLM's async
     scheduling does (twin.scheduler.SchedulerLimits.async_output): finished requests hold their seats and
     blocks through that schedule, the blocks of the tokens just sampled are cached after it, and after an
     idle engine the second step sees the arrivals that did not fit in the first."""
-    """Whether the prefix cache keeps a block computed with the content of a block it already holds, as a
-    further copy that takes over when the first is evicted (vLLM: BlockHashToBlockMap keeps every block
-    under a hash, v1/core/block_pool.py), or leaves it uncached (SGLang's radix cache and TensorRT-LLM's
-    block tree keep the block stored first; twin.kv_cache.PyBlockPool.keep_duplicates)."""
     weight_only_kernels: bool = True
     """Whether the engine runs FP8 / FP4 weights on a GPU without those tensor cores (Ampere) through
     weight-only kernels that dequantise into BF16 MMAs (vLLM's and SGLang's Marlin kernels; Deployment.
     weight_only), or refuses such weights there (TensorRT-LLM: its FP8 path needs Ada, Hopper or newer)."""
+    kv_transfer_pieces: str = "block"
+    """How the engine's connector cuts a disaggregated KV hand-off into transfer descriptors on each GPU, each
+    paying transfer.per_descriptor_s (twin.disagg): block, one per KV block per layer (vLLM's NIXL
+    connector); layer, one per layer (SGLang: its connectors merge the pages contiguous on both sides,
+    group_concurrent_contiguous, and in PD mode its allocator keeps the free pages sorted, need_sort, so a
+    request's pages are taken as one run); buffer, one per send buffer-full (TensorRT-LLM's cache
+    transceiver copies the blocks into a contiguous buffer of TRANSFER_BUFFER_BYTES before sending)."""
 
     def __attrs_post_init__(self) -> None:
         for field, valid in (("capture_rule", CAPTURE_RULES), ("batch_rule", CAPTURE_RULES),
                              ("kv_memory_rule", KV_MEMORY_RULES), ("admission_reserve", ADMISSION_RESERVES),
                              ("preemption", PREEMPTION_RULES),
-                             ("memory_fraction_rule", MEMORY_FRACTION_RULES)):
+                             ("memory_fraction_rule", MEMORY_FRACTION_RULES),
+                             ("kv_transfer_pieces", KV_TRANSFER_PIECES)):
             value = getattr(self, field)
             if value not in valid:
                 raise ValueError(f"engine {self.name!r}: unknown {field} {value!r}; valid: {', '.join(valid)}")

@@ -22,6 +22,7 @@ import numpy as np
 import simpy
 
 from hardware import Deployment
+from hardware.engine import TRANSFER_BUFFER_BYTES
 from twin.config import RouterSpec, SystemSpec, TransferConfig, TwinConfig, pool_blocks, positive
 from twin.errors import ConfigError
 from twin.kv_cache import cdiv
@@ -117,6 +118,7 @@ class DisaggSystem:
         self._block_bytes = self.p_dep.bytes_per_block(self.block_size) * self.p_dep.tp
         """Bytes of one KV block over all of a prefill worker's GPUs (what a transfer moves per block)."""
         self._layers = self.p_dep.layers_per_gpu
+        self._pieces = self.p_dep.engine.kv_transfer_pieces
         p_blocks, p_seqs, p_prices = self._pool_sizes(self.p_dep, spec.prefill, "system.prefill")
         d_blocks, d_seqs, d_prices = self._pool_sizes(self.d_dep, spec.decode, "system.decode")
         check_run_blocks([("system.prefill.workers", spec.prefill.workers, p_blocks),
@@ -366,6 +368,18 @@ class DisaggSystem:
         self._pacing_wake.discard(worker.wid)
         worker.wake()
 
+    def _descriptors(self, blocks: int) -> int:
+        """Transfer descriptors a hand-off of ``blocks`` KV blocks posts on each GPU, as the engine's connector
+        cuts it (EngineProfile.kv_transfer_pieces): one per block per layer, one per layer, or one per send
+        buffer-full of the GPU's share."""
+        if blocks <= 0:
+            return 0
+        if self._pieces == "block":
+            return blocks * self._layers
+        if self._pieces == "layer":
+            return self._layers
+        return cdiv(blocks * self.p_dep.bytes_per_block(self.block_size), TRANSFER_BUFFER_BYTES)
+
     def _transfer(self, pending: _Pending, decode: Worker, blocks: int, exposed_fraction: float,
                   then: Callable[[], None]) -> None:
         """Move ``blocks`` KV blocks from the prefill worker to ``decode``: setup and per-descriptor costs,
@@ -377,7 +391,7 @@ class DisaggSystem:
         assert rec is not None
         start = now_ns(self.env)
         nbytes = blocks * self._block_bytes
-        descriptors = blocks * self._layers
+        descriptors = self._descriptors(blocks)
         fixed = self.tcfg.setup_latency_s + descriptors * self.tcfg.per_descriptor_s * exposed_fraction
 
         def arrived(_: simpy.Event | None = None) -> None:

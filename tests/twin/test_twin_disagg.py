@@ -460,3 +460,45 @@ def test_a_request_longer_than_max_model_len_fails_when_it_arrives(kind):
         if status == "failed":
             assert "more than the engine's max_model_len 100" in rows["fail_reason"][0]
             assert all(math.isnan(t) for t in rows["first_scheduled_s"])  # refused on arrival: no prefill
+
+
+@pytest.mark.parametrize("engine, per_prompt", [("vllm", lambda blocks, layers: blocks * layers),
+                                                ("sglang", lambda blocks, layers: layers),
+                                                ("trtllm", lambda blocks, layers: 1)])
+def test_transfer_descriptors_are_cut_as_the_engines_connector_cuts_them(tmp_path, engine, per_prompt):
+    """vLLM's NIXL connector posts one descriptor per block per layer, SGLang's merges a request's pages
+    into one run per layer, TensorRT-LLM's sends one contiguous buffer: with every other transfer cost off,
+    a hand-off takes exactly descriptors x per_descriptor_s."""
+    def transfer_s(per: float) -> tuple[float, Simulation]:
+        sim = Simulation(disagg(tmp_path, [one_call("a", 0.0, 100, 4)], engine={"name": engine},
+                                transfer={"per_descriptor_s": per, "setup_latency_s": 0.0}))
+        return float(sim.run().requests["transfer_s"][0]), sim
+
+    per = 1e-3
+    slow, sim = transfer_s(per)
+    bytes_only, _ = transfer_s(0.0)
+    system = sim.system
+    blocks = -(-99 // system.block_size)          # the 99 tokens prefilled before the first sampled one
+    want = per_prompt(blocks, system.p_dep.layers_per_gpu)
+    assert system._descriptors(blocks) == want
+    assert slow - bytes_only == pytest.approx(want * per, abs=2e-9)
+
+
+def test_a_tensorrt_llm_hand_off_larger_than_its_send_buffer_takes_one_descriptor_per_buffer_full(tmp_path):
+    from hardware.engine import TRANSFER_BUFFER_BYTES
+
+    system = Simulation(disagg(tmp_path, [one_call("a", 0.0, 100, 4)], engine={"name": "trtllm"})).system
+    per_block = system.p_dep.bytes_per_block(system.block_size)     # one GPU's share of a block
+    fits = TRANSFER_BUFFER_BYTES // per_block
+    assert system._descriptors(0) == 0
+    assert system._descriptors(fits) == 1
+    assert system._descriptors(fits + 1) == 2
+    assert system._descriptors(2 * fits + 1) == 3
+
+
+def test_an_unknown_transfer_cut_is_refused_with_the_valid_ones():
+    from hardware import load_engine
+
+    with pytest.raises(ValueError, match="engine 'vllm': unknown kv_transfer_pieces 'pages'; "
+                                         "valid: block, layer, buffer"):
+        attrs.evolve(load_engine("vllm"), kv_transfer_pieces="pages")
