@@ -15,7 +15,7 @@ import attrs
 
 from hardware.calibration import MOE_KERNELS
 from hardware.deployment import SAMPLINGS
-from hardware.engine import ADMISSION_RESERVES, GRAPH_MODES, PREEMPTION_RULES
+from hardware.engine import ADMISSION_RESERVES, GRAPH_MODES, KV_TRANSFER_PIECES, PREEMPTION_RULES
 from hardware.kernels import SERVING_ROUTINGS
 from twin.configio import (INT64_MAX, from_dict, key_lines, parse_override, read_yaml, set_path, to_dict,
                            within)
@@ -314,6 +314,11 @@ class TransferConfig:
     kv_transfer_pieces, one per block per layer under vLLM's NIXL connector). Default from the NIXL
     measurements in REFERENCES: 1 KiB pieces reach 0.7 GB/s on a 400 Gb/s NIC, i.e. about 1.4 us per piece
     beyond its bytes (16 KiB pieces at 4.7 GB/s imply 3.1 us)."""
+    pieces: str | None = attrs.field(default=None,
+                                     validator=attrs.validators.optional(one_of(*KV_TRANSFER_PIECES)))
+    """How many descriptors a hand-off posts on each GPU (null: the engine's kv_transfer_pieces): ``block``,
+    one per KV block per layer (vLLM's NIXL connector); ``layer``, one per layer (a connector that merges a
+    request's contiguous pages, as SGLang's do); ``buffer``, one per 512 MB send buffer (TensorRT-LLM)."""
     efficiency: float = attrs.field(default=0.85, validator=fraction)
     """Fraction of the link's line rate a large transfer reaches (RDMA through NIXL: about 85 %)."""
     lease_s: float | None = attrs.field(default=30.0, validator=[positive, on_clock])

@@ -118,7 +118,7 @@ class DisaggSystem:
         self._block_bytes = self.p_dep.bytes_per_block(self.block_size) * self.p_dep.tp
         """Bytes of one KV block over all of a prefill worker's GPUs (what a transfer moves per block)."""
         self._layers = self.p_dep.layers_per_gpu
-        self._pieces = self.p_dep.engine.kv_transfer_pieces
+        self._pieces = self.tcfg.pieces or self.p_dep.engine.kv_transfer_pieces
         p_blocks, p_seqs, p_prices = self._pool_sizes(self.p_dep, spec.prefill, "system.prefill")
         d_blocks, d_seqs, d_prices = self._pool_sizes(self.d_dep, spec.decode, "system.decode")
         check_run_blocks([("system.prefill.workers", spec.prefill.workers, p_blocks),
@@ -369,9 +369,9 @@ class DisaggSystem:
         worker.wake()
 
     def _descriptors(self, blocks: int) -> int:
-        """Transfer descriptors a hand-off of ``blocks`` KV blocks posts on each GPU, as the engine's connector
-        cuts it (EngineProfile.kv_transfer_pieces): one per block per layer, one per layer, or one per send
-        buffer-full of the GPU's share."""
+        """Transfer descriptors a hand-off of ``blocks`` KV blocks posts on each GPU, as the connector cuts it
+        (transfer.pieces, by default the engine's kv_transfer_pieces): one per block per layer, one per
+        layer, or one per send buffer-full of the GPU's share."""
         if blocks <= 0:
             return 0
         if self._pieces == "block":

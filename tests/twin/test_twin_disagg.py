@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from twin.config import load_config
-from twin.errors import InvariantError
+from twin.errors import ConfigError, InvariantError
 from twin.lifecycle import KVRecord, KVState
 from twin.links import FlowNetwork, LinkSet
 from twin.runner import Simulation, run
@@ -502,3 +502,15 @@ def test_an_unknown_transfer_cut_is_refused_with_the_valid_ones():
     with pytest.raises(ValueError, match="engine 'vllm': unknown kv_transfer_pieces 'pages'; "
                                          "valid: block, layer, buffer"):
         attrs.evolve(load_engine("vllm"), kv_transfer_pieces="pages")
+
+
+def test_the_transfer_section_can_name_another_connectors_cut(tmp_path):
+    """transfer.pieces overrides the engine's: vLLM with a connector that merges a request's pages posts one
+    descriptor per layer; a value outside the three is refused naming the field."""
+    cfg = disagg(tmp_path, [one_call("a", 0.0, 100, 4)], transfer={"pieces": "layer"})
+    system = Simulation(cfg).system
+    assert system.p_dep.engine.kv_transfer_pieces == "block"
+    assert system._descriptors(7) == system.p_dep.layers_per_gpu
+    with pytest.raises(ConfigError, match=r"transfer\.pieces: pieces must be one of \['block', 'layer', "
+                                          r"'buffer'\], got 'pages'"):
+        disagg(tmp_path, [one_call("a", 0.0, 100, 4)], transfer={"pieces": "pages"})
