@@ -310,10 +310,9 @@ class TransferConfig:
     """Where the client's first token comes from (vLLM disaggregated serving: the decode worker)."""
     setup_latency_s: float = attrs.field(default=20e-6, validator=[non_negative, on_clock])
     per_descriptor_s: float = attrs.field(default=1.5e-6, validator=[non_negative, on_clock])
-    """Serial cost of one transfer descriptor on each GPU (how many a hand-off posts: the engine's
-    kv_transfer_pieces, one per block per layer under vLLM's NIXL connector). Default from the NIXL
-    measurements in REFERENCES: 1 KiB pieces reach 0.7 GB/s on a 400 Gb/s NIC, i.e. about 1.4 us per piece
-    beyond its bytes (16 KiB pieces at 4.7 GB/s imply 3.1 us)."""
+    """Serial cost of one transfer descriptor on each GPU (how many a hand-off posts: ``pieces`` below).
+    Default from the NIXL measurements in REFERENCES: 1 KiB pieces reach 0.7 GB/s on a 400 Gb/s NIC, i.e.
+    about 1.4 us per piece beyond its bytes (16 KiB pieces at 4.7 GB/s imply 3.1 us)."""
     pieces: str | None = attrs.field(default=None,
                                      validator=attrs.validators.optional(one_of(*KV_TRANSFER_PIECES)))
     """How many descriptors a hand-off posts on each GPU (null: the engine's kv_transfer_pieces): ``block``,
