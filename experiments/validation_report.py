@@ -18,6 +18,8 @@
         [--max-conc 32] [--detail]   # closed-loop TTFT excess against one inter-completion interval
     python -m experiments.validation_report gpu-pairs --out /tmp/validation [--by backend,model]
                                      # the same benchmark on both GPUs: measured vs predicted H200 / H100
+    python -m experiments.validation_report repeats --csv .../silicon_h100_h200.csv [--out /tmp/validation] \
+        [--spread 0.2]   # configurations measured more than once: how far apart, and what that costs
 
 Tables: MAPE of TPOT and TTFT per backend, per model and per benchmark protocol, for the aggregated rows the
 twin represents and separately for the disaggregated ones, each split into TRAIN (H100 SXM rows, on which the
@@ -68,6 +70,14 @@ makes the engine run 2 x (active parameters without embeddings) x (ISL + OSL) x 
 linear layers alone (attention, norms and collectives not counted), spread over the row's GPUs. Lengths
 are the client's means (InferenceMAX draws them from [0.8 L, L]). A row that implies more than the fastest
 GEMM ever measured on that GPU (the opdb tables, any shape, any engine) cannot have run as recorded.
+
+repeats: rows equal in every column of the measured CSV but their id, data source and measurements, and
+in the client concurrency the data source records, are one configuration measured more than once (on
+different dates). Per mode and backend: how many configurations repeat, how many spread by more than
+--spread in TPOT or TTFT (largest / smallest - 1), and the largest ratio. With --out, the floor: the MAPE
+that no single prediction per configuration can beat on the rows that run represented (each repeated
+configuration scored at its best constant, the median of its values weighted by 1 / value), in points of
+that MAPE. The twin predicts one value per configuration, so its error there cannot be lower.
 """
 
 from __future__ import annotations
@@ -683,6 +693,92 @@ def seat_waits(out: Path, keys: Sequence[str], max_conc: int, protocol_name: str
     return "\n".join(lines)
 
 
+REPEAT_IGNORED = ("id", "silicon_data_source", "silicon_ttft_ms", "silicon_tpot_ms")
+"""Columns of the measured CSV that two measurements of one configuration may differ in."""
+_CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
+
+
+def repeat_key(row: dict[str, str]) -> tuple[str, ...]:
+    """What makes two rows one configuration: every column but :data:`REPEAT_IGNORED` (and the reader's
+    own, such as ``_line``), and the client concurrency the data source records."""
+    conc = _CONCURRENCY.search(row.get("silicon_data_source", ""))
+    return (conc.group(1) if conc else "",) + tuple(v for k, v in row.items()
+                                                     if k not in REPEAT_IGNORED and not k.startswith("_"))
+
+
+def best_single_errors(values: Sequence[float]) -> list[float]:
+    """|p / m - 1| for each measurement m of one configuration, p being the one prediction that makes their
+    mean least: the median of the values weighted by 1 / m (the mean is sum |p - m| / m)."""
+    v = np.sort(np.asarray(values, dtype=float))
+    cum = np.cumsum(1.0 / v)
+    p = float(v[int(np.searchsorted(cum, cum[-1] / 2.0))])
+    return [abs(p / m - 1.0) for m in values]
+
+
+def repeat_table(rows: Sequence[dict[str, str]], represented: set[str] | None = None,
+                 spread: float = 0.2) -> list[dict[str, Any]]:
+    """Per (mode, backend): the configurations measured more than once, how many of them spread by more than
+    ``spread`` (largest / smallest - 1) in TPOT and in TTFT, the largest such ratio; with ``represented``
+    (ids a validation simulated), the MAPE no single prediction per configuration can beat on those rows
+    (``floor_tpot`` / ``floor_ttft``, percent: the best-single errors of the repeated ones, over every row
+    represented)."""
+    groups: dict[tuple[str, ...], list[dict[str, str]]] = {}
+    for r in rows:
+        groups.setdefault(repeat_key(r), []).append(r)
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for members in groups.values():
+        first = members[0]
+        t = out.setdefault((first["mode"], first["backend"]), {
+            "mode": first["mode"], "backend": first["backend"], "configs": 0, "repeated": 0,
+            "spread_tpot": 0, "spread_ttft": 0, "max_ratio_tpot": 1.0, "max_ratio_ttft": 1.0,
+            "_rows": 0, "_err_tpot": 0.0, "_err_ttft": 0.0})
+        t["configs"] += 1
+        kept = members if represented is None else [r for r in members if r["id"] in represented]
+        t["_rows"] += len(kept)
+        if len(members) < 2:
+            continue
+        t["repeated"] += 1
+        for metric in ("tpot", "ttft"):
+            vals = [float(r[f"silicon_{metric}_ms"]) for r in members]
+            ratio = max(vals) / min(vals)
+            t[f"spread_{metric}"] += ratio - 1.0 > spread
+            t[f"max_ratio_{metric}"] = max(t[f"max_ratio_{metric}"], ratio)
+            if len(kept) > 1:
+                t[f"_err_{metric}"] += sum(best_single_errors([float(r[f"silicon_{metric}_ms"]) for r in kept]))
+    table = []
+    for t in sorted(out.values(), key=lambda t: (t["mode"], t["backend"])):
+        n = t.pop("_rows")
+        for metric in ("tpot", "ttft"):
+            err = t.pop(f"_err_{metric}")
+            if represented is not None:
+                t[f"floor_{metric}"] = 100.0 * err / n if n else float("nan")
+        table.append(t)
+    return table
+
+
+def repeats(csv_path: Path, out: Path | None = None, spread: float = 0.2) -> str:
+    """The measured CSV's repeated configurations (:func:`repeat_table`), with the floors of a validation run
+    in ``out`` when given."""
+    from twin.validate import read_rows
+
+    represented = None
+    if out is not None:
+        represented = {r["id"] for r in read_results(out)}
+    table = repeat_table(read_rows(csv_path), represented, spread)
+    head = (f"{'mode':7} {'backend':8} {'configs':>7} {'repeated':>8} {'TPOT >':>7} {'TTFT >':>7} "
+            f"{'max TPOT x':>10} {'max TTFT x':>10}")
+    if represented is not None:
+        head += f" {'floor TPOT %':>12} {'floor TTFT %':>12}"
+    lines = [f"configurations measured more than once (spread: largest / smallest - 1 > {spread:.0%})", head]
+    for t in table:
+        line = (f"{t['mode']:7} {t['backend']:8} {t['configs']:7} {t['repeated']:8} {t['spread_tpot']:7} "
+                f"{t['spread_ttft']:7} {t['max_ratio_tpot']:10.2f} {t['max_ratio_ttft']:10.2f}")
+        if represented is not None:
+            line += f" {t['floor_tpot']:12.1f} {t['floor_ttft']:12.1f}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -733,7 +829,19 @@ def main(argv: list[str] | None = None) -> int:
     gp.add_argument("--out", type=Path, required=True, help="folder of a twin validate run")
     gp.add_argument("--by", default="backend,model", help="comma-separated columns of rows.csv or of the "
                                                           "measured CSV")
+    rp = sub.add_parser("repeats", help="configurations the measured CSV holds more than once: how far apart")
+    rp.add_argument("--csv", type=Path, required=True)
+    rp.add_argument("--out", type=Path, default=None,
+                    help="folder of a twin validate run: also the MAPE no one prediction can beat on its rows")
+    rp.add_argument("--spread", type=float, default=0.2, help="count pairs further apart than this fraction")
     args = ap.parse_args(argv)
+    if args.cmd == "repeats":
+        try:
+            print(repeats(args.csv, args.out, args.spread))
+        except (ValueError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
     if args.cmd == "run":
         from twin.validate import validate_silicon
 

@@ -905,3 +905,30 @@ def test_fp8_rows_on_a_gpu_without_fp8_tensor_cores(tmp_path: Path) -> None:
         ("a100_trtllm", "not representable: model.weight_dtype: engine 'trtllm' runs fp8 weights on FP8 / FP4 "
                         "tensor cores (Ada, Hopper or newer), which a100_sxm does not have: use bf16 weights, or "
                         "an engine with weight-only kernels (vllm, sglang)")]
+
+
+def test_repeat_table_counts_configurations_measured_twice_and_the_mape_no_prediction_beats() -> None:
+    """Hand-computed. a1 / a2: one configuration measured on two dates (TPOT 10 and 25 ms: the prediction
+    that minimises the pair's MAPE is 10, errors 0 and 0.6; TTFT 100 and 110: 10 % apart, under the 20 %
+    spread). b differs from a in its concurrency alone, c in its TP: neither repeats. Over the three rows
+    represented (a1, a2, b) the floor is (0 + 60) / 3 = 20 % TPOT and (0 + 100 / 110 - 1 -> 9.09) / 3 TTFT."""
+    from experiments.validation_report import best_single_errors, repeat_table
+
+    assert best_single_errors([10.0, 25.0]) == [0.0, pytest.approx(0.6)]
+    # 1, 2, 3 weighted 1, 1/2, 1/3: half the weight is reached at 1 (MAPE 0.39 there, 0.44 at 2)
+    assert best_single_errors([3.0, 1.0, 2.0]) == [pytest.approx(2 / 3), 0.0, 0.5]
+    rows = [row(id="a1", silicon_data_source="source_file=2026-03-25.csv; silicon_concurrency=4", _line="2",
+                silicon_tpot_ms="10", silicon_ttft_ms="100"),
+            row(id="a2", silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=4", _line="3",
+                silicon_tpot_ms="25", silicon_ttft_ms="110"),
+            row(id="b", silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=8", _line="4"),
+            row(id="c", tp_size="2", _line="5")]
+    (t,) = repeat_table(rows, represented={"a1", "a2", "b"})
+    assert (t["mode"], t["backend"], t["configs"], t["repeated"]) == ("agg", "vllm", 3, 1)
+    assert (t["spread_tpot"], t["spread_ttft"]) == (1, 0)
+    assert t["max_ratio_tpot"] == 2.5 and t["max_ratio_ttft"] == pytest.approx(1.1)
+    assert t["floor_tpot"] == pytest.approx(20.0)
+    assert t["floor_ttft"] == pytest.approx(100.0 * (1 - 100 / 110) / 3)
+    # without a run, no floor; a repeat one of whose rows was skipped floors nothing
+    assert "floor_tpot" not in repeat_table(rows)[0]
+    assert repeat_table(rows, represented={"a1", "b"})[0]["floor_tpot"] == 0.0
