@@ -11,7 +11,10 @@ and 900 replaying the shipped agent sessions with their tool waits. At stop 37, 
 of the whole strategy (seeds 3701 and 3702) passed. Since stop 40 half the synthetic workloads draw
 their prompts from a pool of 1-4 dataset entries (repeated prompts: whole-prompt prefix hits); fresh searches
 then passed 3,000 examples each of the whole strategy (seeds 4001, 4002) and 4,000 each with every synthetic
-workload pooled (seeds 4004, 4005: 3,259 pooled examples).
+workload pooled (seeds 4004, 4005: 3,259 pooled examples). Since stop 41 the disaggregated examples may name
+the connector's cut of a hand-off (``transfer.pieces``); fresh searches with every example disaggregated, its
+cut drawn and half of them with a dearer descriptor, passed 1,500 examples twice (seeds 4102, 4103) and 5,000
+twice (seeds 4105, 4106).
 """
 
 from __future__ import annotations
@@ -114,6 +117,8 @@ def _more_knobs(draw: st.DrawFn, cfg: dict) -> None:
         transfer.update(layerwise=draw(st.booleans()), decode_headroom_blocks=draw(st.sampled_from([0, 3, 50])))
         if transfer["kind"] == "pull" and draw(st.booleans()):
             transfer["max_handoffs_per_s"] = draw(st.sampled_from([5.0, 100.0]))
+        if draw(st.booleans()):  # another connector's cut of a hand-off into descriptors
+            transfer["pieces"] = draw(st.sampled_from(["block", "layer", "buffer"]))
 
 
 def _run(cfg: dict, fast_forward: bool) -> tuple[Simulation, object]:
