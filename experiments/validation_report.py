@@ -76,8 +76,8 @@ in the client concurrency the data source records, are one configuration measure
 different dates). Per mode and backend: how many configurations repeat, how many spread by more than
 --spread in TPOT or TTFT (largest / smallest - 1), and the largest ratio. With --out, the floor: the MAPE
 that no single prediction per configuration can beat on the rows that run represented (each repeated
-configuration scored at its best constant, the median of its values weighted by 1 / value), in points of
-that MAPE. The twin predicts one value per configuration, so its error there cannot be lower.
+configuration scored at its best constant, the median of its values weighted by 1 / value), in percent
+as the MAPE is. The twin predicts one value per configuration, so its error there cannot be lower.
 """
 
 from __future__ import annotations
@@ -724,6 +724,14 @@ def repeat_table(rows: Sequence[dict[str, str]], represented: set[str] | None = 
     represented)."""
     groups: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for r in rows:
+        for col in ("silicon_tpot_ms", "silicon_ttft_ms"):
+            try:
+                ok = 0.0 < float(r[col]) < math.inf
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError(f"row {r['id']!r} (line {r.get('_line', '?')}): {col} must be a positive number "
+                                 f"of milliseconds, got {r[col]!r}")
         groups.setdefault(repeat_key(r), []).append(r)
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for members in groups.values():

@@ -932,3 +932,6 @@ def test_repeat_table_counts_configurations_measured_twice_and_the_mape_no_predi
     # without a run, no floor; a repeat one of whose rows was skipped floors nothing
     assert "floor_tpot" not in repeat_table(rows)[0]
     assert repeat_table(rows, represented={"a1", "b"})[0]["floor_tpot"] == 0.0
+    with pytest.raises(ValueError, match=r"row 'z' \(line 9\): silicon_ttft_ms must be a positive number of "
+                                         r"milliseconds, got ''"):
+        repeat_table([*rows, row(id="z", _line="9", silicon_ttft_ms="")])
