@@ -693,6 +693,7 @@ def seat_waits(out: Path, keys: Sequence[str], max_conc: int, protocol_name: str
     return "\n".join(lines)
 
 
+METRICS = ("tpot", "ttft")
 REPEAT_IGNORED = ("id", "silicon_data_source", "silicon_ttft_ms", "silicon_tpot_ms")
 """Columns of the measured CSV that two measurements of one configuration may differ in."""
 _CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
@@ -715,6 +716,22 @@ def best_single_errors(values: Sequence[float]) -> list[float]:
     return [abs(p / m - 1.0) for m in values]
 
 
+def _measurements(row: dict[str, str]) -> dict[str, float]:
+    """The row's measured TPOT and TTFT, ms, read as the validation reads them (twin.validate._measured_ms);
+    a row without them is an error naming it (it would be no configuration's measurement)."""
+    from twin.validate import Skip, _measured_ms
+
+    out = {}
+    for metric in METRICS:
+        col = f"silicon_{metric}_ms"
+        try:
+            out[metric] = _measured_ms(row, col)
+        except Skip:
+            raise ValueError(f"row {row['id']!r} (line {row.get('_line', '?')}): {col} must be a positive number "
+                             f"of milliseconds, got {row[col]!r}") from None
+    return out
+
+
 def repeat_table(rows: Sequence[dict[str, str]], represented: set[str] | None = None,
                  spread: float = 0.2) -> list[dict[str, Any]]:
     """Per (mode, backend): the configurations measured more than once, how many of them spread by more than
@@ -722,43 +739,27 @@ def repeat_table(rows: Sequence[dict[str, str]], represented: set[str] | None = 
     (ids a validation simulated), the MAPE no single prediction per configuration can beat on those rows
     (``floor_tpot`` / ``floor_ttft``, percent: the best-single errors of the repeated ones, over every row
     represented)."""
-    groups: dict[tuple[str, ...], list[dict[str, str]]] = {}
+    by_backend: dict[tuple[str, str], list[list[tuple[dict[str, float], bool]]]] = {}
+    configs: dict[tuple[str, ...], list[tuple[dict[str, float], bool]]] = {}
     for r in rows:
-        for col in ("silicon_tpot_ms", "silicon_ttft_ms"):
-            try:
-                ok = 0.0 < float(r[col]) < math.inf
-            except ValueError:
-                ok = False
-            if not ok:
-                raise ValueError(f"row {r['id']!r} (line {r.get('_line', '?')}): {col} must be a positive number "
-                                 f"of milliseconds, got {r[col]!r}")
-        groups.setdefault(repeat_key(r), []).append(r)
-    out: dict[tuple[str, str], dict[str, Any]] = {}
-    for members in groups.values():
-        first = members[0]
-        t = out.setdefault((first["mode"], first["backend"]), {
-            "mode": first["mode"], "backend": first["backend"], "configs": 0, "repeated": 0,
-            "spread_tpot": 0, "spread_ttft": 0, "max_ratio_tpot": 1.0, "max_ratio_ttft": 1.0,
-            "_rows": 0, "_err_tpot": 0.0, "_err_ttft": 0.0})
-        t["configs"] += 1
-        kept = members if represented is None else [r for r in members if r["id"] in represented]
-        t["_rows"] += len(kept)
-        if len(members) < 2:
-            continue
-        t["repeated"] += 1
-        for metric in ("tpot", "ttft"):
-            vals = [float(r[f"silicon_{metric}_ms"]) for r in members]
-            ratio = max(vals) / min(vals)
-            t[f"spread_{metric}"] += ratio - 1.0 > spread
-            t[f"max_ratio_{metric}"] = max(t[f"max_ratio_{metric}"], ratio)
-            if len(kept) > 1:
-                t[f"_err_{metric}"] += sum(best_single_errors([float(r[f"silicon_{metric}_ms"]) for r in kept]))
+        key = repeat_key(r)
+        if key not in configs:
+            configs[key] = []
+            by_backend.setdefault((r["mode"], r["backend"]), []).append(configs[key])
+        configs[key].append((_measurements(r), represented is None or r["id"] in represented))
     table = []
-    for t in sorted(out.values(), key=lambda t: (t["mode"], t["backend"])):
-        n = t.pop("_rows")
-        for metric in ("tpot", "ttft"):
-            err = t.pop(f"_err_{metric}")
-            if represented is not None:
+    for (mode, backend), groups in sorted(by_backend.items()):
+        repeated = [g for g in groups if len(g) > 1]
+        t: dict[str, Any] = {"mode": mode, "backend": backend, "configs": len(groups), "repeated": len(repeated)}
+        for metric in METRICS:
+            ratios = [max(m[metric] for m, _ in g) / min(m[metric] for m, _ in g) for g in repeated]
+            t[f"spread_{metric}"] = sum(x - 1.0 > spread for x in ratios)
+            t[f"max_ratio_{metric}"] = max(ratios, default=1.0)
+        if represented is not None:
+            kept = [[m for m, ok in g if ok] for g in groups]
+            n = sum(map(len, kept))
+            for metric in METRICS:
+                err = sum(sum(best_single_errors([m[metric] for m in k])) for k in kept if len(k) > 1)
                 t[f"floor_{metric}"] = 100.0 * err / n if n else float("nan")
         table.append(t)
     return table

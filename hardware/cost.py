@@ -194,6 +194,8 @@ class CostModel:
 
     # --- set-up ---------------------------------------------------------------------------------
     def _link_Bps(self, group_gpus: int) -> float:
+        """One GPU's link to the rest of an expert-parallel group (its all-to-all; all-reduces across nodes
+        run on every rank's NIC instead, :meth:`_allreduce_s`)."""
         gpu = self.dep.gpu
         return gpu.scaleup_bw_Bps if group_gpus <= gpu.scaleup_domain_gpus else gpu.nic_bw_Bps
 
@@ -282,10 +284,11 @@ class CostModel:
         and the ring's rails (every rank's NIC, :func:`~hardware.kernels.internode_ring_Bps`)."""
         gpu = self.dep.gpu
         domain = gpu.scaleup_domain_gpus
-        link = (gpu.scaleup_bw_Bps if group <= domain
-                else kernels.internode_ring_Bps(group, domain, gpu.scaleup_bw_Bps, gpu.nic_bw_Bps))
-        return kernels.allreduce_s(self.cal.allreduce, nbytes=nbytes, gpus=group, link_Bps=link,
-                                   scale_up=group <= domain, per_node=domain)
+        if group <= domain:
+            return kernels.allreduce_s(self.cal.allreduce, nbytes=nbytes, gpus=group, link_Bps=gpu.scaleup_bw_Bps)
+        return kernels.allreduce_s(self.cal.allreduce, nbytes=nbytes, gpus=group, scale_up=False, per_node=domain,
+                                   link_Bps=kernels.internode_ring_Bps(group, domain, gpu.scaleup_bw_Bps,
+                                                                       gpu.nic_bw_Bps))
 
     # --- token-dependent terms --------------------------------------------------------------------
     def _token_terms(self, M: int, R: int, D: int, q: int = 1) -> dict[str, float]:

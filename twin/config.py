@@ -315,9 +315,8 @@ class TransferConfig:
     about 1.4 us per piece beyond its bytes (16 KiB pieces at 4.7 GB/s imply 3.1 us)."""
     pieces: str | None = attrs.field(default=None,
                                      validator=attrs.validators.optional(one_of(*KV_TRANSFER_PIECES)))
-    """How many descriptors a hand-off posts on each GPU (null: the engine's kv_transfer_pieces): ``block``,
-    one per KV block per layer (vLLM's NIXL connector); ``layer``, one per layer (a connector that merges a
-    request's contiguous pages, as SGLang's do); ``buffer``, one per 512 MB send buffer (TensorRT-LLM)."""
+    """How many descriptors a hand-off posts on each GPU: ``block`` (one per KV block per layer), ``layer`` or
+    ``buffer``, as hardware.engine.EngineProfile.kv_transfer_pieces describes them (null: the engine's)."""
     efficiency: float = attrs.field(default=0.85, validator=fraction)
     """Fraction of the link's line rate a large transfer reaches (RDMA through NIXL: about 85 %)."""
     lease_s: float | None = attrs.field(default=30.0, validator=[positive, on_clock])

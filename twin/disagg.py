@@ -115,7 +115,9 @@ class DisaggSystem:
                                      attention_dp=spec.prefill.attention_dp, where="system.prefill")
         self.d_dep = make_deployment(config, spec.decode.tp, spec.decode.gpu, ep=spec.decode.ep,
                                      attention_dp=spec.decode.attention_dp, where="system.decode")
-        self._block_bytes = self.p_dep.bytes_per_block(self.block_size) * self.p_dep.tp
+        self._gpu_block_bytes = self.p_dep.bytes_per_block(self.block_size)
+        """Bytes of one KV block on one of a prefill worker's GPUs (its share of a hand-off)."""
+        self._block_bytes = self._gpu_block_bytes * self.p_dep.tp
         """Bytes of one KV block over all of a prefill worker's GPUs (what a transfer moves per block)."""
         self._layers = self.p_dep.layers_per_gpu
         self._pieces = self.tcfg.pieces or self.p_dep.engine.kv_transfer_pieces
@@ -378,7 +380,7 @@ class DisaggSystem:
             return blocks * self._layers
         if self._pieces == "layer":
             return self._layers
-        return cdiv(blocks * self.p_dep.bytes_per_block(self.block_size), TRANSFER_BUFFER_BYTES)
+        return cdiv(blocks * self._gpu_block_bytes, TRANSFER_BUFFER_BYTES)
 
     def _transfer(self, pending: _Pending, decode: Worker, blocks: int, exposed_fraction: float,
                   then: Callable[[], None]) -> None:
