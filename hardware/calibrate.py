@@ -18,7 +18,7 @@ import gzip
 import itertools
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import yaml
@@ -147,12 +147,15 @@ def roof_np(p: Sequence[float] | np.ndarray, flops: np.ndarray, nbytes: np.ndarr
             bw: np.ndarray, tile: int = 1, per_m: bool = False,
             nk: tuple[np.ndarray, np.ndarray | None] | None = None,
             row_tiles: Sequence[tuple[int, int, int]] = (),
-            expert_bytes: np.ndarray | None = None) -> np.ndarray:
+            expert_bytes: np.ndarray | None = None, tokens: np.ndarray | None = None,
+            pass_s: np.ndarray | None = None) -> np.ndarray:
     """p = (compute_eff, m_half, mem_eff, bytes_half, floor_s[, m_cost_s][, k_half], n_half[,
-    expert_s_per_byte]); see calibration.Roofline (m_cost_s present with per_m, k_half / n_half with the
-    widths nk = (n, k); with k None, n_half alone: widths whose k never varies in the table; ``row_tiles``
-    as Roofline.row_tiles; expert_s_per_byte with ``expert_bytes``, one expert's weight bytes per row, as
-    kernels.moe_s adds it)."""
+    expert_s_per_byte][, token_s][, token_passes]); see calibration.Roofline (m_cost_s present with per_m,
+    k_half / n_half with the widths nk = (n, k); with k None, n_half alone: widths whose k never varies in
+    the table; ``row_tiles`` as Roofline.row_tiles; expert_s_per_byte with ``expert_bytes``, one expert's
+    weight bytes per row, token_s with ``tokens``, the tokens entering each row's call, and token_passes
+    with ``pass_s``, the time of one pass over each row's routed token copies at HBM bandwidth, as
+    kernels.moe_s adds them)."""
     ce, mh, me, bh, fl = p[:5]
     i = 5
     per_row = 0.0
@@ -168,7 +171,10 @@ def roof_np(p: Sequence[float] | np.ndarray, flops: np.ndarray, nbytes: np.ndarr
     tc = flops * pad / rate
     tm = nbytes / (bw * me * (nbytes / (nbytes + bh)))
     t = np.maximum(tc, tm) + fl + per_row * m
-    return t if expert_bytes is None else t + p[i] * expert_bytes
+    for extra in (expert_bytes, tokens, pass_s):
+        if extra is not None:
+            t, i = t + p[i] * extra, i + 1
+    return t
 
 
 EXPERT_S_PER_BYTE_MAX = 1e-9
@@ -177,12 +183,25 @@ EXPERT_S_PER_BYTE_MAX = 1e-9
 EXPERT_S_PER_BYTE_STARTS = (1e-13, 1e-12, 5e-12)
 """Starting rates of expert_s_per_byte, tried with each of fit_roofline's starting points."""
 
+TOKEN_S_MAX = 1e-6
+"""Upper bound of Roofline.token_s in the fit (1 us per token entering a grouped-expert call)."""
+
+TOKEN_S_STARTS = (1e-9, 1e-8, 1e-7)
+"""Starting values of token_s, tried with each of fit_roofline's starting points."""
+
+TOKEN_PASSES_MAX = 100.0
+"""Upper bound of Roofline.token_passes in the fit."""
+
+TOKEN_PASSES_STARTS = (0.5, 2.0, 8.0)
+"""Starting values of token_passes, tried with each of fit_roofline's starting points."""
+
 EXPERT_TERM_MIN_GAIN = 0.10
-"""The share of the plain fit's cost the serial expert term must remove to be kept (:func:`fit_moe_curve`):
-one parameter more has to describe the table, not just bend the fit. On the shipped opdb tables it removes
-40 % (vLLM w4a16_mxfp4, OpenAI triton_kernels) and 13 % (TensorRT-LLM w4a16_mxfp4, the same kernels through
-its Triton MoE backend) against 2-3 % on the Marlin tables (vLLM fp4_marlin, int4) and nothing on the
-others (the fit with the term ends at a higher cost there)."""
+"""The share of a fit's cost an extra grouped-expert term (the serial expert term, the per-token term) must
+remove to be kept (:func:`fit_moe_curve`): one parameter more has to describe the table, not just bend the
+fit. On the shipped opdb tables the serial term removes 40 % (vLLM w4a16_mxfp4, OpenAI triton_kernels) and
+13 % (TensorRT-LLM w4a16_mxfp4, the same kernels through its Triton MoE backend) against 2-3 % on the Marlin
+tables (vLLM fp4_marlin, int4) and nothing on the others (the fit with the term ends at a higher cost
+there)."""
 
 
 def _soft_l1_cost(err: np.ndarray, f_scale: float = 0.1) -> float:
@@ -194,19 +213,38 @@ def _soft_l1_cost(err: np.ndarray, f_scale: float = 0.1) -> float:
 
 def fit_moe_curve(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.ndarray, bw: np.ndarray,
                   meas_s: np.ndarray, start: dict[str, float], expert_bytes: np.ndarray,
-                  nk: tuple[np.ndarray, np.ndarray | None] | None = None
+                  nk: tuple[np.ndarray, np.ndarray | None] | None = None,
+                  tokens: np.ndarray | None = None, pass_s: np.ndarray | None = None
                   ) -> tuple[dict[str, Any], np.ndarray]:
-    """A grouped-expert curve: :func:`fit_roofline` plain and with the serial expert term
-    (Roofline.expert_s_per_byte, ``expert_bytes`` per row), the second also started from the first; the
-    term is kept only where it lowers the fit's cost by EXPERT_TERM_MIN_GAIN or more, else the plain curve
-    is returned."""
-    plain, plain_err = fit_roofline(flops, nbytes, m, peak, bw, meas_s, start, nk=nk)
-    serial, serial_err = fit_roofline(flops, nbytes, m, peak, bw, meas_s, start, nk=nk,
-                                      expert_bytes=expert_bytes,
-                                      more_starts=[list(plain.values())])  # names in p order: no tiles
-    if _soft_l1_cost(serial_err) > (1.0 - EXPERT_TERM_MIN_GAIN) * _soft_l1_cost(plain_err):
-        return plain, plain_err
-    return serial, serial_err
+    """A grouped-expert curve: :func:`fit_roofline` plain, then grown by the extra terms one at a time, the
+    serial expert term (Roofline.expert_s_per_byte, ``expert_bytes`` per row) and, where given, the per-token
+    term (Roofline.token_s, ``tokens`` entering each row's call) and the token-traffic term
+    (Roofline.token_passes, ``pass_s``: one pass over each row's routed token copies at HBM bandwidth,
+    :func:`moe_pass_s`). Each round fits every term not
+    yet in, started also from the current fit, and keeps the one that lowers the cost most, if it lowers it
+    by EXPERT_TERM_MIN_GAIN or more; otherwise the current curve is returned."""
+    given = {"expert_s_per_byte": expert_bytes, "token_s": tokens, "token_passes": pass_s}
+    extras = {name: arr for name, arr in given.items() if arr is not None}
+    best, best_err = fit_roofline(flops, nbytes, m, peak, bw, meas_s, start, nk=nk)
+    chosen: list[str] = []
+    while len(chosen) < len(extras):
+        trials = []
+        for name in extras:
+            if name in chosen:
+                continue
+            terms = [n for n in extras if n in chosen or n == name]   # roof_np's order
+            fit, err = fit_roofline(flops, nbytes, m, peak, bw, meas_s, start, nk=nk,
+                                    expert_bytes=expert_bytes if "expert_s_per_byte" in terms else None,
+                                    tokens=tokens if "token_s" in terms else None,
+                                    pass_s=pass_s if "token_passes" in terms else None,
+                                    more_starts=[best])   # the current fit, the new term at its starts
+            trials.append((_soft_l1_cost(err), name, fit, err))
+        cost, name, fit, err = min(trials, key=lambda t: t[0])
+        if cost > (1.0 - EXPERT_TERM_MIN_GAIN) * _soft_l1_cost(best_err):
+            break
+        chosen.append(name)
+        best, best_err = fit, err
+    return best, best_err
 
 
 def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.ndarray, bw: np.ndarray,
@@ -216,51 +254,66 @@ def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.
                  min_compute_eff: float = 0.02,
                  row_tiles: Sequence[tuple[int, int, int]] = (),
                  expert_bytes: np.ndarray | None = None,
-                 more_starts: Sequence[Sequence[float]] = ()) -> tuple[dict[str, Any], np.ndarray]:
+                 tokens: np.ndarray | None = None,
+                 pass_s: np.ndarray | None = None,
+                 more_starts: Sequence[Mapping[str, Any]] = ()) -> tuple[dict[str, Any], np.ndarray]:
     """Least-squares fit of the roofline constants on log error (tile size chosen from `tiles`, or the
     kernel's own ``row_tiles`` by batch size, given, not fitted; with per_m also a serial cost per row;
     with the widths nk = (n, k) also k_half and n_half, with nk = (n, None) n_half alone; with
-    ``expert_bytes`` (one expert's weight bytes per row) also expert_s_per_byte, started at a few rates).
-    ``more_starts``: starting points besides the three fixed ones, each a full parameter vector in the order
-    of roof_np's p without expert_s_per_byte (e.g. a plain fit's, to extend it by the serial term).
+    ``expert_bytes`` (one expert's weight bytes per row) also expert_s_per_byte, with ``tokens`` (the tokens
+    entering each row's call) also token_s, with ``pass_s`` (one pass over each row's routed token copies at
+    HBM bandwidth) also token_passes, each started at a few values).
+    ``more_starts``: starting points besides the three fixed ones, each a mapping from parameter names to
+    values, as this function returns (e.g. a plain fit's, to extend it by an extra term); a parameter it
+    lacks takes the fixed starts' value, an extra term its few starting values.
     ``min_compute_eff``: the lowest compute efficiency allowed (a fraction of the tensor-core peak; work done
     on the CUDA cores, as a quantised KV cache's dequantisation, runs at a few percent of it)."""
     widths = 0 if nk is None else (1 if nk[1] is None else 2)
-    serial = expert_bytes is not None
-    lo = [min_compute_eff, 0.0, 0.02, 0.0, 0.0] + ([0.0] if per_m else []) + [0.0] * widths \
-        + ([0.0] if serial else [])
+    extras = [(name, lo_hi, grid) for name, arr, lo_hi, grid in (
+        ("expert_s_per_byte", expert_bytes, EXPERT_S_PER_BYTE_MAX, EXPERT_S_PER_BYTE_STARTS),
+        ("token_s", tokens, TOKEN_S_MAX, TOKEN_S_STARTS),
+        ("token_passes", pass_s, TOKEN_PASSES_MAX, TOKEN_PASSES_STARTS)) if arr is not None]
+    names = ("compute_eff", "m_half", "mem_eff", "bytes_half", "floor_s") + (("m_cost_s",) if per_m else ()) \
+        + ("k_half", "n_half")[2 - widths:] + tuple(name for name, _, _ in extras)
+    lo = [min_compute_eff, 0.0, 0.02, 0.0, 0.0] + ([0.0] if per_m else []) + [0.0] * widths + [0.0] * len(extras)
     hi = [1.0, 8192.0, 1.0, 2.0e9, 2.0e-4] + ([2.0e-6] if per_m else []) + [65536.0] * widths \
-        + ([EXPERT_S_PER_BYTE_MAX] if serial else [])
+        + [top for _, top, _ in extras]
     ok = np.isfinite(meas_s) & (meas_s > 0) & np.isfinite(flops) & np.isfinite(nbytes)
     flops, nbytes, m, peak, bw, meas_s = (a[ok] for a in (flops, nbytes, m, peak, bw, meas_s))
     if expert_bytes is not None:
         expert_bytes = expert_bytes[ok]
+    if tokens is not None:
+        tokens = tokens[ok]
+    if pass_s is not None:
+        pass_s = pass_s[ok]
     if nk is not None:
         nk = (nk[0][ok], None if nk[1] is None else nk[1][ok])
     m = np.maximum(m, 1e-9)
     nbytes = np.maximum(nbytes, 1.0)
-    starts = [x + ([1e-7] if per_m else []) + [256.0] * widths
-              for x in ([start["compute_eff"], 16.0, start["mem_eff"], 1e6, start["floor_s"]],
-                        [0.7, 128.0, 0.8, 1e7, 8e-6], [0.5, 1.0, 0.6, 1e5, 4e-6])]
-    starts += [list(x) for x in more_starts]
+    fixed = [dict(zip(names, x + ([1e-7] if per_m else []) + [256.0] * widths))
+             for x in ([start["compute_eff"], 16.0, start["mem_eff"], 1e6, start["floor_s"]],
+                       [0.7, 128.0, 0.8, 1e7, 8e-6], [0.5, 1.0, 0.6, 1e5, 4e-6])]
+    starts: list[list[float]] = []
+    for given in [*fixed, *more_starts]:
+        base = [float(given.get(k, fixed[0].get(k, 0.0))) for k in names[:len(names) - len(extras)]]
+        grids = [[float(given[name])] if name in given else list(grid) for name, _, grid in extras]
+        starts += [base + list(x) for x in itertools.product(*grids)]
     best, best_tile = None, 1
     for tile in (1,) if row_tiles else tiles:
         def resid(p: np.ndarray, tile: int = tile) -> np.ndarray:
-            return np.log(roof_np(p, flops, nbytes, m, peak, bw, tile, per_m, nk, row_tiles, expert_bytes)
-                          / meas_s)
+            return np.log(roof_np(p, flops, nbytes, m, peak, bw, tile, per_m, nk, row_tiles, expert_bytes,
+                                  tokens, pass_s) / meas_s)
 
-        rate_starts = [[s] for s in EXPERT_S_PER_BYTE_STARTS] if serial else [[]]
-        for x, rates in itertools.product(starts, rate_starts):
-            x0 = np.clip(np.array(x + rates, dtype=float), np.array(lo) + 1e-12, np.array(hi) - 1e-12)
+        for x in starts:
+            x0 = np.clip(np.array(x, dtype=float), np.array(lo) + 1e-12, np.array(hi) - 1e-12)
             res = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, max_nfev=400,
                                 x_scale="jac")
             if best is None or res.cost < best.cost:
                 best, best_tile = res, tile
     assert best is not None
     p = best.x
-    err = roof_np(p, flops, nbytes, m, peak, bw, best_tile, per_m, nk, row_tiles, expert_bytes) / meas_s - 1.0
-    names = ("compute_eff", "m_half", "mem_eff", "bytes_half", "floor_s") + (("m_cost_s",) if per_m else ()) \
-        + ("k_half", "n_half")[2 - widths:] + (("expert_s_per_byte",) if serial else ())
+    err = roof_np(p, flops, nbytes, m, peak, bw, best_tile, per_m, nk, row_tiles, expert_bytes, tokens,
+                  pass_s) / meas_s - 1.0
     out: dict[str, Any] = {k: float(v) for k, v in zip(names, p)}
     if best_tile > 1:
         out["m_tile"] = best_tile
@@ -414,6 +467,12 @@ def moe_expert_bytes(rows: list[dict[str, str]], dtype: str) -> np.ndarray:
     return mats * _f(rows, "hidden_size") * inter_gpu * DTYPE_BYTES[dtype]
 
 
+def moe_pass_s(rows: list[dict[str, str]], bw: np.ndarray) -> np.ndarray:
+    """Per MoE row: one pass over its routed token copies (tokens x top-k x hidden x activation bytes) at
+    the GPU's spec HBM bandwidth ``bw`` (kernels.moe_s, Roofline.token_passes)."""
+    return _f(rows, "num_tokens") * _f(rows, "topk") * _f(rows, "hidden_size") * ACT / bw
+
+
 MOE_WIDTHS_MIN = 3
 """Distinct values a MoE table needs of the expert width per GPU (inter_size / moe_tp_size), or of the
 hidden width, for the curve's width term on it (n_half, k_half: kernels.moe_s) to be fitted: with fewer, the
@@ -525,7 +584,8 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
             n_ok, k_ok = (len(np.unique(a)) >= MOE_WIDTHS_MIN for a in (inter_gpu, hid))
             nk = (inter_gpu, hid if k_ok else None) if n_ok else None
             p, err = fit_moe_curve(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, st,
-                                   moe_expert_bytes(rows, dtype), nk=nk)
+                                   moe_expert_bytes(rows, dtype), nk=nk,
+                                   tokens=_f(rows, "num_tokens"), pass_s=moe_pass_s(rows, bw))
             moe[key] = p
             kernels = "" if len(subsets) == 1 else f" ({_family_label(key, dtype, list(subsets))} kernels)"
             shape = "" if n_ok and k_ok else (f", width terms on {'the expert width' if n_ok else 'neither'}"
@@ -534,6 +594,11 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
             rate = p.get("expert_s_per_byte")
             serial = (f", one expert's weights at {1e-9 / rate:.0f} GB/s added (expert_s_per_byte)"
                       if rate else "")
+            if p.get("token_s"):
+                serial += f", {1e9 * p['token_s']:.0f} ns per token entering the call added (token_s)"
+            if p.get("token_passes"):
+                serial += (f", {p['token_passes']:.2f} passes over the routed token copies at HBM bandwidth added"
+                           " (token_passes)")
             notes[f"moe.{key}"] = (f"fitted on {src} moe_perf {raw}{kernels} balanced{shape}{serial}: "
                                    f"{_summary(err)}")
             log(f"{engine} moe {key}: {_summary(err)}")

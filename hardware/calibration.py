@@ -9,6 +9,8 @@ Curve shapes (all efficiencies are fractions of a spec peak, never a fitted peak
                       tile_pad(m): m rounded up to whole row tiles, of m_tile rows, or of the tile the
                       kernel's dispatch picks for m and n (row_tiles: vLLM's Hopper FP8 GEMM, 16-256 rows)
   grouped experts     t + one expert's weight bytes x expert_s_per_byte        (kernels.moe_s; 0: off)
+                        + tokens x token_s + token_passes x tokens x top-k x hidden x activation
+                          bytes / HBM BW                                       (kernels.moe_s; 0: off)
 m_half = bytes_half = 0 gives a constant efficiency.
 """
 
@@ -76,6 +78,19 @@ class Roofline:
     token, 4 experts, where reading their 53 MB at HBM rate takes 11 us). Fitted only where it removes a tenth
     of the table's fit cost or more (hardware.calibrate.fit_moe_curve); 0 elsewhere. Not a floor: it stays
     in graph steps."""
+    token_s: float = 0.0
+    token_passes: float = 0.0
+    """Grouped experts only (kernels.moe_s): the work of a call that sharding the experts does not divide,
+    as seconds per token entering the call (``token_s``: routing, sorting, per-token set-up) and as passes,
+    at the GPU's HBM bandwidth, over every routed copy of each token's hidden vector (``token_passes``:
+    tokens x top-k x hidden x activation bytes; the gather to the experts and the top-k combine). A fused MoE
+    layer does both for every token of the batch over the full hidden width on every rank, so sharding the
+    experts over moe_tp or ep ranks divides the GEMMs' work but not this part: on vLLM's Marlin MXFP4 table
+    (one shape, 896 experts, top 16) the time at 8,192 tokens falls 44.4 -> 22.5 -> 12.3 -> 7.2 -> 4.6 -> 3.3
+    -> 2.4 ms as the shard count goes 1 -> 128, the same for moe_tp as for ep at equal count: work / shards
+    plus about 2 ms. hardware.calibrate.fit_moe_curve adds each to a table's curve only where it removes a
+    tenth of the fit cost or more, the one that removes more first; 0 elsewhere. Not floors: they stay in
+    graph steps."""
 
     def compute_Fps(self, peak_flops: float, m: float) -> float:
         """Achievable FLOP/s at m rows (before tile padding)."""
@@ -297,7 +312,8 @@ def _roof(raw: Mapping[str, Any], where: str = "") -> Roofline:
                     floor_s=float(raw.get("floor_s", 0.0)), m_tile=int(raw.get("m_tile", 1)),
                     m_cost_s=float(raw.get("m_cost_s", 0.0)), k_half=float(raw.get("k_half", 0.0)),
                     n_half=float(raw.get("n_half", 0.0)), row_tiles=tiles,
-                    expert_s_per_byte=float(raw.get("expert_s_per_byte", 0.0)))
+                    expert_s_per_byte=float(raw.get("expert_s_per_byte", 0.0)),
+                    token_s=float(raw.get("token_s", 0.0)), token_passes=float(raw.get("token_passes", 0.0)))
 
 
 def row_tiles(raw: Any) -> tuple[tuple[int, int, int], ...]:

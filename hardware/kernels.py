@@ -250,7 +250,9 @@ def moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, topk: int, n
     n = inter, k = width): an expert sharded over moe_tp GPUs gives each few output tiles per row block
     (up-projection) and a short inner loop (down-projection); on the opdb tables the curve without these
     terms priced experts of <= 384 columns per GPU at >= 2k tokens 20-65 % too fast, and wide ones too slow.
-    A curve with ``expert_s_per_byte`` adds one expert's weight bytes at that rate to the call (Roofline)."""
+    A curve with ``expert_s_per_byte`` adds one expert's weight bytes at that rate to the call, one with
+    ``token_s`` that time per token entering it, one with ``token_passes`` that many passes over the routed
+    copies of the call's tokens at HBM bandwidth (Roofline)."""
     if tokens <= 0:
         return 0.0
     touched, pairs = routed_load(tokens, topk, num_experts, ep, routing)
@@ -260,7 +262,7 @@ def moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, topk: int, n
                     roof.width_factor(inter, width))
     if roof.expert_s_per_byte:
         t += roof.expert_s_per_byte * (mats * width * inter * w_bytes_per_elem)
-    return t
+    return t + tokens * (roof.token_s + roof.token_passes * topk * width * ACT_BYTES / bw_Bps)
 
 
 DEEPGEMM_M_ALIGN = 128

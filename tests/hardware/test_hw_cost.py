@@ -1444,6 +1444,154 @@ def test_fit_moe_curve_keeps_the_serial_term_only_where_it_fits() -> None:
     assert fit == fit_roofline(fl, nb, m, peak, bw, plain_rows, start, nk=(inter, None))[0]
 
 
+def test_moe_token_passes_by_hand() -> None:
+    """Roofline.token_passes adds that many passes over the routed copies of the call's tokens (tokens x
+    top-k x hidden x 2 B of BF16 activations) at HBM bandwidth, however the experts are sharded: by hand at
+    the Marlin table's shape (hidden 3584, inter 3072, top 16 of 896), 8,192 tokens, unsharded, over moe_tp
+    8 and over ep 8 (the same extra each time: 3 x 8192 x 16 x 3584 x 2 B / 4.8 TB/s = 587.2 us); a
+    replayed graph keeps it; a curve without it is the plain roofline, and a YAML curve reads it."""
+    from hardware import kernels
+    from hardware.calibration import _roof
+
+    plain = Roofline(compute_eff=0.14, m_half=25.0, mem_eff=0.95, floor_s=79e-6)
+    passes = attrs.evolve(plain, token_passes=3.0)
+    for inter, ep in ((3072, 1), (3072 // 8, 1), (3072, 8)):
+        kw = dict(tokens=8192, width=3584, inter=inter, topk=16, num_experts=896, ep=ep, mats=3,
+                  w_bytes_per_elem=0.53125, peak_flops=989e12, bw_Bps=4.8e12, routing="balanced")
+        assert kernels.moe_s(passes, **kw) - kernels.moe_s(plain, **kw) == pytest.approx(587.2e-6, rel=1e-4)
+    assert kernels.moe_s(passes, tokens=0, width=3584, inter=3072, topk=16, num_experts=896, ep=1, mats=3,
+                         w_bytes_per_elem=0.53125, peak_flops=989e12, bw_Bps=4.8e12) == 0.0
+    cal = Calibration(name="t", gemm={"bf16": GEMM}, attn_prefill=GEMM, attn_decode=GEMM,
+                      moe={"fp4": passes}, ssm=GEMM, elementwise=GEMM,
+                      allreduce=Collective(alpha_s=5e-6, bw_eff=0.7), alltoall=Collective(alpha_s=5e-6, bw_eff=0.7))
+    assert cal.graph_mode(3e-6).moe["fp4"].token_passes == 3.0
+    assert _roof({"mem_eff": 0.9, "token_passes": 1.5}).token_passes == 1.5
+    assert _roof({"mem_eff": 0.9}).token_passes == 0.0
+
+
+def test_moe_per_token_term_by_hand() -> None:
+    """Roofline.token_s adds that time per token entering a routed-expert call, whatever its top-k, width or
+    sharding (8,192 tokens x 270 ns = 2.2118 ms at the Marlin table's shape, unsharded and over ep 8), and
+    adds to the token passes; a replayed graph keeps it and a YAML curve reads it."""
+    from hardware import kernels
+    from hardware.calibration import _roof
+
+    plain = Roofline(compute_eff=0.14, m_half=25.0, mem_eff=0.95, floor_s=79e-6)
+    per_token = attrs.evolve(plain, token_s=270e-9)
+    both = attrs.evolve(per_token, token_passes=3.0)
+    for ep in (1, 8):
+        kw = dict(tokens=8192, width=3584, inter=3072, topk=16, num_experts=896, ep=ep, mats=3,
+                  w_bytes_per_elem=0.53125, peak_flops=989e12, bw_Bps=4.8e12, routing="balanced")
+        assert kernels.moe_s(per_token, **kw) - kernels.moe_s(plain, **kw) == pytest.approx(2.21184e-3, rel=1e-9)
+        assert kernels.moe_s(both, **kw) - kernels.moe_s(plain, **kw) == pytest.approx(2.21184e-3 + 587.2e-6,
+                                                                                          rel=1e-4)
+    cal = Calibration(name="t", gemm={"bf16": GEMM}, attn_prefill=GEMM, attn_decode=GEMM,
+                      moe={"fp4": per_token}, ssm=GEMM, elementwise=GEMM,
+                      allreduce=Collective(alpha_s=5e-6, bw_eff=0.7), alltoall=Collective(alpha_s=5e-6, bw_eff=0.7))
+    assert cal.graph_mode(3e-6).moe["fp4"].token_s == 270e-9
+    assert _roof({"mem_eff": 0.9, "token_s": 3e-8}).token_s == 3e-8
+    assert _roof({"mem_eff": 0.9}).token_s == 0.0
+
+
+def test_moe_token_passes_in_the_ledger() -> None:
+    """In a step, the token traffic is paid once per MoE layer for every token the layer sees, by the mean
+    expert-parallel rank and the busiest alike: moe_experts grows by layers x passes x tokens x top-k x
+    hidden x 2 B / HBM bandwidth, nothing else moves (gpt-oss-120b MXFP4, TP 2 x EP 2 on H200, 8 decodes
+    in a replayed graph)."""
+    from hardware import calibration_for_engine, load_gpu, load_model
+
+    cal = calibration_for_engine("trtllm")
+    plain = attrs.evolve(cal, moe={**cal.moe, "fp4": attrs.evolve(cal.moe["fp4"], token_passes=0.0)})
+    passes = attrs.evolve(cal, moe={**cal.moe, "fp4": attrs.evolve(cal.moe["fp4"], token_passes=2.0)})
+    model = load_model("openai/gpt-oss-120b")
+    gpu = load_gpu("h200_sxm")
+    dep = Deployment(gpu=gpu, model=model, engine=load_engine("trtllm"), tp=2, ep=2)
+    shape = BatchShape.from_requests([1] * 8, [1500] * 8)
+    a = CostModel(dep, calibration=plain).step_cost(shape).terms
+    b = CostModel(dep, calibration=passes).step_cost(shape).terms
+    moe = [ffn for _mixer, ffn in model.layers if ffn is not None and ffn.kind == "moe"]
+    one_pass = 8 * moe[0].experts_per_token * model.hidden_size * 2 / gpu.hbm_bw_Bps
+    assert b["moe_experts"] - a["moe_experts"] == pytest.approx(len(moe) * 2.0 * one_pass, rel=1e-9)
+    assert b["ep_imbalance"] == pytest.approx(a["ep_imbalance"], rel=1e-9, abs=1e-15)
+    assert {k: v for k, v in a.items() if k not in ("moe_experts", "ep_imbalance")} == \
+        {k: v for k, v in b.items() if k not in ("moe_experts", "ep_imbalance")}
+
+
+def test_fit_moe_curve_adds_the_token_passes_where_they_fit() -> None:
+    """fit_moe_curve given each row's pass over its routed token copies: rows made by a curve with 1.5
+    passes (the same tokens sharded over 1-16 ranks by moe_tp or by ep, as the opdb tables time them) give
+    1.5 passes back within 5 % and no serial expert term; the plain rows keep the plain fit, neither extra
+    term written. calibrate.moe_pass_s prices a table row's pass as kernels.moe_s does."""
+    import numpy as np
+
+    from hardware.calibrate import fit_moe_curve, fit_roofline, moe_pass_s, roof_np
+
+    rng = np.random.default_rng(12)
+    n = 160
+    tokens = rng.choice([64.0, 512.0, 2048.0, 8192.0], n)
+    shards = rng.choice([1.0, 2.0, 4.0, 8.0, 16.0], n)
+    by_ep = rng.random(n) < 0.5
+    inter = np.where(by_ep, 3072.0, 3072.0 / shards)
+    width = np.full(n, 3584.0)
+    touched = np.where(by_ep, 896.0 / shards, 896.0)
+    pairs = tokens * 16 / np.where(by_ep, shards, 1.0)
+    m = pairs / touched
+    fl = 2 * pairs * 3 * width * inter
+    nb = touched * 3 * width * inter * 0.53 + pairs * (2 * width + 3 * inter) * 2
+    eb = 3 * width * inter * 0.53
+    peak, bw = np.full(n, 989e12), np.full(n, 4.8e12)
+    rows = [{"num_tokens": str(t), "topk": "16", "hidden_size": "3584"} for t in tokens]
+    pass_s = moe_pass_s(rows, bw)
+    assert pass_s == pytest.approx(tokens * 16 * 3584 * 2 / 4.8e12, rel=1e-12)
+    p = np.array([0.15, 25.0, 0.9, 0.0, 80e-6, 50.0])
+    start = {"compute_eff": 0.4, "mem_eff": 0.6, "floor_s": 1e-5}
+    plain_rows = roof_np(p, fl, nb, m, peak, bw, nk=(inter, None))
+    planted = plain_rows + 1.5 * pass_s
+    fit, err = fit_moe_curve(fl, nb, m, peak, bw, planted, start, eb, nk=(inter, None), pass_s=pass_s)
+    assert fit["token_passes"] == pytest.approx(1.5, rel=0.05)
+    assert "expert_s_per_byte" not in fit
+    assert float(np.max(np.abs(err))) < 0.01
+    fit, err = fit_moe_curve(fl, nb, m, peak, bw, plain_rows, start, eb, nk=(inter, None), pass_s=pass_s)
+    assert "token_passes" not in fit and "expert_s_per_byte" not in fit
+    assert fit == fit_roofline(fl, nb, m, peak, bw, plain_rows, start, nk=(inter, None))[0]
+
+
+def test_fit_moe_curve_tells_a_per_token_cost_from_token_traffic() -> None:
+    """Offered both, fit_moe_curve keeps the extra term the table shows: over two shapes (top 16 x hidden
+    3584 and top 4 x hidden 2880, 4.98 x apart in routed bytes per token), rows with a flat 250 ns per token
+    give token_s back (within 5 %) and no token_passes; rows with 10 passes over the routed copies give
+    token_passes back and no token_s (each row with 2 % of measurement noise: on exact rows a fit's cost is
+    all but zero, and any second term lowers it by more than a tenth)."""
+    import numpy as np
+
+    from hardware.calibrate import fit_moe_curve, roof_np
+
+    rng = np.random.default_rng(13)
+    n = 200
+    tokens = rng.choice([64.0, 512.0, 2048.0, 8192.0], n)
+    wide = rng.random(n) < 0.5
+    topk, width = np.where(wide, 16.0, 4.0), np.where(wide, 3584.0, 2880.0)
+    experts = np.where(wide, 896.0, 128.0)
+    inter = 3072.0 / rng.choice([1.0, 2.0, 4.0, 8.0], n)
+    pairs = tokens * topk
+    touched = np.minimum(experts, pairs)
+    m = pairs / touched
+    fl = 2 * pairs * 3 * width * inter
+    nb = touched * 3 * width * inter * 0.53 + pairs * (2 * width + 3 * inter) * 2
+    eb = 3 * width * inter * 0.53
+    peak, bw = np.full(n, 989e12), np.full(n, 4.8e12)
+    pass_s = tokens * topk * width * 2 / bw
+    p = np.array([0.15, 25.0, 0.9, 0.0, 80e-6, 50.0])
+    start = {"compute_eff": 0.4, "mem_eff": 0.6, "floor_s": 1e-5}
+    plain_rows = roof_np(p, fl, nb, m, peak, bw, nk=(inter, None)) * np.exp(rng.normal(0.0, 0.02, n))
+    fit, _ = fit_moe_curve(fl, nb, m, peak, bw, plain_rows + 250e-9 * tokens, start, eb, nk=(inter, None),
+                           tokens=tokens, pass_s=pass_s)
+    assert fit["token_s"] == pytest.approx(250e-9, rel=0.05) and "token_passes" not in fit
+    fit, _ = fit_moe_curve(fl, nb, m, peak, bw, plain_rows + 10.0 * pass_s, start, eb, nk=(inter, None),
+                           tokens=tokens, pass_s=pass_s)
+    assert fit["token_passes"] == pytest.approx(10.0, rel=0.05) and "token_s" not in fit
+
+
 def test_calibrate_only_refits_one_named_curve() -> None:
     """``--only moe.fp4``: that curve and its note refitted, the group's other curves, every other block and
     their notes as shipped; a curve name the fit does not have is refused with the names it has."""
