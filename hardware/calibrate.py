@@ -196,12 +196,12 @@ TOKEN_PASSES_STARTS = (0.5, 2.0, 8.0)
 """Starting values of token_passes, tried with each of fit_roofline's starting points."""
 
 EXPERT_TERM_MIN_GAIN = 0.10
-"""The share of a fit's cost an extra grouped-expert term (the serial expert term, the per-token term) must
-remove to be kept (:func:`fit_moe_curve`): one parameter more has to describe the table, not just bend the
-fit. On the shipped opdb tables the serial term removes 40 % (vLLM w4a16_mxfp4, OpenAI triton_kernels) and
-13 % (TensorRT-LLM w4a16_mxfp4, the same kernels through its Triton MoE backend) against 2-3 % on the Marlin
-tables (vLLM fp4_marlin, int4) and nothing on the others (the fit with the term ends at a higher cost
-there)."""
+"""The share of a fit's cost an extra grouped-expert term (the serial expert term, the per-token term, the
+token traffic) must remove to be kept (:func:`fit_moe_curve`): one parameter more has to describe the table,
+not just bend the fit. On the shipped opdb tables the serial term removes 40 % (vLLM w4a16_mxfp4, OpenAI
+triton_kernels) and 13 % (TensorRT-LLM w4a16_mxfp4, the same kernels through its Triton MoE backend)
+against 2-3 % on the Marlin tables (vLLM fp4_marlin, int4) and nothing on the others (the fit with the
+term ends at a higher cost there); the first token term removes 13-65 % on every fitted table (stop 42)."""
 
 
 def _soft_l1_cost(err: np.ndarray, f_scale: float = 0.1) -> float:
@@ -220,9 +220,9 @@ def fit_moe_curve(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np
     serial expert term (Roofline.expert_s_per_byte, ``expert_bytes`` per row) and, where given, the per-token
     term (Roofline.token_s, ``tokens`` entering each row's call) and the token-traffic term
     (Roofline.token_passes, ``pass_s``: one pass over each row's routed token copies at HBM bandwidth,
-    :func:`moe_pass_s`). Each round fits every term not
-    yet in, started also from the current fit, and keeps the one that lowers the cost most, if it lowers it
-    by EXPERT_TERM_MIN_GAIN or more; otherwise the current curve is returned."""
+    :func:`moe_pass_s`). Each round fits every term not yet in, started also from the current fit, and keeps
+    the one that lowers the cost most, if it lowers it by EXPERT_TERM_MIN_GAIN or more; otherwise the current
+    curve is returned."""
     given = {"expert_s_per_byte": expert_bytes, "token_s": tokens, "token_passes": pass_s}
     extras = {name: arr for name, arr in given.items() if arr is not None}
     best, best_err = fit_roofline(flops, nbytes, m, peak, bw, meas_s, start, nk=nk)
@@ -232,7 +232,7 @@ def fit_moe_curve(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np
         for name in extras:
             if name in chosen:
                 continue
-            terms = [n for n in extras if n in chosen or n == name]   # roof_np's order
+            terms = {*chosen, name}
             fit, err = fit_roofline(flops, nbytes, m, peak, bw, meas_s, start, nk=nk,
                                     expert_bytes=expert_bytes if "expert_s_per_byte" in terms else None,
                                     tokens=tokens if "token_s" in terms else None,
@@ -269,7 +269,7 @@ def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.
     ``min_compute_eff``: the lowest compute efficiency allowed (a fraction of the tensor-core peak; work done
     on the CUDA cores, as a quantised KV cache's dequantisation, runs at a few percent of it)."""
     widths = 0 if nk is None else (1 if nk[1] is None else 2)
-    extras = [(name, lo_hi, grid) for name, arr, lo_hi, grid in (
+    extras = [(name, top, grid) for name, arr, top, grid in (
         ("expert_s_per_byte", expert_bytes, EXPERT_S_PER_BYTE_MAX, EXPERT_S_PER_BYTE_STARTS),
         ("token_s", tokens, TOKEN_S_MAX, TOKEN_S_STARTS),
         ("token_passes", pass_s, TOKEN_PASSES_MAX, TOKEN_PASSES_STARTS)) if arr is not None]
