@@ -147,15 +147,12 @@ def roof_np(p: Sequence[float] | np.ndarray, flops: np.ndarray, nbytes: np.ndarr
             bw: np.ndarray, tile: int = 1, per_m: bool = False,
             nk: tuple[np.ndarray, np.ndarray | None] | None = None,
             row_tiles: Sequence[tuple[int, int, int]] = (),
-            expert_bytes: np.ndarray | None = None, tokens: np.ndarray | None = None,
-            pass_s: np.ndarray | None = None) -> np.ndarray:
-    """p = (compute_eff, m_half, mem_eff, bytes_half, floor_s[, m_cost_s][, k_half], n_half[,
-    expert_s_per_byte][, token_s][, token_passes]); see calibration.Roofline (m_cost_s present with per_m,
-    k_half / n_half with the widths nk = (n, k); with k None, n_half alone: widths whose k never varies in
-    the table; ``row_tiles`` as Roofline.row_tiles; expert_s_per_byte with ``expert_bytes``, one expert's
-    weight bytes per row, token_s with ``tokens``, the tokens entering each row's call, and token_passes
-    with ``pass_s``, the time of one pass over each row's routed token copies at HBM bandwidth, as
-    kernels.moe_s adds them)."""
+            extras: Sequence[np.ndarray] = ()) -> np.ndarray:
+    """p = (compute_eff, m_half, mem_eff, bytes_half, floor_s[, m_cost_s][, k_half], n_half, then one
+    coefficient per array of ``extras``); see calibration.Roofline (m_cost_s present with per_m, k_half /
+    n_half with the widths nk = (n, k); with k None, n_half alone: widths whose k never varies in the table;
+    ``row_tiles`` as Roofline.row_tiles). ``extras``: the per-row features of the grouped-expert terms in
+    use, in EXTRA_TERMS order, each added times its coefficient as kernels.moe_s adds it."""
     ce, mh, me, bh, fl = p[:5]
     i = 5
     per_row = 0.0
@@ -171,29 +168,21 @@ def roof_np(p: Sequence[float] | np.ndarray, flops: np.ndarray, nbytes: np.ndarr
     tc = flops * pad / rate
     tm = nbytes / (bw * me * (nbytes / (nbytes + bh)))
     t = np.maximum(tc, tm) + fl + per_row * m
-    for extra in (expert_bytes, tokens, pass_s):
-        if extra is not None:
-            t, i = t + p[i] * extra, i + 1
+    for j, feature in enumerate(extras):
+        t = t + p[i + j] * feature
     return t
 
 
-EXPERT_S_PER_BYTE_MAX = 1e-9
-"""Upper bound of Roofline.expert_s_per_byte in the fit (1 GB/s for one expert's weights)."""
-
-EXPERT_S_PER_BYTE_STARTS = (1e-13, 1e-12, 5e-12)
-"""Starting rates of expert_s_per_byte, tried with each of fit_roofline's starting points."""
-
-TOKEN_S_MAX = 1e-6
-"""Upper bound of Roofline.token_s in the fit (1 us per token entering a grouped-expert call)."""
-
-TOKEN_S_STARTS = (1e-9, 1e-8, 1e-7)
-"""Starting values of token_s, tried with each of fit_roofline's starting points."""
-
-TOKEN_PASSES_MAX = 100.0
-"""Upper bound of Roofline.token_passes in the fit."""
-
-TOKEN_PASSES_STARTS = (0.5, 2.0, 8.0)
-"""Starting values of token_passes, tried with each of fit_roofline's starting points."""
+EXTRA_TERMS: dict[str, tuple[float, tuple[float, ...]]] = {
+    "expert_s_per_byte": (1e-9, (1e-13, 1e-12, 5e-12)),
+    "token_s": (1e-6, (1e-9, 1e-8, 1e-7)),
+    "token_passes": (100.0, (0.5, 2.0, 8.0)),
+}
+"""The grouped-expert curve's extra terms (calibration.Roofline), in the order roof_np takes their features:
+each name's upper bound in the fit and the starting values tried with each of fit_roofline's starting
+points. Features per row: one expert's weight bytes (expert_s_per_byte: 1 GB/s at most), the tokens entering
+the call (token_s: 1 us a token at most), one pass over the routed token copies at HBM bandwidth
+(token_passes, kernels.token_pass_s)."""
 
 EXPERT_TERM_MIN_GAIN = 0.10
 """The share of a fit's cost an extra grouped-expert term (the serial expert term, the per-token term, the
@@ -224,19 +213,16 @@ def fit_moe_curve(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np
     the one that lowers the cost most, if it lowers it by EXPERT_TERM_MIN_GAIN or more; otherwise the current
     curve is returned."""
     given = {"expert_s_per_byte": expert_bytes, "token_s": tokens, "token_passes": pass_s}
-    extras = {name: arr for name, arr in given.items() if arr is not None}
+    features = {name: arr for name, arr in given.items() if arr is not None}
     best, best_err = fit_roofline(flops, nbytes, m, peak, bw, meas_s, start, nk=nk)
     chosen: list[str] = []
-    while len(chosen) < len(extras):
+    while len(chosen) < len(features):
         trials = []
-        for name in extras:
+        for name in features:
             if name in chosen:
                 continue
-            terms = {*chosen, name}
-            fit, err = fit_roofline(flops, nbytes, m, peak, bw, meas_s, start, nk=nk,
-                                    expert_bytes=expert_bytes if "expert_s_per_byte" in terms else None,
-                                    tokens=tokens if "token_s" in terms else None,
-                                    pass_s=pass_s if "token_passes" in terms else None,
+            terms = {n: a for n, a in features.items() if n in chosen or n == name}
+            fit, err = fit_roofline(flops, nbytes, m, peak, bw, meas_s, start, nk=nk, extras=terms,
                                     more_starts=[best])   # the current fit, the new term at its starts
             trials.append((_soft_l1_cost(err), name, fit, err))
         cost, name, fit, err = min(trials, key=lambda t: t[0])
@@ -253,39 +239,29 @@ def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.
                  nk: tuple[np.ndarray, np.ndarray | None] | None = None,
                  min_compute_eff: float = 0.02,
                  row_tiles: Sequence[tuple[int, int, int]] = (),
-                 expert_bytes: np.ndarray | None = None,
-                 tokens: np.ndarray | None = None,
-                 pass_s: np.ndarray | None = None,
+                 extras: Mapping[str, np.ndarray] | None = None,
                  more_starts: Sequence[Mapping[str, Any]] = ()) -> tuple[dict[str, Any], np.ndarray]:
     """Least-squares fit of the roofline constants on log error (tile size chosen from `tiles`, or the
     kernel's own ``row_tiles`` by batch size, given, not fitted; with per_m also a serial cost per row;
-    with the widths nk = (n, k) also k_half and n_half, with nk = (n, None) n_half alone; with
-    ``expert_bytes`` (one expert's weight bytes per row) also expert_s_per_byte, with ``tokens`` (the tokens
-    entering each row's call) also token_s, with ``pass_s`` (one pass over each row's routed token copies at
-    HBM bandwidth) also token_passes, each started at a few values).
+    with the widths nk = (n, k) also k_half and n_half, with nk = (n, None) n_half alone; ``extras`` maps
+    grouped-expert terms of EXTRA_TERMS to their per-row features, each term fitted too, started at its few
+    values).
     ``more_starts``: starting points besides the three fixed ones, each a mapping from parameter names to
     values, as this function returns (e.g. a plain fit's, to extend it by an extra term); a parameter it
     lacks takes the fixed starts' value, an extra term its few starting values.
     ``min_compute_eff``: the lowest compute efficiency allowed (a fraction of the tensor-core peak; work done
     on the CUDA cores, as a quantised KV cache's dequantisation, runs at a few percent of it)."""
     widths = 0 if nk is None else (1 if nk[1] is None else 2)
-    extras = [(name, top, grid) for name, arr, top, grid in (
-        ("expert_s_per_byte", expert_bytes, EXPERT_S_PER_BYTE_MAX, EXPERT_S_PER_BYTE_STARTS),
-        ("token_s", tokens, TOKEN_S_MAX, TOKEN_S_STARTS),
-        ("token_passes", pass_s, TOKEN_PASSES_MAX, TOKEN_PASSES_STARTS)) if arr is not None]
+    extras = extras or {}
+    terms = [name for name in EXTRA_TERMS if name in extras]
     names = ("compute_eff", "m_half", "mem_eff", "bytes_half", "floor_s") + (("m_cost_s",) if per_m else ()) \
-        + ("k_half", "n_half")[2 - widths:] + tuple(name for name, _, _ in extras)
-    lo = [min_compute_eff, 0.0, 0.02, 0.0, 0.0] + ([0.0] if per_m else []) + [0.0] * widths + [0.0] * len(extras)
+        + ("k_half", "n_half")[2 - widths:] + tuple(terms)
+    lo = [min_compute_eff, 0.0, 0.02, 0.0, 0.0] + ([0.0] if per_m else []) + [0.0] * widths + [0.0] * len(terms)
     hi = [1.0, 8192.0, 1.0, 2.0e9, 2.0e-4] + ([2.0e-6] if per_m else []) + [65536.0] * widths \
-        + [top for _, top, _ in extras]
+        + [EXTRA_TERMS[name][0] for name in terms]
     ok = np.isfinite(meas_s) & (meas_s > 0) & np.isfinite(flops) & np.isfinite(nbytes)
     flops, nbytes, m, peak, bw, meas_s = (a[ok] for a in (flops, nbytes, m, peak, bw, meas_s))
-    if expert_bytes is not None:
-        expert_bytes = expert_bytes[ok]
-    if tokens is not None:
-        tokens = tokens[ok]
-    if pass_s is not None:
-        pass_s = pass_s[ok]
+    features = [extras[name][ok] for name in terms]
     if nk is not None:
         nk = (nk[0][ok], None if nk[1] is None else nk[1][ok])
     m = np.maximum(m, 1e-9)
@@ -295,14 +271,13 @@ def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.
                        [0.7, 128.0, 0.8, 1e7, 8e-6], [0.5, 1.0, 0.6, 1e5, 4e-6])]
     starts: list[list[float]] = []
     for given in [*fixed, *more_starts]:
-        base = [float(given.get(k, fixed[0].get(k, 0.0))) for k in names[:len(names) - len(extras)]]
-        grids = [[float(given[name])] if name in given else list(grid) for name, _, grid in extras]
+        base = [float(given.get(k, fixed[0].get(k, 0.0))) for k in names[:len(names) - len(terms)]]
+        grids = [[float(given[name])] if name in given else list(EXTRA_TERMS[name][1]) for name in terms]
         starts += [base + list(x) for x in itertools.product(*grids)]
     best, best_tile = None, 1
     for tile in (1,) if row_tiles else tiles:
         def resid(p: np.ndarray, tile: int = tile) -> np.ndarray:
-            return np.log(roof_np(p, flops, nbytes, m, peak, bw, tile, per_m, nk, row_tiles, expert_bytes,
-                                  tokens, pass_s) / meas_s)
+            return np.log(roof_np(p, flops, nbytes, m, peak, bw, tile, per_m, nk, row_tiles, features) / meas_s)
 
         for x in starts:
             x0 = np.clip(np.array(x, dtype=float), np.array(lo) + 1e-12, np.array(hi) - 1e-12)
@@ -312,8 +287,7 @@ def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.
                 best, best_tile = res, tile
     assert best is not None
     p = best.x
-    err = roof_np(p, flops, nbytes, m, peak, bw, best_tile, per_m, nk, row_tiles, expert_bytes, tokens,
-                  pass_s) / meas_s - 1.0
+    err = roof_np(p, flops, nbytes, m, peak, bw, best_tile, per_m, nk, row_tiles, features) / meas_s - 1.0
     out: dict[str, Any] = {k: float(v) for k, v in zip(names, p)}
     if best_tile > 1:
         out["m_tile"] = best_tile
@@ -468,9 +442,9 @@ def moe_expert_bytes(rows: list[dict[str, str]], dtype: str) -> np.ndarray:
 
 
 def moe_pass_s(rows: list[dict[str, str]], bw: np.ndarray) -> np.ndarray:
-    """Per MoE row: one pass over its routed token copies (tokens x top-k x hidden x activation bytes) at
-    the GPU's spec HBM bandwidth ``bw`` (kernels.moe_s, Roofline.token_passes)."""
-    return _f(rows, "num_tokens") * _f(rows, "topk") * _f(rows, "hidden_size") * ACT / bw
+    """Per MoE row: one pass over its routed token copies at the GPU's spec HBM bandwidth ``bw``
+    (kernels.token_pass_s, as kernels.moe_s prices Roofline.token_passes)."""
+    return kernels.token_pass_s(_f(rows, "num_tokens"), _f(rows, "topk"), _f(rows, "hidden_size"), bw)
 
 
 MOE_WIDTHS_MIN = 3
@@ -480,6 +454,14 @@ rate at one width cannot be told from the width's share of it, and the term woul
 
 
 _FAMILY_NAMES = {"marlin": "Marlin", "flashinfer": "FlashInfer CUTLASS"}
+
+
+_EXTRA_NOTES: dict[str, Callable[[float], str]] = {
+    "expert_s_per_byte": lambda v: f"one expert's weights at {1e-9 / v:.0f} GB/s",
+    "token_s": lambda v: f"{1e9 * v:.0f} ns per token entering the call",
+    "token_passes": lambda v: f"{v:.2f} passes over the routed token copies at HBM bandwidth",
+}
+"""How a calibration note words each extra grouped-expert term of a fitted curve."""
 
 
 def _family_label(key: str, dtype: str, keys: list[str]) -> str:
@@ -591,15 +573,8 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
             shape = "" if n_ok and k_ok else (f", width terms on {'the expert width' if n_ok else 'neither'}"
                                                f" ({len(np.unique(inter_gpu))} expert widths per GPU, "
                                                f"{len(np.unique(hid))} hidden width(s))")
-            rate = p.get("expert_s_per_byte")
-            serial = (f", one expert's weights at {1e-9 / rate:.0f} GB/s added (expert_s_per_byte)"
-                      if rate else "")
-            if p.get("token_s"):
-                serial += f", {1e9 * p['token_s']:.0f} ns per token entering the call added (token_s)"
-            if p.get("token_passes"):
-                serial += (f", {p['token_passes']:.2f} passes over the routed token copies at HBM bandwidth added"
-                           " (token_passes)")
-            notes[f"moe.{key}"] = (f"fitted on {src} moe_perf {raw}{kernels} balanced{shape}{serial}: "
+            added = "".join(f", {_EXTRA_NOTES[name](p[name])} added ({name})" for name in EXTRA_TERMS if p.get(name))
+            notes[f"moe.{key}"] = (f"fitted on {src} moe_perf {raw}{kernels} balanced{shape}{added}: "
                                    f"{_summary(err)}")
             log(f"{engine} moe {key}: {_summary(err)}")
     out["moe"] = moe

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Sequence
+from typing import Sequence, TypeVar
 
 import numpy as np
 
@@ -15,6 +15,7 @@ from hardware.calibration import Collective, Roofline
 from hardware.dtypes import quantised_kv
 
 ACT_BYTES = 2
+_Num = TypeVar("_Num", float, np.ndarray)
 
 
 def gemm_s(roof: Roofline, m: float, n: int, k: int, w_bytes_per_elem: float, peak_flops: float,
@@ -241,6 +242,13 @@ def routed_load(tokens: float, topk: int, num_experts: int, ep: int, routing: st
     return experts_touched(tokens, topk, num_experts, -(-num_experts // ep)), tokens * topk / ep
 
 
+def token_pass_s(tokens: _Num, topk: _Num, width: _Num, bw_Bps: _Num) -> _Num:
+    """One pass over the routed copies of a MoE call's tokens (tokens x top-k x hidden x activation bytes) at
+    HBM bandwidth ``bw_Bps``: what Roofline.token_passes counts (scalars here, per-row arrays in
+    hardware.calibrate)."""
+    return tokens * topk * width * ACT_BYTES / bw_Bps
+
+
 def moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, topk: int, num_experts: int, ep: int,
           mats: int, w_bytes_per_elem: float, peak_flops: float, bw_Bps: float, routing: str = "uniform") -> float:
     """Routed-expert grouped GEMMs on one GPU: its (token, expert) pairs, its distinct experts' weights
@@ -262,7 +270,7 @@ def moe_s(roof: Roofline, *, tokens: float, width: int, inter: int, topk: int, n
                     roof.width_factor(inter, width))
     if roof.expert_s_per_byte:
         t += roof.expert_s_per_byte * (mats * width * inter * w_bytes_per_elem)
-    return t + tokens * (roof.token_s + roof.token_passes * topk * width * ACT_BYTES / bw_Bps)
+    return t + roof.token_s * tokens + roof.token_passes * token_pass_s(tokens, topk, width, bw_Bps)
 
 
 DEEPGEMM_M_ALIGN = 128

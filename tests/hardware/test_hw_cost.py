@@ -1360,6 +1360,13 @@ def test_pipeline_boundaries_cross_nodes_where_the_stages_do() -> None:
     assert pipeline_sendrecv_s(coll, tokens=0, hidden=1000, hops=(True,), scaleup_Bps=1.0, nic_Bps=1.0) == 0.0
 
 
+def _moe_only_calibration(curve: Roofline) -> Calibration:
+    """A calibration whose every curve is GEMM but its fp4 MoE curve, ``curve``."""
+    return Calibration(name="t", gemm={"bf16": GEMM}, attn_prefill=GEMM, attn_decode=GEMM, moe={"fp4": curve},
+                       ssm=GEMM, elementwise=GEMM, allreduce=Collective(alpha_s=5e-6, bw_eff=0.7),
+                       alltoall=Collective(alpha_s=5e-6, bw_eff=0.7))
+
+
 def test_moe_serial_expert_term_by_hand() -> None:
     """Roofline.expert_s_per_byte adds one expert's weight bytes on the GPU at that rate to a routed-expert
     call, whatever the experts it touches: by hand at gpt-oss-120b's shape (2880 x 2880, 3 matrices, MXFP4),
@@ -1380,10 +1387,7 @@ def test_moe_serial_expert_term_by_hand() -> None:
             == pytest.approx(extra, rel=1e-9)
     assert kernels.moe_s(serial, tokens=0, width=2880, inter=2880, topk=4, num_experts=128, ep=1, mats=3,
                          w_bytes_per_elem=fp4, peak_flops=989e12, bw_Bps=4.8e12) == 0.0
-    cal = Calibration(name="t", gemm={"bf16": GEMM}, attn_prefill=GEMM, attn_decode=GEMM, moe={"fp4": serial},
-                      ssm=GEMM, elementwise=GEMM, allreduce=Collective(alpha_s=5e-6, bw_eff=0.7),
-                      alltoall=Collective(alpha_s=5e-6, bw_eff=0.7))
-    graphed = cal.graph_mode(3e-6).moe["fp4"]
+    graphed = _moe_only_calibration(serial).graph_mode(3e-6).moe["fp4"]
     assert graphed.expert_s_per_byte == 5e-12 and graphed.floor_s != serial.floor_s
 
 
@@ -1461,10 +1465,7 @@ def test_moe_token_passes_by_hand() -> None:
         assert kernels.moe_s(passes, **kw) - kernels.moe_s(plain, **kw) == pytest.approx(587.2e-6, rel=1e-4)
     assert kernels.moe_s(passes, tokens=0, width=3584, inter=3072, topk=16, num_experts=896, ep=1, mats=3,
                          w_bytes_per_elem=0.53125, peak_flops=989e12, bw_Bps=4.8e12) == 0.0
-    cal = Calibration(name="t", gemm={"bf16": GEMM}, attn_prefill=GEMM, attn_decode=GEMM,
-                      moe={"fp4": passes}, ssm=GEMM, elementwise=GEMM,
-                      allreduce=Collective(alpha_s=5e-6, bw_eff=0.7), alltoall=Collective(alpha_s=5e-6, bw_eff=0.7))
-    assert cal.graph_mode(3e-6).moe["fp4"].token_passes == 3.0
+    assert _moe_only_calibration(passes).graph_mode(3e-6).moe["fp4"].token_passes == 3.0
     assert _roof({"mem_eff": 0.9, "token_passes": 1.5}).token_passes == 1.5
     assert _roof({"mem_eff": 0.9}).token_passes == 0.0
 
@@ -1485,10 +1486,7 @@ def test_moe_per_token_term_by_hand() -> None:
         assert kernels.moe_s(per_token, **kw) - kernels.moe_s(plain, **kw) == pytest.approx(2.21184e-3, rel=1e-9)
         assert kernels.moe_s(both, **kw) - kernels.moe_s(plain, **kw) == pytest.approx(2.21184e-3 + 587.2e-6,
                                                                                           rel=1e-4)
-    cal = Calibration(name="t", gemm={"bf16": GEMM}, attn_prefill=GEMM, attn_decode=GEMM,
-                      moe={"fp4": per_token}, ssm=GEMM, elementwise=GEMM,
-                      allreduce=Collective(alpha_s=5e-6, bw_eff=0.7), alltoall=Collective(alpha_s=5e-6, bw_eff=0.7))
-    assert cal.graph_mode(3e-6).moe["fp4"].token_s == 270e-9
+    assert _moe_only_calibration(per_token).graph_mode(3e-6).moe["fp4"].token_s == 270e-9
     assert _roof({"mem_eff": 0.9, "token_s": 3e-8}).token_s == 3e-8
     assert _roof({"mem_eff": 0.9}).token_s == 0.0
 
