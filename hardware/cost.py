@@ -239,7 +239,7 @@ class CostModel:
                         ar += 1 if d.tp > 1 else 0
                     else:
                         moe_ar = d.moe_tp > 1
-            ew += blocks * 4 * h * ACT_BYTES
+            ew += blocks * (4 + m.residual_reads) * h * ACT_BYTES
             ew_k = blocks * self.cal.elementwise_kernels_per_block
             n_kernels += len(gemms) + ew_k + ar
             groups.append(_Group(count, mixer, ffn, tuple(gemms), ar, moe_ar, ew, ew_k, n_kernels))

@@ -233,6 +233,8 @@ class Deployment:
             if m.index_n_heads:
                 lins += [Linear("indexer_q", m.index_n_heads * m.index_head_dim, m.q_lora_rank or h, q),
                          Linear("indexer_k", m.index_head_dim + m.index_n_heads, h, False)]
+            if m.output_gate:
+                lins += [Linear("g_proj", heads * m.vdim, h, q)]
             return lins + [Linear("o_proj", h, heads * m.vdim, q)]
         if m.kind == "mamba2":
             d_inner, groups = heads * m.head_dim, self.mixer_groups(m)
@@ -240,6 +242,17 @@ class Deployment:
                     Linear("out_proj", h, d_inner, q)]
         groups = self.mixer_groups(m)   # gdn
         qkv, z = 2 * groups * m.state_size + heads * m.head_dim, heads * m.head_dim
+        if m.gate_rank:
+            # Kimi Delta Attention as SGLang's kimi_k3.py runs it: q, k, v and the full-rank output gate in one
+            # GEMM (sharded by heads), f_a (whole on every rank) with beta in a second small one, f_b (by
+            # heads) the third; vLLM folds f_a and beta into the wide GEMM, the same work in one launch fewer.
+            # The gate projections stay BF16 (K3 quantises only its routed experts).
+            lins = [Linear("in_proj", qkv + (0 if m.out_gate_rank else z), h, q),
+                    Linear("in_proj", m.gate_rank + heads, h, False),
+                    Linear("in_proj", z, m.gate_rank, False)]
+            if m.out_gate_rank:   # a low-rank output gate (Kimi-Linear-48B): g_a whole, g_b by heads
+                lins += [Linear("in_proj", m.out_gate_rank, h, False), Linear("in_proj", z, m.out_gate_rank, False)]
+            return [*lins, Linear("out_proj", h, z, q)]
         if m.split_in_proj:
             # q / k / v, output gate z, beta b, decay a: one GEMM each. b and a stay BF16 under block FP8:
             # SGLang 0.5.9 refuses a column-parallel block-FP8 shard narrower than the block (layers/

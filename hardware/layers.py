@@ -17,11 +17,15 @@ class MixerSpec:
 
     gqa: num_heads / num_kv_heads / head_dim (v_head_dim if different), optional sliding window, output gate.
     mla: DeepSeek multi-head latent attention (q_lora_rank, kv_lora_rank, qk_nope/rope dims, v_head_dim),
-         optional DSA indexer (index_n_heads, index_head_dim, index_topk).
+         optional DSA indexer (index_n_heads, index_head_dim, index_topk), optional output gate (Kimi-K3:
+         g_proj hidden -> heads x v_head_dim, a sigmoid on the attention output before o_proj).
     mamba2: num_heads x head_dim values, state_size, groups (n_groups), conv_kernel, chunk_size.
     gdn: gated delta net (Qwen3.5 linear attention): num_heads value heads x head_dim, groups key heads x
          state_size key dim, conv_kernel; split_in_proj: the input projection runs as four GEMMs (qkv, z,
-         b, a) instead of one.
+         b, a) instead of one. With gate_rank > 0 it is Kimi Delta Attention (Kimi Linear / Kimi-K3): the
+         forget gate decays each key channel, not each head, through a rank-gate_rank bottleneck (f_a:
+         hidden -> gate_rank, whole on every rank; f_b: gate_rank -> heads x head_dim), and the output gate
+         is full rank (hidden -> heads x head_dim) unless out_gate_rank > 0 (g_a / g_b the same way).
     """
 
     kind: str
@@ -44,6 +48,8 @@ class MixerSpec:
     chunk_size: int = 128
     state_bytes: int = 4            # SSM / recurrent state element size (FP32 unless the config says BF16)
     split_in_proj: bool = False     # gdn: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a as separate GEMMs
+    gate_rank: int = 0              # gdn: KDA's per-channel forget gate through this rank (0: GDN, one per head)
+    out_gate_rank: int = 0          # gdn with gate_rank: the output gate's rank (0: full rank)
 
     def __attrs_post_init__(self) -> None:
         if self.kind not in MIXER_KINDS:
@@ -52,6 +58,14 @@ class MixerSpec:
             raise ValueError(f"{self.kind} mixer: num_heads must be > 0, got {self.num_heads}")
         if self.split_in_proj and self.kind != "gdn":
             raise ValueError(f"{self.kind} mixer: split_in_proj applies to gdn mixers only")
+        if (self.gate_rank or self.out_gate_rank) and self.kind != "gdn":
+            raise ValueError(f"{self.kind} mixer: gate_rank / out_gate_rank apply to gdn mixers only")
+        if self.gate_rank < 0 or self.out_gate_rank < 0 or (self.out_gate_rank and not self.gate_rank):
+            raise ValueError(f"gdn mixer: need gate_rank >= 0 and out_gate_rank >= 0 (only with gate_rank), got "
+                             f"{self.gate_rank} / {self.out_gate_rank}")
+        if self.gate_rank and self.split_in_proj:
+            raise ValueError("gdn mixer: a KDA mixer (gate_rank > 0) has its own projection layout; "
+                             "split_in_proj applies to GDN")
 
     @property
     def vdim(self) -> int:

@@ -50,6 +50,11 @@ class ModelSpec:
     """Next-token-prediction modules in the checkpoint (config ``num_nextn_predict_layers``: 1 for
     DeepSeek-V3/R1): each a decoder layer of the last layer's kind after a projection of [embedding; hidden]
     (2 x hidden -> hidden), sharing the embedding and LM head; usable as a speculative-decoding draft."""
+    residual_reads: float = 0.0
+    """Hidden-width vectors each sub-layer (mixer or FFN) reads or writes per token for its residual stream
+    beyond a plain residual add, as a mean over the layers: Kimi-K3's block attention residuals mix the
+    earlier blocks' snapshots into each sub-layer's input (:func:`_residual_reads`). Priced as elementwise
+    traffic."""
     context_length: int = 2048
     """Longest sequence the checkpoint declares, read as SGLang reads it (utils/hf_transformers_utils.
     get_context_length: the first of max_sequence_length, seq_length, max_seq_len, model_max_length,
@@ -162,13 +167,17 @@ def mixer_params(m: MixerSpec, h: int) -> int:
             m.qk_nope_head_dim + m.vdim)
         idx = (m.q_lora_rank * m.index_n_heads * m.index_head_dim + h * m.index_head_dim
                + h * m.index_n_heads) if m.index_n_heads else 0
-        return q + kv + m.num_heads * m.vdim * h + idx
+        gate = h * m.num_heads * m.vdim if m.output_gate else 0
+        return q + kv + m.num_heads * m.vdim * h + idx + gate
     if m.kind == "mamba2":
         d_inner = m.num_heads * m.head_dim
         return h * (2 * d_inner + 2 * m.groups * m.state_size + m.num_heads) + d_inner * h
     # gdn
-    return h * (2 * m.groups * m.state_size + 2 * m.num_heads * m.head_dim + 2 * m.num_heads) \
-        + m.num_heads * m.head_dim * h
+    p = m.num_heads * m.head_dim
+    if m.gate_rank:   # KDA: q, k, v, output gate (full or low rank), f_a / f_b, beta, o_proj
+        gate = h * p if not m.out_gate_rank else m.out_gate_rank * (h + p)
+        return h * (2 * m.groups * m.state_size + p + m.num_heads) + gate + m.gate_rank * (h + p) + p * h
+    return h * (2 * m.groups * m.state_size + 2 * p + 2 * m.num_heads) + p * h
 
 
 def ffn_params(f: FfnSpec, h: int, active: bool = False) -> int:
@@ -255,6 +264,16 @@ def _quant_dtypes(cfg: dict[str, Any], quant: dict[str, Any] | None) -> tuple[st
     return weight, kv
 
 
+def _ignores_attention(cfg: dict[str, Any], text: dict[str, Any]) -> bool:
+    """A compressed-tensors checkpoint whose ``ignore`` list leaves the attention unquantised: Moonshot's
+    Kimi-K2.5 (INT4) and Kimi-K3 (MXFP4) quantise only their routed experts, the shared experts, dense MLPs and
+    attention staying BF16, which ModelSpec.quant_scope "experts" prices."""
+    qc = cfg.get("quantization_config") or text.get("quantization_config") or {}
+    if str(qc.get("quant_method", "")).lower() != "compressed-tensors":
+        return False
+    return any("self_attn" in str(pattern) for pattern in qc.get("ignore") or [])
+
+
 def _read_config(stem: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     cfg = read_json(MODEL_DIR / f"{stem}.json")
     quant_path: Path = MODEL_DIR / f"{stem}.hf_quant_config.json"
@@ -276,7 +295,8 @@ _COUNT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "n_shar
                  "moe_latent_size", "attention_head_dim", "global_head_dim", "num_global_key_value_heads",
                  "swa_num_attention_heads", "swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim",
                  "index_n_heads", "index_head_dim", "index_topk", "conv_kernel", "linear_conv_kernel_dim",
-                 "full_attention_interval", "dense_intermediate_size", "intermediate_size_mlp", "share_expert_dim")
+                 "full_attention_interval", "dense_intermediate_size", "intermediate_size_mlp", "share_expert_dim",
+                 "attn_res_block_size", "routed_expert_hidden_size", "num_shared_experts")
 """config.json fields that, where given (and not null), must be integers >= 0 (0: the feature is off)."""
 
 
@@ -303,8 +323,9 @@ def _check_fields(path: Path, cfg: dict[str, Any]) -> None:
             raise ValueError(f"{where(path, 'rope_scaling')}: rope_scaling must be a mapping whose factor is a "
                              f"finite number > 0, got {scaling!r}")
     heads, hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
-    if not cfg.get("head_dim") and heads and hidden and hidden % heads:
-        # head_dim defaults to hidden_size // num_attention_heads, which floored it without a word.
+    if not cfg.get("head_dim") and not cfg.get("kv_lora_rank") and heads and hidden and hidden % heads:
+        # head_dim defaults to hidden_size // num_attention_heads, which floored it without a word (MLA
+        # models size their heads by qk_nope / qk_rope / v_head_dim instead).
         raise ValueError(f"{where(path, 'hidden_size')}: hidden_size {hidden} is not a multiple of "
                          f"num_attention_heads {heads}, and no head_dim is given")
 
@@ -337,9 +358,7 @@ def _load_canonical(canonical: str) -> ModelSpec:
         layers = parser(text)
         if not layers:
             raise ValueError("the config describes no layers")
-        qc = json.dumps(cfg.get("quantization_config") or text.get("quantization_config") or {}).lower()
-        scope = "experts" if (model_type == "gpt_oss" or (weight == "int4" and "compressed-tensors" in qc)) \
-            else "all"
+        scope = "experts" if (model_type == "gpt_oss" or _ignores_attention(cfg, text)) else "all"
         return _spec(canonical, model_type, text, layers, entry.get("weight_dtype", weight),
                      entry.get("kv_dtype", kv), str(entry.get("quant_scope", scope)))
     except KeyError as exc:
@@ -365,7 +384,23 @@ def _spec(name: str, model_type: str, cfg: dict[str, Any], layers: list[Layer], 
         vocab_size=int(cfg["vocab_size"]), tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         mlp_gated=ffn.gated, default_weight_dtype=weight, default_kv_dtype=kv, quant_scope=scope,
         layers=tuple(layers), mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),
-        context_length=_context_length(cfg))
+        residual_reads=_residual_reads(cfg, len(layers)), context_length=_context_length(cfg))
+
+
+def _residual_reads(cfg: dict[str, Any], n: int) -> float:
+    """ModelSpec.residual_reads from the (text) config.
+
+    Block attention residuals (``attn_res_block_size`` b; Kimi-K3, "Attention Residuals", arXiv 2603.15031;
+    SGLang layers/attn_residual.py): layer l's input is a softmax-weighted mix of the cdiv(l, b) block
+    snapshots frozen so far and the running partial sum, so it reads cdiv(l, b) hidden vectors more than a
+    residual add would; the FFN side of a layer that freezes a snapshot (l % b == 0) reads one more.
+    """
+    b = int(cfg.get("attn_res_block_size") or 0)
+    if b <= 0:
+        return 0.0
+    mixer = sum(-(-i // b) for i in range(n))
+    ffn = mixer + sum(1 for i in range(n) if i % b == 0)
+    return (mixer + ffn) / (2 * n)
 
 
 _CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
@@ -579,6 +614,41 @@ def _qwen3_5(cfg: dict[str, Any]) -> list[Layer]:
     return [(full if types[i] == "full_attention" else gdn, ffn) for i in range(n)]
 
 
+def _kimi_linear(cfg: dict[str, Any]) -> list[Layer]:
+    """Kimi Linear / Kimi-K3: Kimi Delta Attention layers with an MLA layer between them (the 1-based lists
+    linear_attn_config.kda_layers / full_attn_layers), dense MLP in the first first_k_dense_replace layers,
+    then MoE every moe_layer_freq layers.
+
+    KDA (Kimi Linear tech report, arXiv 2510.26692; SGLang models/kimi_k3.py, vLLM models/kimi_k3): num_heads
+    heads of head_dim keys and values, short convolutions on q, k and v, a per-channel forget gate through
+    a head_dim-rank bottleneck, a full-rank output gate where use_full_rank_gate (else the same low rank),
+    an FP32 head_dim x head_dim state per head, costed on the GDN scan curve (the same FLA chunked
+    delta-rule kernels, with a per-channel decay). MLA: DeepSeek's, with the output gate of
+    mla_use_output_gate (its NoPE changes no shape). MoE: routed experts in routed_expert_hidden_size (latent
+    MoE: hidden -> latent before the experts, latent -> hidden after), the shared experts one full-width
+    MLP of num_shared_experts x moe_intermediate_size."""
+    n = int(cfg["num_hidden_layers"])
+    la = cfg["linear_attn_config"]
+    kda_at, full_at = set(la.get("kda_layers") or []), set(la.get("full_attn_layers") or [])
+    both, neither = kda_at & full_at, set(range(1, n + 1)) - kda_at - full_at
+    if both or neither or not kda_at | full_at <= set(range(1, n + 1)):
+        raise ValueError(f"linear_attn_config: kda_layers and full_attn_layers must split layers 1..{n} (1-based) "
+                         f"between them; in both: {sorted(both)}, in neither: {sorted(neither)}, out of range: "
+                         f"{sorted((kda_at | full_at) - set(range(1, n + 1)))}")
+    heads, dim = int(la["num_heads"]), int(la["head_dim"])
+    kda = MixerSpec(kind="gdn", num_heads=heads, head_dim=dim, groups=heads, state_size=dim,
+                    conv_kernel=int(la.get("short_conv_kernel_size") or 4), chunk_size=64, state_bytes=4,
+                    gate_rank=dim, out_gate_rank=0 if la.get("use_full_rank_gate") else dim)
+    mla = attrs.evolve(_mla_mixer(cfg), output_gate=bool(cfg.get("mla_use_output_gate")))
+    moe = FfnSpec(kind="moe", intermediate_size=int(cfg["moe_intermediate_size"]),
+                  num_experts=int(cfg["num_experts"]), experts_per_token=int(cfg["num_experts_per_token"]),
+                  shared_intermediate_size=int(cfg.get("num_shared_experts") or 0) * int(cfg["moe_intermediate_size"]),
+                  latent_size=int(cfg.get("routed_expert_hidden_size") or 0))
+    dense = FfnSpec(kind="dense", intermediate_size=int(cfg["intermediate_size"]))
+    k, freq = int(cfg.get("first_k_dense_replace") or 0), int(cfg.get("moe_layer_freq") or 1)
+    return [(kda if i + 1 in kda_at else mla, moe if i >= k and i % freq == 0 else dense) for i in range(n)]
+
+
 def _decilm(cfg: dict[str, Any]) -> list[Layer]:
     """Nemotron-NAS (DeciLM): per-block attention (or none) and FFN width ffn_mult."""
     h, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
@@ -602,5 +672,5 @@ _PARSERS: dict[str, Callable[[dict[str, Any]], list[Layer]]] = {
     "gemma4": _gemma4, "gemma4_text": _gemma4,
     "deepseek_v3": _deepseek, "deepseek_v32": _deepseek, "kimi_k2": _deepseek, "glm_moe_dsa": _deepseek,
     "nemotron_h": _nemotron_h, "qwen3_5": _qwen3_5, "qwen3_5_moe": _qwen3_5, "qwen3_5_text": _qwen3_5,
-    "qwen3_5_moe_text": _qwen3_5, "nemotron-nas": _decilm,
+    "qwen3_5_moe_text": _qwen3_5, "nemotron-nas": _decilm, "kimi_linear": _kimi_linear,
 }

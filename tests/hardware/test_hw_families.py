@@ -219,3 +219,105 @@ def test_qwen35_gdn_beta_decay_projections_stay_bf16() -> None:
     lins = dep.mixer_linears(gdn)
     assert [(lin.n, lin.k, lin.quantized) for lin in lins] == [
         (1536, 4096, True), (1024, 4096, True), (8, 4096, False), (8, 4096, False), (4096, 1024, True)]
+
+
+def test_kimi_k3_layer_map_and_formats() -> None:
+    """Kimi-K3 (kimi_linear text config): the 1-based full_attn_layers put MLA at 0-based 3, 7, ..., 91 and 92,
+    KDA everywhere else (69 layers); layer 0's MLP is dense (first_k_dense_replace 1), every other layer a
+    latent MoE (896 experts, top-16, expert width 3072 over a 3584-wide latent, shared experts one 6144-wide
+    MLP). The compressed-tensors MXFP4 checkpoint ignores self_attn, the shared experts and the dense MLP:
+    only the routed experts are FP4."""
+    m = load_model("moonshotai/Kimi-K3")
+    mla_at = [i for i, (mx, _) in enumerate(m.layers) if mx is not None and mx.kind == "mla"]
+    assert mla_at == list(range(3, 92, 4)) + [92] and len(m.layers) == 93
+    kda = m.layers[0][0]
+    assert kda is not None and kda.kind == "gdn" and (kda.num_heads, kda.head_dim, kda.groups, kda.state_size) == \
+        (96, 128, 96, 128)
+    assert (kda.gate_rank, kda.out_gate_rank, kda.conv_kernel, kda.state_bytes) == (128, 0, 4, 4)
+    mla = m.layers[3][0]
+    assert mla is not None and mla.output_gate and (mla.q_lora_rank, mla.kv_lora_rank) == (1536, 512)
+    ffns = [f for _, f in m.layers]
+    assert ffns[0] is not None and ffns[0].kind == "dense" and ffns[0].intermediate_size == 33792
+    moe = ffns[1]
+    assert moe is not None and all(f == moe for f in ffns[1:])
+    assert (moe.num_experts, moe.experts_per_token, moe.intermediate_size, moe.latent_size,
+            moe.shared_intermediate_size) == (896, 16, 3072, 3584, 6144)
+    assert (m.default_weight_dtype, m.quant_scope) == ("fp4", "experts")
+    assert load_model("moonshotai/Kimi-K2.5").quant_scope == "experts"     # the same rule, INT4
+
+
+def test_kimi_k3_kda_projections_and_state_by_hand() -> None:
+    """KDA at TP8 (12 of 96 heads per GPU, 128 wide): q, k, v and the full-rank output gate in one GEMM
+    (4 x 1536 columns), f_a (128, whole on every rank) with beta (12) in a second, f_b (128 -> 1536) a third,
+    then o_proj (1536 -> 7168), all BF16. Per request: 12 heads x 128 x 128 FP32 state and a 3 x 1536-channel
+    conv state over 3 taps (BF16) in each of the 69 KDA layers; the MLA cache is 24 layers x 576 latent BF16."""
+    m = load_model("moonshotai/Kimi-K3")
+    dep = Deployment(gpu=load_gpu("b200_sxm"), model=m, engine=load_engine("vllm"), tp=8, ep=8)
+    kda = m.layers[0][0]
+    assert kda is not None
+    assert [(lin.name, lin.n, lin.k, lin.quantized) for lin in dep.mixer_linears(kda)] == [
+        ("in_proj", 4 * 1536, 7168, False), ("in_proj", 128 + 12, 7168, False), ("in_proj", 1536, 128, False),
+        ("out_proj", 7168, 1536, False)]
+    assert dep.state_bytes_per_request == 69 * (12 * 128 * 128 * 4 + 3 * 1536 * 3 * 2)
+    assert dep.kv_bytes_per_token == 24 * 576 * 2
+    mla = m.layers[3][0]
+    assert mla is not None
+    assert ("g_proj", 12 * 128, 7168) in [(lin.name, lin.n, lin.k) for lin in dep.mixer_linears(mla)]
+
+
+def test_kimi_k3_params_by_hand() -> None:
+    """Parameter count from the shapes: a KDA layer 4 x 7168 x 12288 (q, k, v, g) + 7168 x 96 (beta) +
+    128 x (7168 + 12288) (f_a, f_b) + 12288 x 7168 (o); an MLA layer DeepSeek's with q_lora 1536 plus the
+    7168 x 12288 output gate; a MoE layer 896 experts of 3 x 3584 x 3072, the 3 x 7168 x 6144 shared MLP,
+    the 896-way router and the 2 x 7168 x 3584 latent projections; one 3 x 7168 x 33792 dense MLP."""
+    m = load_model("moonshotai/Kimi-K3")
+    h, p = 7168, 96 * 128
+    kda = 4 * h * p + h * 96 + 128 * (h + p) + p * h
+    mla = (h * 1536 + 1536 * 96 * 192 + h * 576 + 512 * 96 * 256 + 96 * 128 * h) + h * p
+    moe = 896 * 3 * 3584 * 3072 + 3 * h * 6144 + h * 896 + 2 * h * 3584
+    layers = 69 * (kda + h) + 24 * (mla + h) + 92 * (moe + h) + (3 * h * 33792 + h)
+    assert m.param_count == layers + 2 * 163840 * h + h
+    assert 2.77e12 < m.param_count < 2.79e12
+
+
+def test_kimi_k3_kda_ledger_by_hand() -> None:
+    """The 69 KDA layers' projections (ssm_proj) of 4 decodes at TP8 under a flat curve, eager: each GEMM
+    max(compute, weights + activations at HBM) + its floor; f_a / beta and f_b are GEMMs of their own."""
+    m = load_model("moonshotai/Kimi-K3")
+    dep = Deployment(gpu=load_gpu("h200_sxm"), model=m, engine=load_engine("sglang"), tp=8, ep=8)
+    M, h = 4, 7168
+
+    def gemm(n: int, k: int) -> float:
+        return roof(2 * M * n * k, n * k * 2 + M * (n + k) * 2)
+
+    per_layer = gemm(4 * 1536, h) + gemm(140, h) + gemm(1536, 128) + gemm(h, 1536)
+    cost = CostModel(dep, calibration=CAL, cuda_graph=False).step_cost(BatchShape.from_requests([1] * M, [900] * M))
+    assert cost.terms["ssm_proj"] == pytest.approx(69 * per_layer, rel=1e-12)
+
+
+def test_kimi_linear_layer_lists_must_cover_every_layer() -> None:
+    """A kimi_linear config whose kda_layers / full_attn_layers leave a layer out is refused with the file
+    and the layers, not costed with a guess."""
+    import json
+    from hardware import model as hw_model
+    cfg = json.loads((hw_model.MODEL_DIR / "moonshotai--Kimi-K3.json").read_text())
+    text = cfg["text_config"]
+    text["linear_attn_config"]["kda_layers"] = text["linear_attn_config"]["kda_layers"][1:]
+    with pytest.raises(ValueError, match=r"in neither: \[1\]"):
+        hw_model._kimi_linear(text)
+
+
+def test_kimi_k3_attention_residual_reads() -> None:
+    """Block attention residuals every 12 layers over 93 layers: layer l mixes cdiv(l, 12) snapshots into its
+    attention input, one more into its MLP input where it freezes one (l = 0, 12, ..., 84): (400 + 408) /
+    186 extra hidden vectors per sub-layer, priced as elementwise traffic."""
+    m = load_model("moonshotai/Kimi-K3")
+    assert m.residual_reads == pytest.approx((400 + 408) / 186)
+    plain = attrs.evolve(m, residual_reads=0.0)
+    dep = Deployment(gpu=load_gpu("b200_sxm"), model=m, engine=load_engine("vllm"), tp=8, ep=8)
+    dep0 = attrs.evolve(dep, model=plain)
+    shape = BatchShape.from_requests([2048], [2048])
+    a = CostModel(dep, calibration=CAL, cuda_graph=False).step_cost(shape)
+    b = CostModel(dep0, calibration=CAL, cuda_graph=False).step_cost(shape)
+    ew = 93 * 2 * 2048 * m.residual_reads * 7168 * 2 / (load_gpu("b200_sxm").hbm_bw_Bps * 0.5)
+    assert a.terms["elementwise"] - b.terms["elementwise"] == pytest.approx(ew, rel=1e-9)
