@@ -58,7 +58,7 @@ TOKEN_TERMS = ("qkv_proj", "o_proj", "ssm_proj", "ssm_scan", "mlp", "moe_experts
 # CPU-side terms (hidden under GPU work when the engine overlaps scheduling with execution)
 HOST_TERMS = ("step_host", "request_host", "kv_traversal")
 DEVICE_TERMS = tuple(name for name in TERMS if name not in HOST_TERMS)
-_TERM_OF_LINEAR = {"o_proj": "o_proj", "in_proj": "ssm_proj", "out_proj": "ssm_proj", "up_proj": "mlp",
+_TERM_OF_LINEAR = {"o_proj": "o_proj", "o_a_proj": "o_proj", "in_proj": "ssm_proj", "out_proj": "ssm_proj", "up_proj": "mlp",
                    "down_proj": "mlp", "router": "moe_experts", "latent_in": "moe_experts",
                    "latent_out": "moe_experts", "shared_up": "moe_shared", "shared_down": "moe_shared"}
 
@@ -443,6 +443,8 @@ class CostModel:
                     t += kernels.gqa_prefill_s(cal.attn_prefill, tokens=p_tokens, sum_kv=pk, pairs=pp,
                                                heads=heads, kv_heads=kvh, head_dim=mx.head_dim,
                                                v_head_dim=mx.vdim, kv_bytes=kvb, peak_flops=peak, bw_Bps=bw)
+            elif mx.kind == "csa":
+                t = self._csa_s(mx, heads, D, d_kv, p_tokens, p_reqs, p_kv, p_pairs, cal, dq, d_max)
             else:
                 t = self._mla_s(mx, heads, D, d_kv, p_tokens, p_kv, p_pairs, peak, bw, cal, dq, d_max)
             total += count * t
@@ -479,6 +481,44 @@ class CostModel:
                              kv_b_bytes + pk * (lat + heads * (nope + v)) * ACT_BYTES, pk, proj_peak, bw)
             t += kernels.mla_prefill_s(cal.mla_prefill, tokens=p_tokens, sum_kv=pk, pairs=pp, heads=heads,
                                        qk_dim=nope + rope, v_dim=v, peak_flops=peak, bw_Bps=bw)
+        if idx_flops:
+            t += cal.attn_decode.time_s(idx_flops, idx_bytes, D * dq + p_tokens, d.gpu.flops_for("fp8"), bw)
+        return t
+
+    def _csa_s(self, mx: MixerSpec, heads: int, D: int, d_kv: int, p_tokens: int, p_reqs: int, p_kv: int,
+               p_pairs: int, cal: Calibration, dq: int = 1, d_max: int = -1) -> float:
+        """DeepSeek-V4 attention (vLLM deepseek_v4_attention.py on FlashMLA's sparse kernels): each query
+        attends its window of raw keys and the compressed entries of its layer (ratio 4: the index_topk an
+        FP8 indexer picks after scoring every visible entry; larger ratios: all of them), one shared
+        head_dim-wide vector per key used as key and value. Decode reads the FP8 cache in place (entry bytes
+        per key: Deployment.csa_entry_bytes); prefill gathers its keys into a BF16 workspace first. FlashMLA's
+        sparse kernels run 64 or 128 query heads, so a rank's heads are padded up to that (vLLM
+        ``padded_heads``): under TP the core does the work of 64 heads whatever the rank holds."""
+        d = self.dep
+        w, r = mx.window, mx.compress_ratio
+        kernel_heads = 64 if heads <= 64 else 128
+        dk: float = min(d_kv, D * w)
+        pk: float = min(p_kv, p_reqs * w + p_tokens)
+        pp: float = min(p_pairs, p_tokens * w)
+        dm: float = min(d_max, w) if d_max > 0 else d_max
+        idx_flops, idx_bytes = 0.0, 0.0
+        if r:
+            ck, cpk, cp = d_kv / r, p_kv / r, p_pairs / r     # compressed entries visible
+            cm = d_max / r if d_max > 0 else 0.0
+            if mx.index_topk:
+                idx_flops = 2.0 * (ck * dq + cp) * mx.index_n_heads * mx.index_head_dim
+                idx_bytes = (ck + cpk) * (mx.index_head_dim + 4)
+                ck, cp = min(ck, D * mx.index_topk), min(cp, p_tokens * mx.index_topk)
+                cpk, cm = min(cpk, p_tokens * mx.index_topk), min(cm, mx.index_topk)
+            dk, pk, pp = dk + ck, pk + cpk, pp + cp
+            dm = dm + cm if d_max > 0 else d_max
+        peak, bw = self._peak_bf16, self._hbm_Bps
+        t = kernels.mqa_decode_s(cal.mla_decode, reqs=D, sum_kv=dk, heads=kernel_heads * dq, qk_dim=mx.head_dim,
+                                 v_dim=mx.head_dim, key_bytes=d.csa_entry_bytes(mx), peak_flops=peak, bw_Bps=bw,
+                                 rate_rows=decode_rate_rows(D, int(dk), int(dm)))
+        t += kernels.mqa_prefill_s(cal.mla_prefill, tokens=p_tokens, sum_kv=pk, pairs=pp, heads=kernel_heads,
+                                   qk_dim=mx.head_dim, v_dim=mx.head_dim, key_bytes=mx.head_dim * ACT_BYTES,
+                                   peak_flops=peak, bw_Bps=bw)
         if idx_flops:
             t += cal.attn_decode.time_s(idx_flops, idx_bytes, D * dq + p_tokens, d.gpu.flops_for("fp8"), bw)
         return t

@@ -75,6 +75,11 @@ class Deployment:
         default=attrs.Factory(lambda self: self.model.default_weight_dtype, takes_self=True))
     kv_dtype: str = attrs.field(
         default=attrs.Factory(lambda self: self.model.default_kv_dtype, takes_self=True))
+    dense_weight_dtype: str = attrs.field(
+        default=attrs.Factory(lambda self: self.model.dense_weight_dtype or self.weight_dtype, takes_self=True))
+    """The format of the quantised linear layers other than the routed experts (attention, shared experts,
+    dense MLPs): the weight format, unless the checkpoint keeps them in another (ModelSpec.dense_weight_dtype:
+    DeepSeek-V4's block-FP8 projections beside its MXFP4 experts)."""
     moe_kernel: str = "default"
     """Routed-expert kernel family: ``default`` (the engine's own kernel for the weight format),
     ``marlin`` (weight-only Marlin, e.g. vLLM with VLLM_MXFP4_USE_MARLIN=1), ``flashinfer`` (FlashInfer's
@@ -106,6 +111,7 @@ class Deployment:
             raise DeploymentError("spec_tokens", f"MTP speculative decoding needs a next-token-prediction module, "
                                   f"and {self.model.name} has none (num_nextn_predict_layers = 0)")
         for field, dtype, valid in (("weight_dtype", self.weight_dtype, WEIGHT_DTYPES),
+                                    ("dense_weight_dtype", self.dense_weight_dtype, WEIGHT_DTYPES),
                                     ("kv_dtype", self.kv_dtype, KV_DTYPES)):
             try:
                 check_dtype(field, dtype, valid)
@@ -122,6 +128,12 @@ class Deployment:
         if self.moe_kernel == "deepgemm" and self.weight_dtype != "fp8_block":
             raise DeploymentError("moe_kernel", f"moe_kernel deepgemm runs block-FP8 weights only, got weight_dtype "
                                   f"{self.weight_dtype!r}")
+        if self.dense_weight_dtype != self.weight_dtype and self.dense_weight_only \
+                and not self.engine.weight_only_kernels:
+            raise DeploymentError("dense_weight_dtype", f"engine {self.engine.name!r} runs {self.dense_weight_dtype} "
+                                  f"weights on FP8 / FP4 tensor cores (Ada, Hopper or newer), which {self.gpu.name} "
+                                  f"does not have: use bf16 weights, or an engine with weight-only kernels "
+                                  f"(vllm, sglang)")
         if self.weight_only:
             if not self.engine.weight_only_kernels:
                 raise DeploymentError("weight_dtype", f"engine {self.engine.name!r} runs {self.weight_dtype} weights "
@@ -132,6 +144,10 @@ class Deployment:
                 raise DeploymentError("moe_kernel", f"moe_kernel deepgemm needs FP8 tensor cores, which "
                                       f"{self.gpu.name} does not have")
         m = self.model
+        archs = self.engine.csa_archs
+        if archs and self.gpu.arch not in archs and any(mx is not None and mx.kind == "csa" for mx, _ in m.layers):
+            raise DeploymentError("gpu", f"engine {self.engine.name!r} runs {m.name}'s compressed attention on "
+                                         f"{', '.join(archs)} GPUs only, and {self.gpu.name} is {self.gpu.arch or 'unknown'}")
         if m.num_heads % self.tp:
             raise DeploymentError("tp", f"tp={self.tp} does not divide {m.name}'s {m.num_heads} attention heads")
         if m.num_kv_heads % self.tp and self.tp % m.num_kv_heads:
@@ -203,11 +219,19 @@ class Deployment:
         return DTYPE_BYTES[self.kv_dtype]
 
     def linear_bytes_per_elem(self, quantized: bool) -> float:
-        return self.weight_bytes_per_elem if quantized else ACT_BYTES
+        return DTYPE_BYTES[self.dense_weight_dtype] if quantized else ACT_BYTES
+
+    @property
+    def dense_weight_only(self) -> bool:
+        """:attr:`weight_only` for :attr:`dense_weight_dtype`."""
+        return not self.gpu.has_tensor_cores_for(COMPUTE_DTYPE[self.dense_weight_dtype])
 
     def linear_curve_dtype(self, quantized: bool) -> str:
-        """The format whose GEMM curve and peak price a linear layer (:attr:`curve_dtype` if it is quantised)."""
-        return self.curve_dtype if quantized else "bf16"
+        """The format whose GEMM curve and peak price a linear layer: :attr:`dense_weight_dtype` if it is
+        quantised (the weight-only curve where the GPU has no tensor cores for it, as :attr:`curve_dtype`)."""
+        if not quantized:
+            return "bf16"
+        return WEIGHT_ONLY_CURVE if self.dense_weight_only else self.dense_weight_dtype
 
     @property
     def _dense_quantized(self) -> bool:
@@ -236,6 +260,8 @@ class Deployment:
             if m.output_gate:
                 lins += [Linear("g_proj", heads * m.vdim, h, q)]
             return lins + [Linear("o_proj", h, heads * m.vdim, q)]
+        if m.kind == "csa":
+            return self._csa_linears(m, heads)
         if m.kind == "mamba2":
             d_inner, groups = heads * m.head_dim, self.mixer_groups(m)
             return [Linear("in_proj", 2 * d_inner + 2 * groups * m.state_size + heads, h, q),
@@ -262,6 +288,27 @@ class Deployment:
         else:
             ins = [Linear("in_proj", qkv + z + 2 * heads, h, q)]
         return [*ins, Linear("out_proj", h, heads * m.head_dim, q)]
+
+    def _csa_linears(self, m: MixerSpec, heads: int) -> list[Linear]:
+        """DeepSeek-V4 attention on one GPU, as vLLM's deepseek_v4.py shards it: wq_a and wkv fused into one
+        GEMM whole on every rank (hidden -> q_lora_rank + head_dim), wq_b by heads, the grouped wo_a by
+        groups (each group's (heads / o_groups) x head_dim -> o_lora_rank: a batched GEMM whose work and
+        weights are those of one GEMM of o_groups x o_lora_rank columns over a group's width), wo_b by rows.
+        The compressor (its KV and gate projections, coff x head_dim each, coff = 2 for overlapping windows
+        at ratio 4, else 1) and the indexer (its query from the q latent, its head weights, its own
+        compressor at index_head_dim) are BF16 and whole on every rank, except the indexer's query (FP8)."""
+        h, q = self.model.hidden_size, self._dense_quantized
+        groups = _cdiv(m.o_groups, self.tp)
+        lins = [Linear("q_a_proj", m.q_lora_rank + m.head_dim, h, q),
+                Linear("q_b_proj", heads * m.head_dim, m.q_lora_rank, q)]
+        if m.compress_ratio:
+            coff = 2 if m.compress_ratio == 4 else 1
+            lins.append(Linear("compressor", 2 * coff * m.head_dim, h, False))
+        if m.index_topk:
+            lins += [Linear("indexer_q", m.index_n_heads * m.index_head_dim, m.q_lora_rank, q),
+                     Linear("indexer_k", m.index_n_heads + 2 * 2 * m.index_head_dim, h, False)]
+        return lins + [Linear("o_a_proj", groups * m.o_lora_rank, m.num_heads // m.o_groups * m.head_dim, q),
+                       Linear("o_proj", h, groups * m.o_lora_rank, q)]
 
     def mla_kv_b_elems(self, m: MixerSpec) -> int:
         """kv_b_proj (latent -> per-head K_nope and V) on one GPU; used inside MLA attention."""
@@ -298,7 +345,21 @@ class Deployment:
         if m.kind == "mla":   # latent + rope key, replicated on every TP rank; DSA indexer keys in FP8 + scale
             idx = (m.index_head_dim + 4) if m.index_n_heads else 0
             return (m.kv_lora_rank + m.qk_rope_head_dim) * self.kv_bytes_per_elem + idx
+        if m.kind == "csa":   # one entry per compress_ratio tokens (the window is per-request state)
+            if not m.compress_ratio:
+                return 0.0
+            idx = (m.index_head_dim + 4) if m.index_topk else 0
+            return (self.csa_entry_bytes(m) + idx) / m.compress_ratio
         return 0.0
+
+    def csa_entry_bytes(self, m: MixerSpec) -> float:
+        """One DeepSeek-V4 KV entry (a raw window token or a compressed one): with an FP8 cache vLLM's and
+        SGLang's fp8_ds_mla layout, the unrotated dims in FP8 with a scale per 64, the rotated ones BF16 and a
+        pad byte (448 + 128 + 7 + 1 = 584 B, FlashMLA's MODEL1 layout); otherwise head_dim x the KV dtype."""
+        if self.kv_dtype == "fp8":
+            nope = m.head_dim - m.qk_rope_head_dim
+            return nope + m.qk_rope_head_dim * ACT_BYTES + _cdiv(nope, 64) + 1
+        return m.head_dim * self.kv_bytes_per_elem
 
     def _stage_fraction(self) -> float:
         return self.layers_per_gpu / self.model.num_layers
@@ -318,7 +379,7 @@ class Deployment:
         """
         total = 0.0
         for (mixer, _), n in self.model.layer_groups:
-            if mixer is not None and mixer.is_attention and not mixer.window:
+            if mixer is not None and mixer.is_attention and (not mixer.window or mixer.kind == "csa"):
                 total += n * self._mixer_kv_bytes_per_token(mixer)
         if self.spec_tokens:  # the MTP layer keeps its own KV cache (last pipeline stage: counted in full)
             draft = self.draft_layer[0]
@@ -328,8 +389,9 @@ class Deployment:
 
     @property
     def draft_layer(self) -> tuple[MixerSpec | None, FfnSpec | None]:
-        """The MTP module's decoder layer: of the kind of the model's last layer (MoE for DeepSeek-V3/R1)."""
-        return self.model.layers[-1]
+        """The MTP module's decoder layer: ModelSpec.mtp_layer where the checkpoint says (DeepSeek-V4), else of
+        the kind of the model's last layer (MoE for DeepSeek-V3/R1)."""
+        return self.model.mtp_layer or self.model.layers[-1]
 
     @property
     def draft_proj(self) -> Linear:
@@ -355,9 +417,25 @@ class Deployment:
                 total += n * (heads * m.state_size * m.head_dim * m.state_bytes
                               + (2 * groups * m.state_size + heads * m.head_dim) * (m.conv_kernel - 1)
                               * CONV_STATE_BYTES)
+            elif m.kind == "csa":
+                total += n * (m.window * self.csa_entry_bytes(m) + self._csa_compressor_state(m))
             elif m.is_attention and m.window:
                 total += n * m.window * self._mixer_kv_bytes_per_token(m)
         return int(round(total * self._stage_fraction()))
+
+    @staticmethod
+    def _csa_compressor_state(m: MixerSpec) -> float:
+        """A DeepSeek-V4 layer's compressor state per request: FP32 KV and score rows for the coff x ratio
+        raw tokens its next entries pool (coff = 2 with overlapping windows at ratio 4), 2 x coff x dim each
+        (vLLM CompressorStateCache; SGLang's ring); at ratio 4 the indexer's compressor too, at index_head_dim."""
+        if not m.compress_ratio:
+            return 0.0
+        coff = 2 if m.compress_ratio == 4 else 1
+        slots = coff * m.compress_ratio
+        state = slots * 2 * coff * m.head_dim * 4
+        if m.index_topk:
+            state += slots * 2 * coff * m.index_head_dim * 4
+        return state
 
     def bytes_per_block(self, block_size: int) -> int:
         """Bytes of one KV block of `block_size` tokens on one GPU."""

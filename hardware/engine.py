@@ -95,6 +95,10 @@ class EngineProfile:
     scheduling does (twin.scheduler.SchedulerLimits.async_output): finished requests hold their seats and
     blocks through that schedule, the blocks of the tokens just sampled are cached after it, and after an
     idle engine the second step sees the arrivals that did not fit in the first."""
+    csa_archs: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    """GPU architectures whose kernels the engine runs DeepSeek-V4's compressed attention (csa mixers) on;
+    empty: every one the twin prices. TensorRT-LLM's DeepseekV4TrtllmAttention is Blackwell-only
+    (examples/models/core/deepseek_v4/README.md)."""
     weight_only_kernels: bool = True
     """Whether the engine runs FP8 / FP4 weights on a GPU without those tensor cores (Ampere) through
     weight-only kernels that dequantise into BF16 MMAs (vLLM's and SGLang's Marlin kernels; Deployment.

@@ -394,16 +394,36 @@ def pipeline_sendrecv_s(coll: Collective, *, tokens: int, hidden: int, hops: Seq
     return t
 
 
-def mla_decode_s(roof: Roofline, *, reqs: int, sum_kv: float, heads: int, kv_lora_rank: int, rope_dim: int,
-                 kv_bytes: float, peak_flops: float, bw_Bps: float, rate_rows: float | None = None) -> float:
-    """Absorbed MLA decode kernel: MQA of `heads` queries over the (kv_lora_rank + rope) latent cache
-    (``rate_rows`` as for gqa_decode_s)."""
+def mqa_decode_s(roof: Roofline, *, reqs: int, sum_kv: float, heads: int, qk_dim: int, v_dim: int,
+                 key_bytes: float, peak_flops: float, bw_Bps: float, rate_rows: float | None = None) -> float:
+    """Decode attention of `heads` queries per request over one shared KV vector per key (MQA): scores over
+    qk_dim, values over v_dim, ``key_bytes`` read per key (``rate_rows`` as for gqa_decode_s)."""
     if reqs <= 0:
         return 0.0
-    width = kv_lora_rank + rope_dim + kv_lora_rank           # scores over latent+rope, values over latent
-    return roof.time_s(sum_kv * heads * 2.0 * width,
-                       sum_kv * (kv_lora_rank + rope_dim) * kv_bytes + reqs * heads * width * ACT_BYTES,
+    width = qk_dim + v_dim
+    return roof.time_s(sum_kv * heads * 2.0 * width, sum_kv * key_bytes + reqs * heads * width * ACT_BYTES,
                        reqs, peak_flops, bw_Bps, rate_rows=rate_rows)
+
+
+def mla_decode_s(roof: Roofline, *, reqs: int, sum_kv: float, heads: int, kv_lora_rank: int, rope_dim: int,
+                 kv_bytes: float, peak_flops: float, bw_Bps: float, rate_rows: float | None = None) -> float:
+    """Absorbed MLA decode kernel: MQA of `heads` queries over the (kv_lora_rank + rope) latent cache, scores
+    over latent + rope, values over the latent."""
+    return mqa_decode_s(roof, reqs=reqs, sum_kv=sum_kv, heads=heads, qk_dim=kv_lora_rank + rope_dim,
+                        v_dim=kv_lora_rank, key_bytes=(kv_lora_rank + rope_dim) * kv_bytes,
+                        peak_flops=peak_flops, bw_Bps=bw_Bps, rate_rows=rate_rows)
+
+
+def mqa_prefill_s(roof: Roofline, *, tokens: int, sum_kv: float, pairs: float, heads: int, qk_dim: int,
+                  v_dim: int, key_bytes: float, peak_flops: float, bw_Bps: float) -> float:
+    """Prefill attention of `heads` queries per token over one shared KV vector per key (MQA; DeepSeek-V4's
+    sparse kernel after the keys are gathered): ``pairs`` (query, key) pairs, each key read once at
+    ``key_bytes``, the queries read and the outputs written in BF16."""
+    if tokens <= 0:
+        return 0.0
+    width = qk_dim + v_dim
+    return roof.time_s(pairs * heads * 2.0 * width, sum_kv * key_bytes + tokens * heads * width * ACT_BYTES,
+                       tokens, peak_flops, bw_Bps, rate_rows=prefill_rows(tokens, pairs))
 
 
 def mla_prefill_s(roof: Roofline, *, tokens: int, sum_kv: float, pairs: float, heads: int, qk_dim: int,

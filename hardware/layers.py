@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import attrs
 
-MIXER_KINDS = ("gqa", "mla", "mamba2", "gdn")
+MIXER_KINDS = ("gqa", "mla", "mamba2", "gdn", "csa")
 FFN_KINDS = ("dense", "moe")
 
 
@@ -20,6 +20,12 @@ class MixerSpec:
          optional DSA indexer (index_n_heads, index_head_dim, index_topk), optional output gate (Kimi-K3:
          g_proj hidden -> heads x v_head_dim, a sigmoid on the attention output before o_proj).
     mamba2: num_heads x head_dim values, state_size, groups (n_groups), conv_kernel, chunk_size.
+    csa: DeepSeek-V4 attention: num_heads query heads (q through q_lora_rank) over one shared head_dim-wide
+         KV vector per entry, used as key and value (the last qk_rope_head_dim dims rotated), a sliding
+         window of the last ``window`` raw tokens plus, with compress_ratio r > 0, a stream of one entry per
+         r tokens (r = 4: overlapping windows of 2r tokens, of which an indexer of index_n_heads x
+         index_head_dim picks index_topk per query; larger r: every entry attended), and a grouped low-rank
+         output (o_groups groups of heads, each to o_lora_rank, then to hidden).
     gdn: gated delta net (Qwen3.5 linear attention): num_heads value heads x head_dim, groups key heads x
          state_size key dim, conv_kernel; split_in_proj: the input projection runs as four GEMMs (qkv, z,
          b, a) instead of one. With gate_rank > 0 it is Kimi Delta Attention (Kimi Linear / Kimi-K3): the
@@ -48,6 +54,9 @@ class MixerSpec:
     chunk_size: int = 128
     state_bytes: int = 4            # SSM / recurrent state element size (FP32 unless the config says BF16)
     split_in_proj: bool = False     # gdn: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a as separate GEMMs
+    compress_ratio: int = 0         # csa: raw tokens per compressed entry (0: the window alone)
+    o_groups: int = 0               # csa: groups of heads in the low-rank output projection
+    o_lora_rank: int = 0            # csa: each group's output rank
     gate_rank: int = 0              # gdn: KDA's per-channel forget gate through this rank (0: GDN, one per head)
     out_gate_rank: int = 0          # gdn with gate_rank: the output gate's rank (0: full rank)
 
@@ -58,6 +67,15 @@ class MixerSpec:
             raise ValueError(f"{self.kind} mixer: num_heads must be > 0, got {self.num_heads}")
         if self.split_in_proj and self.kind != "gdn":
             raise ValueError(f"{self.kind} mixer: split_in_proj applies to gdn mixers only")
+        if self.kind == "csa" and not (self.window > 0 and self.o_groups > 0 and self.o_lora_rank > 0
+                                       and self.num_heads % self.o_groups == 0 and self.compress_ratio >= 0
+                                       and (self.compress_ratio != 4 or self.index_topk > 0)):
+            raise ValueError(f"csa mixer: need window, o_groups (dividing num_heads {self.num_heads}) and "
+                             f"o_lora_rank > 0, compress_ratio >= 0 and an indexer (index_topk > 0) at ratio 4; "
+                             f"got window {self.window}, o_groups {self.o_groups}, o_lora_rank {self.o_lora_rank}, "
+                             f"compress_ratio {self.compress_ratio}, index_topk {self.index_topk}")
+        if (self.compress_ratio or self.o_groups or self.o_lora_rank) and self.kind != "csa":
+            raise ValueError(f"{self.kind} mixer: compress_ratio / o_groups / o_lora_rank apply to csa mixers only")
         if (self.gate_rank or self.out_gate_rank) and self.kind != "gdn":
             raise ValueError(f"{self.kind} mixer: gate_rank / out_gate_rank apply to gdn mixers only")
         if self.gate_rank < 0 or self.out_gate_rank < 0 or (self.out_gate_rank and not self.gate_rank):
@@ -73,7 +91,7 @@ class MixerSpec:
 
     @property
     def is_attention(self) -> bool:
-        return self.kind in ("gqa", "mla")
+        return self.kind in ("gqa", "mla", "csa")
 
 
 @attrs.frozen(kw_only=True)

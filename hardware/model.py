@@ -44,9 +44,16 @@ class ModelSpec:
     mlp_gated: bool = True                 # SwiGLU gate+up+down; False for relu2 MLPs (Nemotron-H)
     default_weight_dtype: str = "bf16"
     default_kv_dtype: str = "bf16"
+    dense_weight_dtype: str = ""
+    """The checkpoint's format for its quantised linear layers other than the routed experts, where it differs
+    from default_weight_dtype (the experts'): DeepSeek-V4's block-FP8 attention and shared experts beside
+    MXFP4 / NVFP4 experts. "" when all share one format."""
     quant_scope: str = "all"               # "all" linear layers or only routed "experts" (gpt-oss, Kimi int4)
     layers: tuple[Layer, ...] = attrs.field(default=attrs.Factory(_dense_layers, takes_self=True))
     mtp_layers: int = 0
+    mtp_layer: Layer | None = None
+    """The MTP module's decoder layer where it is not of the last layer's kind (DeepSeek-V4: the last entry
+    of compress_ratios, a window-only attention); None: the last layer's kind (Deployment.draft_layer)."""
     """Next-token-prediction modules in the checkpoint (config ``num_nextn_predict_layers``: 1 for
     DeepSeek-V3/R1): each a decoder layer of the last layer's kind after a projection of [embedding; hidden]
     (2 x hidden -> hidden), sharing the embedding and LM head; usable as a speculative-decoding draft."""
@@ -74,6 +81,8 @@ class ModelSpec:
                              f"{self.num_layers}")
         check_dtype("weight dtype", self.default_weight_dtype, WEIGHT_DTYPES)
         check_dtype("KV dtype", self.default_kv_dtype, KV_DTYPES)
+        if self.dense_weight_dtype:
+            check_dtype("dense weight dtype", self.dense_weight_dtype, WEIGHT_DTYPES)
         if self.quant_scope not in ("all", "experts"):
             raise ValueError(f"model {self.name!r}: quant_scope must be 'all' or 'experts', got "
                              f"{self.quant_scope!r}")
@@ -105,11 +114,13 @@ class ModelSpec:
 
     @property
     def family(self) -> str:
-        """'dense', 'moe', 'mla_moe', 'hybrid' (has Mamba2 / GDN layers) for reporting."""
+        """'dense', 'moe', 'mla_moe', 'csa_moe' (DeepSeek-V4), 'hybrid' (has Mamba2 / GDN layers) for reporting."""
         mixers = {m.kind for m, _ in self.layers if m is not None}
         moe = any(f is not None and f.kind == "moe" for _, f in self.layers)
         if mixers & {"mamba2", "gdn"}:
             return "hybrid"
+        if "csa" in mixers:
+            return "csa_moe" if moe else "csa"
         if "mla" in mixers:
             return "mla_moe" if moe else "mla"
         return "moe" if moe else "dense"
@@ -169,6 +180,15 @@ def mixer_params(m: MixerSpec, h: int) -> int:
                + h * m.index_n_heads) if m.index_n_heads else 0
         gate = h * m.num_heads * m.vdim if m.output_gate else 0
         return q + kv + m.num_heads * m.vdim * h + idx + gate
+    if m.kind == "csa":   # wq_a, wkv, wq_b, the grouped wo_a, wo_b; compressor and indexer where present
+        width = m.num_heads * m.head_dim
+        p = h * (m.q_lora_rank + m.head_dim) + m.q_lora_rank * width + m.o_lora_rank * width \
+            + m.o_groups * m.o_lora_rank * h
+        if m.compress_ratio:
+            p += h * 2 * (2 if m.compress_ratio == 4 else 1) * m.head_dim
+        if m.index_topk:
+            p += m.q_lora_rank * m.index_n_heads * m.index_head_dim + h * (m.index_n_heads + 4 * m.index_head_dim)
+        return p
     if m.kind == "mamba2":
         d_inner = m.num_heads * m.head_dim
         return h * (2 * d_inner + 2 * m.groups * m.state_size + m.num_heads) + d_inner * h
@@ -296,7 +316,8 @@ _COUNT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "n_shar
                  "swa_num_attention_heads", "swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim",
                  "index_n_heads", "index_head_dim", "index_topk", "conv_kernel", "linear_conv_kernel_dim",
                  "full_attention_interval", "dense_intermediate_size", "intermediate_size_mlp", "share_expert_dim",
-                 "attn_res_block_size", "routed_expert_hidden_size", "num_shared_experts")
+                 "attn_res_block_size", "routed_expert_hidden_size", "num_shared_experts", "o_groups",
+                 "o_lora_rank", "hc_mult", "num_hash_layers")
 """config.json fields that, where given (and not null), must be integers >= 0 (0: the feature is off)."""
 
 
@@ -355,12 +376,18 @@ def _load_canonical(canonical: str) -> ModelSpec:
     # read) is an error naming the file and the field, not a bare KeyError / TypeError / AttributeError.
     try:
         weight, kv = _quant_dtypes(cfg, quant)
+        dense_fmt = ""
+        if model_type in DEEPSEEK_V4_TYPES:
+            weight, dense_fmt, kv = _deepseek_v4_formats(text, weight)
         layers = parser(text)
         if not layers:
             raise ValueError("the config describes no layers")
         scope = "experts" if (model_type == "gpt_oss" or _ignores_attention(cfg, text)) else "all"
-        return _spec(canonical, model_type, text, layers, entry.get("weight_dtype", weight),
-                     entry.get("kv_dtype", kv), str(entry.get("quant_scope", scope)))
+        spec = _spec(canonical, model_type, text, layers, entry.get("weight_dtype", weight),
+                     entry.get("kv_dtype", kv), str(entry.get("quant_scope", scope)), dense_fmt)
+        if model_type in DEEPSEEK_V4_TYPES and spec.mtp_layers:
+            spec = attrs.evolve(spec, mtp_layer=_deepseek_v4_mtp(text, layers))
+        return spec
     except KeyError as exc:
         key = str(exc.args[0]) if exc.args else ""
         raise ValueError(f"{path}: missing field {key!r} (model_type {model_type!r} needs it)") from None
@@ -369,13 +396,15 @@ def _load_canonical(canonical: str) -> ModelSpec:
 
 
 def _spec(name: str, model_type: str, cfg: dict[str, Any], layers: list[Layer], weight: str,
-          kv: str, scope: str) -> ModelSpec:
+          kv: str, scope: str, dense_fmt: str = "") -> ModelSpec:
     attn = next((m for m, _ in layers if m is not None and m.is_attention), None)
     main = attn or next(m for m, _ in layers if m is not None)
     dense = next((f for _, f in layers if f is not None and f.kind == "dense"), None)
     ffn = dense or next(f for _, f in layers if f is not None)
     if main.kind == "mla":
         heads, kv_heads, head_dim = main.num_heads, main.num_heads, main.qk_nope_head_dim + main.qk_rope_head_dim
+    elif main.kind == "csa":   # one KV vector per entry, shared by every head
+        heads, kv_heads, head_dim = main.num_heads, 1, main.head_dim
     else:
         heads, kv_heads, head_dim = main.num_heads, main.num_kv_heads or main.num_heads, main.head_dim
     return ModelSpec(
@@ -383,6 +412,7 @@ def _spec(name: str, model_type: str, cfg: dict[str, Any], layers: list[Layer], 
         num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=ffn.intermediate_size,
         vocab_size=int(cfg["vocab_size"]), tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         mlp_gated=ffn.gated, default_weight_dtype=weight, default_kv_dtype=kv, quant_scope=scope,
+        dense_weight_dtype=dense_fmt if dense_fmt != weight else "",
         layers=tuple(layers), mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),
         residual_reads=_residual_reads(cfg, len(layers)), context_length=_context_length(cfg))
 
@@ -390,11 +420,19 @@ def _spec(name: str, model_type: str, cfg: dict[str, Any], layers: list[Layer], 
 def _residual_reads(cfg: dict[str, Any], n: int) -> float:
     """ModelSpec.residual_reads from the (text) config.
 
+    Hyper-connections (``hc_mult`` streams; DeepSeek-V4's mHC, vLLM deepseek_v4.py): the residual is hc_mult
+    hidden vectors wide through every layer, each sub-layer reading all of them to mix its input and writing
+    all of them back, 2 x (hc_mult - 1) vectors more than a residual add (the mixing weights' small GEMM and
+    Sinkhorn iterations, under 1 % of the FLOPs, are not priced).
+
     Block attention residuals (``attn_res_block_size`` b; Kimi-K3, "Attention Residuals", arXiv 2603.15031;
     SGLang layers/attn_residual.py): layer l's input is a softmax-weighted mix of the cdiv(l, b) block
     snapshots frozen so far and the running partial sum, so it reads cdiv(l, b) hidden vectors more than a
     residual add would; the FFN side of a layer that freezes a snapshot (l % b == 0) reads one more.
     """
+    hc = int(cfg.get("hc_mult") or 0)
+    if hc > 1:
+        return 2.0 * (hc - 1)
     b = int(cfg.get("attn_res_block_size") or 0)
     if b <= 0:
         return 0.0
@@ -649,6 +687,62 @@ def _kimi_linear(cfg: dict[str, Any]) -> list[Layer]:
     return [(kda if i + 1 in kda_at else mla, moe if i >= k and i % freq == 0 else dense) for i in range(n)]
 
 
+DEEPSEEK_V4_TYPES = ("deepseek_v4", "deepseek_ref")
+"""DeepSeek-V4's model types (SGLang's FP8 conversions name it deepseek_ref)."""
+
+
+def _deepseek_v4_formats(cfg: dict[str, Any], weight: str) -> tuple[str, str, str]:
+    """(experts, other linears, KV) formats of a DeepSeek-V4 checkpoint: the projections and the shared
+    expert block FP8 (128 x 128) in every release; the routed experts ``expert_dtype`` ("fp4": MXFP4 in
+    DeepSeek's, NVFP4 in NVIDIA's) or, without it (SGLang's -FP8 conversions), block FP8 like the rest. The
+    KV cache is FP8: vLLM refuses any other ("DeepseekV4 only supports fp8 kv-cache format") and SGLang's
+    pool is the same 584-byte fp8_ds_mla entry (Deployment.csa_entry_bytes)."""
+    dense = "fp8_block" if weight in ("fp8", "fp8_block", "fp4") else weight
+    experts = {"fp4": "fp4", "fp8": "fp8_block"}.get(str(cfg.get("expert_dtype") or "").lower(), dense)
+    return experts, dense, "fp8"
+
+
+def _deepseek_v4_mixer(cfg: dict[str, Any], ratio: int) -> MixerSpec:
+    """A DeepSeek-V4 layer's attention at compress ratio ``ratio`` (the indexer only at ratio 4)."""
+    indexed = ratio == 4
+    return MixerSpec(kind="csa", num_heads=int(cfg["num_attention_heads"]), num_kv_heads=1,
+                     head_dim=int(cfg["head_dim"]), qk_rope_head_dim=int(cfg["qk_rope_head_dim"]),
+                     q_lora_rank=int(cfg["q_lora_rank"]), window=int(cfg["sliding_window"]),
+                     o_groups=int(cfg["o_groups"]), o_lora_rank=int(cfg["o_lora_rank"]), compress_ratio=ratio,
+                     index_n_heads=int(cfg["index_n_heads"]) if indexed else 0,
+                     index_head_dim=int(cfg["index_head_dim"]) if indexed else 0,
+                     index_topk=int(cfg["index_topk"]) if indexed else 0)
+
+
+def _deepseek_v4_ratios(cfg: dict[str, Any]) -> list[int]:
+    n, ratios = int(cfg["num_hidden_layers"]), cfg["compress_ratios"]
+    if not isinstance(ratios, list) or len(ratios) < n or not all(is_count(r, 0) for r in ratios):
+        raise ValueError(f"compress_ratios must list one ratio (an integer >= 0) per layer, {n} at least, got "
+                         f"{ratios!r}")
+    return [int(r) for r in ratios]
+
+
+def _deepseek_v4(cfg: dict[str, Any]) -> list[Layer]:
+    """DeepSeek-V4 (DeepSeek's inference/model.py; vLLM models/deepseek_v4.py): every layer a csa mixer of its
+    compress_ratios entry (0: the sliding window alone; 4: window + indexed compressed entries; 128: window +
+    every compressed entry) and a MoE of n_routed_experts with n_shared_experts of the same width. The list's
+    entries past num_hidden_layers belong to the MTP module (:func:`_deepseek_v4_mtp`). The first
+    num_hash_layers route by token id, which costs what a learned router does (the gate GEMM still runs for
+    the weights)."""
+    n, ratios = int(cfg["num_hidden_layers"]), _deepseek_v4_ratios(cfg)
+    mixers = {r: _deepseek_v4_mixer(cfg, r) for r in set(ratios[:n])}
+    shared = int(cfg.get("n_shared_experts") or 0) * int(cfg["moe_intermediate_size"])
+    moe = _moe_ffn(cfg, "n_routed_experts", "moe_intermediate_size", shared)
+    return [(mixers[ratios[i]], moe) for i in range(n)]
+
+
+def _deepseek_v4_mtp(cfg: dict[str, Any], layers: list[Layer]) -> Layer:
+    """DeepSeek-V4's MTP layer: the compress_ratios entry after the main layers (0 in every release: the
+    window alone; vLLM's deepseek_v4.py forces it so), with the main layers' MoE."""
+    n, ratios = int(cfg["num_hidden_layers"]), _deepseek_v4_ratios(cfg)
+    return _deepseek_v4_mixer(cfg, ratios[n] if len(ratios) > n else 0), layers[-1][1]
+
+
 def _decilm(cfg: dict[str, Any]) -> list[Layer]:
     """Nemotron-NAS (DeciLM): per-block attention (or none) and FFN width ffn_mult."""
     h, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
@@ -673,4 +767,5 @@ _PARSERS: dict[str, Callable[[dict[str, Any]], list[Layer]]] = {
     "deepseek_v3": _deepseek, "deepseek_v32": _deepseek, "kimi_k2": _deepseek, "glm_moe_dsa": _deepseek,
     "nemotron_h": _nemotron_h, "qwen3_5": _qwen3_5, "qwen3_5_moe": _qwen3_5, "qwen3_5_text": _qwen3_5,
     "qwen3_5_moe_text": _qwen3_5, "nemotron-nas": _decilm, "kimi_linear": _kimi_linear,
+    **{t: _deepseek_v4 for t in DEEPSEEK_V4_TYPES},
 }

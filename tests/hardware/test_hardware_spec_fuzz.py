@@ -218,8 +218,9 @@ def test_twin_config_with_a_broken_gpu_spec_is_a_config_error(data: Path) -> Non
     with pytest.raises(ConfigError) as err:
         load_config({"model": {"name": "me/mine"}})
     assert err.value.path == "model.name" and "num_attention_heads must be an integer >= 1" in err.value.message
+    _model(data, model_type="not_a_transformer")
     with pytest.raises(ConfigError) as err:  # an unsupported model type was a bare NotImplementedError
-        load_config({"model": {"name": "deepseek-ai/DeepSeek-V4-Flash"}})
+        load_config({"model": {"name": "me/mine"}})
     assert (err.value.path, err.value.message) == (
-        "model.name", "name 'deepseek-ai/DeepSeek-V4-Flash' cannot be loaded: model 'deepseek-ai/DeepSeek-V4-Flash': "
-                      "model_type 'deepseek_v4' is not supported yet")
+        "model.name", "name 'me/mine' cannot be loaded: model 'me/mine': "
+                      "model_type 'not_a_transformer' is not supported yet")

@@ -321,3 +321,105 @@ def test_kimi_k3_attention_residual_reads() -> None:
     b = CostModel(dep0, calibration=CAL, cuda_graph=False).step_cost(shape)
     ew = 93 * 2 * 2048 * m.residual_reads * 7168 * 2 / (load_gpu("b200_sxm").hbm_bw_Bps * 0.5)
     assert a.terms["elementwise"] - b.terms["elementwise"] == pytest.approx(ew, rel=1e-9)
+
+
+def test_deepseek_v4_layer_map_and_formats() -> None:
+    """compress_ratios per layer (Flash: 0, 0, then 4 on even and 128 on odd layers; Pro: 128, 128, then the
+    same), the extra last entry the MTP layer's (0: the window alone); routed experts FP4 with block-FP8
+    projections and shared expert in DeepSeek's and NVIDIA's checkpoints, all block FP8 in SGLang's -FP8
+    conversions; an FP8 KV cache; the 4-wide hyper-connected residual."""
+    flash = load_model("deepseek-ai/DeepSeek-V4-Flash")
+    ratios = [mx.compress_ratio for mx, _ in flash.layers if mx is not None]
+    assert ratios == [0, 0] + [4 if i % 2 == 0 else 128 for i in range(2, 43)]
+    assert all(mx is not None and mx.kind == "csa" and mx.window == 128 for mx, _ in flash.layers)
+    assert [mx.index_topk for mx, _ in flash.layers if mx is not None][2:4] == [512, 0]
+    assert flash.mtp_layer is not None and flash.mtp_layer[0] is not None and flash.mtp_layer[0].compress_ratio == 0
+    pro = load_model("deepseek-ai/DeepSeek-V4-Pro")
+    assert [mx.compress_ratio for mx, _ in pro.layers if mx is not None][:4] == [128, 128, 4, 128]
+    for name, experts in (("deepseek-ai/DeepSeek-V4-Flash", "fp4"), ("nvidia/DeepSeek-V4-Pro-NVFP4", "fp4"),
+                          ("sgl-project/DeepSeek-V4-Flash-FP8", "fp8_block")):
+        m = load_model(name)
+        assert (m.default_weight_dtype, m.default_kv_dtype, m.quant_scope) == (experts, "fp8", "all"), name
+        dep = Deployment(gpu=load_gpu("h200_sxm"), model=m, engine=load_engine("vllm"), tp=8, ep=8)
+        assert dep.dense_weight_dtype == "fp8_block" and dep.linear_curve_dtype(True) == "fp8_block", name
+    assert flash.residual_reads == 6.0
+
+
+def test_deepseek_v4_params_by_hand() -> None:
+    """Flash from the shapes (hidden 4096, 64 heads of 512, q_lora 1024, 8 output groups of rank 1024):
+    attention 4096 x (1024 + 512) + 1024 x 32768 + 1024 x 32768 + 8 x 1024 x 4096 per layer, the compressor
+    4096 x 2 x coff x 512 (coff 2 at ratio 4, 1 at 128), the indexer 1024 x 64 x 128 + 4096 x (64 + 4 x 128);
+    each layer 256 experts and one shared expert of 3 x 4096 x 2048 and a 256-way router. 284 B as published."""
+    m = load_model("deepseek-ai/DeepSeek-V4-Flash")
+    h = 4096
+    attn = h * 1536 + 1024 * 32768 + 1024 * 32768 + 8 * 1024 * h
+    csa = attn + h * 2 * 2 * 512 + 1024 * 64 * 128 + h * (64 + 4 * 128)
+    hca = attn + h * 2 * 512
+    moe = 257 * 3 * h * 2048 + h * 256
+    layers = 2 * (attn + h) + 21 * (csa + h) + 20 * (hca + h) + 43 * (moe + h)
+    assert m.param_count == layers + 2 * 129280 * h + h
+    assert 284.0e9 < m.param_count < 284.5e9
+
+
+def test_deepseek_v4_kv_and_state_by_hand() -> None:
+    """Per token (vLLM's fp8_ds_mla entry: 448 FP8 + 64 BF16 + 7 scales + 1 = 584 B): a ratio-4 layer adds a
+    584-B entry and a 132-B indexer entry every 4 tokens, a ratio-128 layer an entry every 128, window-only
+    layers nothing. Per request: every layer's 128-token window of entries, and the compressors' FP32 rows
+    (ratio 4: 8 rows of 2 x 2 x 512 plus the indexer's 8 of 2 x 2 x 128; ratio 128: 128 of 2 x 512)."""
+    m = load_model("deepseek-ai/DeepSeek-V4-Flash")
+    dep = Deployment(gpu=load_gpu("h200_sxm"), model=m, engine=load_engine("vllm"), tp=8, ep=8)
+    mx = m.layers[2][0]
+    assert mx is not None and dep.csa_entry_bytes(mx) == 584
+    assert dep.kv_bytes_per_token == round(21 * (584 + 132) / 4 + 20 * 584 / 128)
+    state = 43 * 128 * 584 + 21 * (8 * 2 * 2 * 512 * 4 + 8 * 2 * 2 * 128 * 4) + 20 * 128 * 2 * 512 * 4
+    assert dep.state_bytes_per_request == state
+    bf16 = Deployment(gpu=load_gpu("h200_sxm"), model=m, engine=load_engine("vllm"), tp=8, ep=8, kv_dtype="bf16")
+    assert bf16.csa_entry_bytes(mx) == 1024
+
+
+def test_deepseek_v4_decode_attention_by_hand() -> None:
+    """One decode step of 4 requests at 1,000 tokens on Flash, TP8, eager, flat curves. A ratio-4 layer reads
+    its 4 x 128 window keys and min(1000 / 4, 512) = 250 indexed entries per request (1,512 keys of 584 B),
+    64 query heads (the rank's 8 padded to FlashMLA's 64) over 512-wide scores and values, and its indexer
+    scores all 1,000 visible entries (64 x 128 each, FP8, 132 B read each); a ratio-128 layer reads the window
+    and 1000 / 128 entries per request; a window-only layer the window alone."""
+    m = load_model("deepseek-ai/DeepSeek-V4-Flash")
+    dep = Deployment(gpu=load_gpu("h200_sxm"), model=m, engine=load_engine("sglang"), tp=8, ep=8)
+    R, kv = 4, 1000
+    floor = eager_floor("sglang", 3)
+
+    def core(keys: float) -> float:
+        return roof(keys * 64 * 2 * 1024, keys * 584 + R * 64 * 1024 * 2, floor)
+
+    fp8_peak = load_gpu("h200_sxm").flops_for("fp8")
+    indexer = max(2 * 1000 * 64 * 128 / (fp8_peak * 0.5), 1000 * 132 / (HBM_H200 * 0.8)) + floor
+    csa = core(R * 128 + R * 250) + indexer
+    hca = core(R * 128 + R * kv / 128)
+    swa = core(R * 128)
+    cost = CostModel(dep, calibration=CAL, cuda_graph=False).step_cost(BatchShape.from_requests([1] * R, [kv] * R))
+    assert cost.terms["attention"] == pytest.approx(21 * csa + 20 * hca + 2 * swa, rel=1e-12)
+
+
+def test_deepseek_v4_prefill_attention_grows_with_the_indexer() -> None:
+    """An 8k prompt on Flash: the indexed layers' attention reads at most 512 entries per query, the
+    ratio-128 layers every entry, and the indexer scores every causal pair / 4; doubling the prompt nearly
+    doubles the attention core (bounded key sets) but quadruples the indexer's work, so the term grows by
+    more than 2x and less than 4x."""
+    m = load_model("deepseek-ai/DeepSeek-V4-Flash")
+    dep = Deployment(gpu=load_gpu("b200_sxm"), model=m, engine=load_engine("vllm"), tp=4, ep=4)
+    cm = CostModel(dep, calibration=CAL, cuda_graph=False)
+    a = cm.step_cost(BatchShape.from_requests([8192], [8192])).terms["attention"]
+    b = cm.step_cost(BatchShape.from_requests([16384], [16384])).terms["attention"]
+    assert 2.0 < b / a < 4.0
+
+
+def test_deepseek_v4_on_trtllm_needs_blackwell() -> None:
+    """TensorRT-LLM's DeepSeek-V4 attention runs on SM100+ only: an H200 deployment is refused naming the
+    GPU, a B200 one builds; vLLM builds on either."""
+    from hardware.deployment import DeploymentError
+    m = load_model("deepseek-ai/DeepSeek-V4-Flash")
+    with pytest.raises(DeploymentError, match="blackwell GPUs only, and h200_sxm is hopper") as err:
+        Deployment(gpu=load_gpu("h200_sxm"), model=m, engine=load_engine("trtllm"), tp=8, ep=8)
+    assert err.value.field == "gpu"
+    Deployment(gpu=load_gpu("b200_sxm"), model=m, engine=load_engine("trtllm"), tp=8, ep=8)
+    Deployment(gpu=load_gpu("h200_sxm"), model=m, engine=load_engine("vllm"), tp=8, ep=8)
