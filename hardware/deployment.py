@@ -364,6 +364,10 @@ class Deployment:
     def _stage_fraction(self) -> float:
         return self.layers_per_gpu / self.model.num_layers
 
+    def _windowed(self, m: MixerSpec) -> bool:
+        """A sliding-window layer whose KV the engine bounds by the window (EngineProfile.windowed_kv)."""
+        return bool(m.window) and self.engine.windowed_kv
+
     @property
     def kv_bytes_per_token_per_layer(self) -> int:
         """K and V bytes of one token in one full-attention layer of the main kind."""
@@ -375,11 +379,12 @@ class Deployment:
         """KV bytes of one token on one GPU over the full-attention layers this GPU holds.
 
         Sliding-window layers are not here: their window is constant per-request state (see
-        state_bytes_per_request), as vLLM's hybrid allocator bounds them by the window.
+        state_bytes_per_request), as vLLM's hybrid allocator bounds them by the window, unless the engine
+        keeps full-length KV for them (EngineProfile.windowed_kv: TensorRT-LLM).
         """
         total = 0.0
         for (mixer, _), n in self.model.layer_groups:
-            if mixer is not None and mixer.is_attention and (not mixer.window or mixer.kind == "csa"):
+            if mixer is not None and mixer.is_attention and (not self._windowed(mixer) or mixer.kind == "csa"):
                 total += n * self._mixer_kv_bytes_per_token(mixer)
         if self.spec_tokens:  # the MTP layer keeps its own KV cache (last pipeline stage: counted in full)
             draft = self.draft_layer[0]
@@ -419,7 +424,7 @@ class Deployment:
                               * CONV_STATE_BYTES)
             elif m.kind == "csa":
                 total += n * (m.window * self.csa_entry_bytes(m) + self._csa_compressor_state(m))
-            elif m.is_attention and m.window:
+            elif m.is_attention and self._windowed(m):
                 total += n * m.window * self._mixer_kv_bytes_per_token(m)
         return int(round(total * self._stage_fraction()))
 

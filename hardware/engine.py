@@ -95,6 +95,12 @@ class EngineProfile:
     scheduling does (twin.scheduler.SchedulerLimits.async_output): finished requests hold their seats and
     blocks through that schedule, the blocks of the tokens just sampled are cached after it, and after an
     idle engine the second step sees the arrivals that did not fit in the first."""
+    windowed_kv: bool = True
+    """Whether a sliding-window layer keeps only its window of KV per request (vLLM's hybrid allocator,
+    SGLang's SWA pool: Deployment.state_bytes_per_request) or full-length KV like a full-attention layer
+    (false: TensorRT-LLM 1.0-1.2 builds one KV pool for all layers unless max_attention_window is set by
+    hand; trtllm-serve 1.1.0rc3 logs "kv size is 73728" bytes a token for gpt-oss-120b, its 36 layers' K and
+    V at full length). The attention kernels read only the window either way."""
     csa_archs: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     """GPU architectures whose kernels the engine runs DeepSeek-V4's compressed attention (csa mixers) on;
     empty: every one the twin prices. TensorRT-LLM's DeepseekV4TrtllmAttention is Blackwell-only

@@ -433,10 +433,18 @@ class KVCacheManager:
     """Block tables of the requests on one worker, allocated from a :class:`BlockPool`."""
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
-                 host: HostTier | None = None, keep_duplicates: bool = False) -> None:
+                 host: HostTier | None = None, keep_duplicates: bool = False, state_blocks: int = 0) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
+        if state_blocks < 0:
+            raise ValueError(f"state_blocks must be >= 0, got {state_blocks}")
         self.block_size = block_size
+        self.state_blocks = state_blocks
+        """Blocks each request holds from its first allocation to its release whatever its length: the
+        model's constant per-request state (Mamba / GDN / KDA recurrent and conv state, sliding-window KV,
+        DeepSeek-V4's windows and compressor rows: hardware Deployment.state_blocks_per_request), taken from
+        the same pool as vLLM's hybrid allocator takes it. Never hashed or cached."""
+        self.req_state: dict[int, list[int]] = {}
         self.enable_prefix_caching = enable_prefix_caching
         self.decode_cached_at_finish = False
         """SGLang's radix tree: a running request's blocks past what its admission prefilled
@@ -480,9 +488,11 @@ class KVCacheManager:
 
     def blocks_needed(self, req: Request, num_new_tokens: int, num_computed_blocks: int = 0) -> int:
         """New blocks that scheduling ``num_new_tokens`` more tokens of ``req`` would take."""
-        have = len(self.req_blocks.get(req.id, ())) + num_computed_blocks
+        table = self.req_blocks.get(req.id)
+        have = (len(table) if table is not None else 0) + num_computed_blocks
         computed = req.num_computed_tokens + num_computed_blocks * self.block_size
-        return max(0, cdiv(computed + num_new_tokens, self.block_size) - have)
+        need = max(0, cdiv(computed + num_new_tokens, self.block_size) - have)
+        return need if table is not None else need + self.state_blocks
 
     def allocate_slots(self, req: Request, num_new_tokens: int, computed_blocks: Sequence[int] = (),
                        cache: bool = True) -> bool:
@@ -502,6 +512,9 @@ class KVCacheManager:
         if blocks is None:
             blocks = self.req_blocks[req.id] = []
             self._num_hashed[req.id] = 0
+            if self.state_blocks:
+                self.req_state[req.id] = pool.allocate(self.state_blocks)
+                need -= self.state_blocks
         if computed_blocks:
             pool.touch(computed_blocks)
             blocks.extend(computed_blocks)
@@ -570,5 +583,8 @@ class KVCacheManager:
         decoded blocks: SGLang frees a retracted request's decoded tokens without inserting them)."""
         blocks = self.req_blocks.pop(req.id, None)
         self._num_hashed.pop(req.id, None)
+        state = self.req_state.pop(req.id, None)
+        if state:   # first: the free queue hands out what it got first, and state caches nothing
+            self.pool.release(state)
         if blocks:
             self.pool.release(reversed(blocks))

@@ -364,14 +364,16 @@ class Scheduler:
         free, could never pass even on an idle worker."""
         size = self.kv.block_size
         extra = self.drafter.k - 1 if self.drafter is not None else 0
-        need = cdiv(req.total_tokens + extra, size)
+        state = self.kv.state_blocks
+        need = cdiv(req.total_tokens + extra, size) + state
         if need > self.kv.num_blocks:
             spec = f" and {extra} more for the drafts of its last verify step" if extra else ""
+            held = f", and {state} for its per-request state" if state else ""
             return (f"needs {need} KV blocks ({req.prompt_tokens} prompt + {req.max_output_tokens} output tokens"
-                    f"{spec}) but worker {req.worker} holds only {self.kv.num_blocks}")
+                    f"{spec}{held}) but worker {req.worker} holds only {self.kv.num_blocks}")
         if self.limits.admission_reserve == "sglang":
             pool = self.kv.num_blocks * size
-            sglang_need = _sglang_need(req, 0)
+            sglang_need = _sglang_need(req, 0) + self.kv.state_blocks * size
             if sglang_need >= pool:
                 return (f"SGLang's admission needs fewer than the {pool} KV tokens worker {req.worker} holds "
                         f"free for {req.num_tokens} prompt + {sglang_need - req.num_tokens} output tokens: it "
@@ -703,7 +705,7 @@ class Scheduler:
             if limits.reserve_full_kv:
                 if reserved < 0:
                     reserved = self._reserved_blocks()
-                reserved += cdiv(req.total_tokens, kv.block_size)
+                reserved += cdiv(req.total_tokens, kv.block_size) + kv.state_blocks
                 if reserved > kv.num_blocks:
                     break  # FCFS: the head waits, and so does everyone behind it
             hits = kv.get_computed_blocks(req)
@@ -712,7 +714,7 @@ class Scheduler:
             if sglang:
                 if room is None:
                     room = self._sglang_room(scheduled)
-                need = _sglang_need(req, num_computed)
+                need = _sglang_need(req, num_computed) + kv.state_blocks * kv.block_size
                 if need >= room:
                     break  # NO_TOKEN: the head waits, and so does everyone behind it
                 room -= need
@@ -772,9 +774,10 @@ class Scheduler:
         self._ratio_steps = 0
 
     def _reserved_blocks(self) -> int:
-        """Blocks the running requests' whole lives take (prompt + all output: reserve_full_kv)."""
+        """Blocks the running requests' whole lives take (prompt + all output: reserve_full_kv), their
+        per-request state included."""
         size = self.kv.block_size
-        return sum(cdiv(r.total_tokens, size) for r in self.running)
+        return sum(cdiv(r.total_tokens, size) for r in self.running) + self.kv.state_blocks * len(self.running)
 
     def _prompt_chunk(self, num_new: int, budget: int) -> int | None:
         """Tokens an admitted request computes this step out of its ``num_new`` uncached ones, or None when
@@ -819,7 +822,7 @@ class Scheduler:
             if seats <= 0 or budget <= 0 or (req.enqueued_ns >= cutoff and self._after(req, cutoff)):
                 break
             if limits.reserve_full_kv:
-                reserved += cdiv(req.total_tokens, kv.block_size)
+                reserved += cdiv(req.total_tokens, kv.block_size) + kv.state_blocks
                 if reserved > kv.num_blocks:
                     break
             num_new = self._prompt_chunk(req.num_tokens - len(kv.get_computed_blocks(req)) * kv.block_size,

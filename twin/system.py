@@ -160,7 +160,8 @@ def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max
                              async_output=dep.engine.host_overlap and dep.engine.async_output
                              and s.mixed_prefill and not config.engine.speculative.enabled)
     kv = KVCacheManager(num_blocks, config.kv_cache.block_size, config.kv_cache.prefix_caching,
-                        host_tier(config, dep), keep_duplicates=dep.engine.cache_duplicate_blocks)
+                        host_tier(config, dep), keep_duplicates=dep.engine.cache_duplicate_blocks,
+                        state_blocks=dep.state_blocks_per_request(config.kv_cache.block_size))
     spec = config.engine.speculative
     if spec.enabled and limits.max_num_batched_tokens < 1 + spec.num_speculative_tokens:
         raise ConfigError("scheduler.max_num_batched_tokens",

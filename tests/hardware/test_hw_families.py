@@ -423,3 +423,17 @@ def test_deepseek_v4_on_trtllm_needs_blackwell() -> None:
     assert err.value.field == "gpu"
     Deployment(gpu=load_gpu("b200_sxm"), model=m, engine=load_engine("trtllm"), tp=8, ep=8)
     Deployment(gpu=load_gpu("h200_sxm"), model=m, engine=load_engine("vllm"), tp=8, ep=8)
+
+
+def test_trtllm_keeps_sliding_window_layers_at_full_length() -> None:
+    """gpt-oss-120b (18 of 36 layers sliding over 128 tokens, 8 KV heads x 64, BF16): vLLM and SGLang bound the
+    sliding layers by the window (per-request state: 18 x 128 tokens), TensorRT-LLM keeps one pool of
+    full-length KV for all 36 layers (73,728 B a token, as trtllm-serve logs it) and no window state."""
+    m = load_model("openai/gpt-oss-120b")
+    per_layer = 2 * 8 * 64 * 2
+    for engine, per_token, state in (("vllm", 18 * per_layer, 18 * 128 * per_layer),
+                                     ("sglang", 18 * per_layer, 18 * 128 * per_layer),
+                                     ("trtllm", 36 * per_layer, 0)):
+        dep = Deployment(gpu=load_gpu("h200_sxm"), model=m, engine=load_engine(engine))
+        assert (dep.kv_bytes_per_token, dep.state_bytes_per_request) == (per_token, state), engine
+    assert 36 * per_layer == 73728

@@ -380,3 +380,51 @@ def test_compiled_pool_refuses_as_the_python_pool_does() -> None:
         pool.release([2])
         with pytest.raises(InvariantError, match="block 2 released more often than referenced"):
             pool.release([2])
+
+
+def test_per_request_state_blocks_by_id() -> None:
+    """A model with constant per-request state (state_blocks 2): a request's first allocation takes its state
+    blocks before its token blocks, they are never cached, and freeing releases the state first (reused
+    first), then the token blocks tail first. Allocation is all or nothing with the state counted."""
+    kv = KVCacheManager(num_blocks=8, block_size=4, state_blocks=2)
+    pool = kv.pool
+    a = make_request(1, prompt=10, output=2, stream="a")
+    assert kv.blocks_needed(a, 10) == 3 + 2
+    assert kv.allocate_slots(a, 10)
+    assert kv.req_state[1] == [0, 1] and kv.blocks_of(a) == [2, 3, 4]
+    assert set(pool.cached.values()) == {2, 3}          # the two full token blocks; no state block
+    a.num_computed_tokens = 10
+    assert kv.blocks_needed(a, 2) == 0                   # its state is held already
+    b = make_request(2, prompt=5, output=1, stream="b")
+    assert kv.blocks_needed(b, 5) == 2 + 2 and pool.num_free == 3
+    assert not kv.allocate_slots(b, 5)                   # 4 needed, 3 free: nothing taken
+    assert pool.num_free == 3 and 2 not in kv.req_state
+    kv.free(a)
+    assert free_list(pool) == [5, 6, 7, 0, 1, 4, 3, 2] and 1 not in kv.req_state
+    assert kv.allocate_slots(b, 5)
+    assert kv.req_state[2] == [5, 6] and kv.blocks_of(b) == [7, 0]
+
+
+def test_state_blocks_count_in_admission_and_servability() -> None:
+    """The scheduler admits a request only with room for its state too, and a request whose tokens and
+    state together exceed the pool is unservable with the state named."""
+    from twin_testkit import make_scheduler
+    sched = make_scheduler(num_blocks=6, block_size=4, state_blocks=3)
+    big = make_request(1, prompt=9, output=4)             # 4 token blocks + 3 state > 6
+    assert "and 3 for its per-request state" in (sched.unservable(big) or "")
+    ok = make_request(2, prompt=5, output=3)              # 2 token blocks + 3 state <= 6
+    assert sched.unservable(ok) is None
+
+
+def test_state_blocks_limit_how_many_run() -> None:
+    """8 blocks of 4 tokens, 3 state blocks a request: three 3-token prompts would take 3 token blocks, but
+    with their state only two fit (2 x (1 + 3) = 8); the third is admitted when the first finishes."""
+    from twin_testkit import make_scheduler, step
+    sched = make_scheduler(num_blocks=8, block_size=4, state_blocks=3)
+    for i in (1, 2, 3):
+        sched.add_request(make_request(i, prompt=3, output=1), 0)
+    scheduled, preempted, finished = step(sched, 0)
+    assert [rid for rid, _ in scheduled] == [1, 2] and preempted == [] and sorted(finished) == [1, 2]
+    assert sched.kv.pool.num_free == 8 and not sched.kv.req_state
+    scheduled, _, _ = step(sched, 10)
+    assert [rid for rid, _ in scheduled] == [3]
