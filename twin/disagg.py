@@ -119,6 +119,10 @@ class DisaggSystem:
         """Bytes of one KV block on one of a prefill worker's GPUs (its share of a hand-off)."""
         self._block_bytes = self._gpu_block_bytes * self.p_dep.tp
         """Bytes of one KV block over all of a prefill worker's GPUs (what a transfer moves per block)."""
+        self._state_bytes = self.p_dep.state_bytes_per_request * self.p_dep.tp
+        """A request's constant state (recurrent / conv state, sliding windows: KVCacheManager.state_blocks),
+        sent with its KV however many blocks the decode worker already holds: the state after the prompt is
+        the prefill worker's alone."""
         self._layers = self.p_dep.layers_per_gpu
         self._pieces = self.tcfg.pieces or self.p_dep.engine.kv_transfer_pieces
         p_blocks, p_seqs, p_prices = self._pool_sizes(self.p_dep, spec.prefill, "system.prefill")
@@ -392,7 +396,7 @@ class DisaggSystem:
         rec = pending.req.kv
         assert rec is not None
         start = now_ns(self.env)
-        nbytes = blocks * self._block_bytes
+        nbytes = blocks * self._block_bytes + self._state_bytes
         descriptors = self._descriptors(blocks)
         fixed = self.tcfg.setup_latency_s + descriptors * self.tcfg.per_descriptor_s * exposed_fraction
 

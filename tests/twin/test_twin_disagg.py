@@ -514,3 +514,20 @@ def test_the_transfer_section_can_name_another_connectors_cut(tmp_path):
     with pytest.raises(ConfigError, match=r"transfer\.pieces: pieces must be one of \['block', 'layer', "
                                           r"'buffer'\], got 'pages'"):
         disagg(tmp_path, [one_call("a", 0.0, 100, 4)], transfer={"pieces": "pages"})
+
+
+def test_pull_sends_the_requests_state_with_its_blocks(tmp_path):
+    """A hybrid model (Qwen3.5-27B: gated-DeltaNet state per request) pulls its state with its KV blocks: the
+    bytes moved are the pulled blocks' plus the state's, on every turn, however many blocks the decode
+    worker already holds."""
+    s = Session(id="chat", arrival_s=0.0, calls=(Call(append_tokens=100, output_tokens=20, wait_after_s=1.0),
+                                                 Call(append_tokens=30, output_tokens=5)))
+    cfg = disagg(tmp_path, [s], model={"name": "Qwen/Qwen3.5-27B"}, hardware={"gpu": "h200_sxm"})
+    sim = Simulation(cfg)
+    res = sim.run()
+    t = res.requests
+    dep = sim.system.p_dep
+    per_block, state = dep.bytes_per_block(16), dep.state_bytes_per_request
+    assert state > 0 and sim.system.decode[0].sched.kv.state_blocks == dep.state_blocks_per_request(16)
+    assert t["transfer_bytes"][0] == 7 * per_block + state
+    assert (t["transfer_bytes"][1], t["reused_blocks"][1]) == (3 * per_block + state, 7)
