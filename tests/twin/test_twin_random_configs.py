@@ -14,7 +14,10 @@ then passed 3,000 examples each of the whole strategy (seeds 4001, 4002) and 4,0
 workload pooled (seeds 4004, 4005: 3,259 pooled examples). Since stop 41 the disaggregated examples may name
 the connector's cut of a hand-off (``transfer.pieces``); fresh searches with every example disaggregated, its
 cut drawn and half of them with a dearer descriptor, passed 1,500 examples twice (seeds 4102, 4103) and 5,000
-twice (seeds 4105, 4106).
+twice (seeds 4105, 4106). Since stop 43 a quarter of the examples run gpt-oss-20b, whose sliding windows are
+per-request state held in the KV pool (KVCacheManager.state_blocks: 128 / 32 / 8 blocks at block sizes 1 / 4 /
+16); fresh searches passed 1,500 (seed 4301) and 5,000 examples twice (seeds 4302, 4303; 996 and 1,012 of
+them on gpt-oss-20b).
 """
 
 from __future__ import annotations
@@ -119,6 +122,8 @@ def _more_knobs(draw: st.DrawFn, cfg: dict) -> None:
             transfer["max_handoffs_per_s"] = draw(st.sampled_from([5.0, 100.0]))
         if draw(st.booleans()):  # another connector's cut of a hand-off into descriptors
             transfer["pieces"] = draw(st.sampled_from(["block", "layer", "buffer"]))
+    if draw(st.booleans()):  # a model with per-request state (its sliding windows: KVCacheManager.state_blocks)
+        cfg["model"] = {"name": "openai/gpt-oss-20b"}
 
 
 def _run(cfg: dict, fast_forward: bool) -> tuple[Simulation, object]:
