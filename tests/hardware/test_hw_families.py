@@ -437,3 +437,18 @@ def test_trtllm_keeps_sliding_window_layers_at_full_length() -> None:
         dep = Deployment(gpu=load_gpu("h200_sxm"), model=m, engine=load_engine(engine))
         assert (dep.kv_bytes_per_token, dep.state_bytes_per_request) == (per_token, state), engine
     assert 36 * per_layer == 73728
+
+
+def test_deepseek_v4_bad_compress_ratios_are_refused() -> None:
+    """A compress_ratios list shorter than the layers, or with a ratio that is not a count, is refused with
+    the field named; a ratio-4 layer without an indexer is refused by the mixer itself."""
+    import json
+    from hardware import model as hw_model
+    from hardware.layers import MixerSpec
+    cfg = json.loads((hw_model.MODEL_DIR / "deepseek-ai--DeepSeek-V4-Flash.json").read_text())
+    for bad in (cfg["compress_ratios"][:10], [0.5] * 44, "4"):
+        with pytest.raises(ValueError, match="compress_ratios must list one ratio"):
+            hw_model._deepseek_v4({**cfg, "compress_ratios": bad})
+    with pytest.raises(ValueError, match="an indexer"):
+        MixerSpec(kind="csa", num_heads=64, num_kv_heads=1, head_dim=512, window=128, o_groups=8, o_lora_rank=1024,
+                  compress_ratio=4)
