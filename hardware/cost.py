@@ -500,22 +500,20 @@ class CostModel:
         dk: float = min(d_kv, D * w)
         pk: float = min(p_kv, p_reqs * w + p_tokens)
         pp: float = min(p_pairs, p_tokens * w)
-        dm: float = min(d_max, w) if d_max > 0 else d_max
+        dm: float = min(d_max, w)      # the longest request's keys (used only where d_max is known)
         idx_flops, idx_bytes = 0.0, 0.0
         if r:
-            ck, cpk, cp = d_kv / r, p_kv / r, p_pairs / r     # compressed entries visible
-            cm = d_max / r if d_max > 0 else 0.0
+            ck, cpk, cp, cm = d_kv / r, p_kv / r, p_pairs / r, d_max / r     # compressed entries visible
             if mx.index_topk:
                 idx_flops = 2.0 * (ck * dq + cp) * mx.index_n_heads * mx.index_head_dim
                 idx_bytes = (ck + cpk) * (mx.index_head_dim + 4)
-                ck, cp = min(ck, D * mx.index_topk), min(cp, p_tokens * mx.index_topk)
-                cpk, cm = min(cpk, p_tokens * mx.index_topk), min(cm, mx.index_topk)
-            dk, pk, pp = dk + ck, pk + cpk, pp + cp
-            dm = dm + cm if d_max > 0 else d_max
+                top = mx.index_topk
+                ck, cp, cpk, cm = min(ck, D * top), min(cp, p_tokens * top), min(cpk, p_tokens * top), min(cm, top)
+            dk, pk, pp, dm = dk + ck, pk + cpk, pp + cp, dm + cm
         peak, bw = self._peak_bf16, self._hbm_Bps
         t = kernels.mqa_decode_s(cal.mla_decode, reqs=D, sum_kv=dk, heads=kernel_heads * dq, qk_dim=mx.head_dim,
                                  v_dim=mx.head_dim, key_bytes=d.csa_entry_bytes(mx), peak_flops=peak, bw_Bps=bw,
-                                 rate_rows=decode_rate_rows(D, int(dk), int(dm)))
+                                 rate_rows=decode_rate_rows(D, int(dk), int(dm) if d_max > 0 else d_max))
         t += kernels.mqa_prefill_s(cal.mla_prefill, tokens=p_tokens, sum_kv=pk, pairs=pp, heads=kernel_heads,
                                    qk_dim=mx.head_dim, v_dim=mx.head_dim, key_bytes=mx.head_dim * ACT_BYTES,
                                    peak_flops=peak, bw_Bps=bw)

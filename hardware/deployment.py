@@ -128,21 +128,15 @@ class Deployment:
         if self.moe_kernel == "deepgemm" and self.weight_dtype != "fp8_block":
             raise DeploymentError("moe_kernel", f"moe_kernel deepgemm runs block-FP8 weights only, got weight_dtype "
                                   f"{self.weight_dtype!r}")
-        if self.dense_weight_dtype != self.weight_dtype and self.dense_weight_only \
-                and not self.engine.weight_only_kernels:
-            raise DeploymentError("dense_weight_dtype", f"engine {self.engine.name!r} runs {self.dense_weight_dtype} "
-                                  f"weights on FP8 / FP4 tensor cores (Ada, Hopper or newer), which {self.gpu.name} "
-                                  f"does not have: use bf16 weights, or an engine with weight-only kernels "
-                                  f"(vllm, sglang)")
-        if self.weight_only:
-            if not self.engine.weight_only_kernels:
-                raise DeploymentError("weight_dtype", f"engine {self.engine.name!r} runs {self.weight_dtype} weights "
-                                      f"on FP8 / FP4 tensor cores (Ada, Hopper or newer), which {self.gpu.name} "
-                                      f"does not have: use bf16 weights, or an engine with weight-only kernels "
-                                      f"(vllm, sglang)")
-            if self.moe_kernel == "deepgemm":
-                raise DeploymentError("moe_kernel", f"moe_kernel deepgemm needs FP8 tensor cores, which "
-                                      f"{self.gpu.name} does not have")
+        for field, dtype, weight_only in (("weight_dtype", self.weight_dtype, self.weight_only),
+                                          ("dense_weight_dtype", self.dense_weight_dtype, self.dense_weight_only)):
+            if weight_only and not self.engine.weight_only_kernels:
+                raise DeploymentError(field, f"engine {self.engine.name!r} runs {dtype} weights on FP8 / FP4 tensor "
+                                             f"cores (Ada, Hopper or newer), which {self.gpu.name} does not have: use "
+                                             f"bf16 weights, or an engine with weight-only kernels (vllm, sglang)")
+        if self.weight_only and self.moe_kernel == "deepgemm":
+            raise DeploymentError("moe_kernel", f"moe_kernel deepgemm needs FP8 tensor cores, which "
+                                  f"{self.gpu.name} does not have")
         m = self.model
         archs = self.engine.csa_archs
         if archs and self.gpu.arch not in archs and any(mx is not None and mx.kind == "csa" for mx, _ in m.layers):
@@ -200,7 +194,11 @@ class Deployment:
         on Hopper kernels at Hopper's FP8 rate; read at an Ampere BF16 peak they priced kernels that do not run
         there (Mixtral-8x7B FP8, TP4, on A100 under vLLM: 112 ms a decode step at c8, against 11 ms in BF16 at
         TP8)."""
-        return not self.gpu.has_tensor_cores_for(COMPUTE_DTYPE[self.weight_dtype])
+        return self._runs_weight_only(self.weight_dtype)
+
+    def _runs_weight_only(self, dtype: str) -> bool:
+        """Whether the GPU lacks tensor cores for weights in ``dtype`` (:attr:`weight_only`)."""
+        return not self.gpu.has_tensor_cores_for(COMPUTE_DTYPE[dtype])
 
     @property
     def curve_dtype(self) -> str:
@@ -224,7 +222,7 @@ class Deployment:
     @property
     def dense_weight_only(self) -> bool:
         """:attr:`weight_only` for :attr:`dense_weight_dtype`."""
-        return not self.gpu.has_tensor_cores_for(COMPUTE_DTYPE[self.dense_weight_dtype])
+        return self._runs_weight_only(self.dense_weight_dtype)
 
     def linear_curve_dtype(self, quantized: bool) -> str:
         """The format whose GEMM curve and peak price a linear layer: :attr:`dense_weight_dtype` if it is
@@ -294,19 +292,17 @@ class Deployment:
         GEMM whole on every rank (hidden -> q_lora_rank + head_dim), wq_b by heads, the grouped wo_a by
         groups (each group's (heads / o_groups) x head_dim -> o_lora_rank: a batched GEMM whose work and
         weights are those of one GEMM of o_groups x o_lora_rank columns over a group's width), wo_b by rows.
-        The compressor (its KV and gate projections, coff x head_dim each, coff = 2 for overlapping windows
-        at ratio 4, else 1) and the indexer (its query from the q latent, its head weights, its own
+        The compressor (its KV and gate projections, MixerSpec.compress_overlap x head_dim each) and the indexer (its query from the q latent, its head weights, its own
         compressor at index_head_dim) are BF16 and whole on every rank, except the indexer's query (FP8)."""
         h, q = self.model.hidden_size, self._dense_quantized
         groups = _cdiv(m.o_groups, self.tp)
         lins = [Linear("q_a_proj", m.q_lora_rank + m.head_dim, h, q),
                 Linear("q_b_proj", heads * m.head_dim, m.q_lora_rank, q)]
         if m.compress_ratio:
-            coff = 2 if m.compress_ratio == 4 else 1
-            lins.append(Linear("compressor", 2 * coff * m.head_dim, h, False))
+            lins.append(Linear("compressor", 2 * m.compress_overlap * m.head_dim, h, False))
         if m.index_topk:
             lins += [Linear("indexer_q", m.index_n_heads * m.index_head_dim, m.q_lora_rank, q),
-                     Linear("indexer_k", m.index_n_heads + 2 * 2 * m.index_head_dim, h, False)]
+                     Linear("indexer_k", m.index_n_heads + 2 * m.compress_overlap * m.index_head_dim, h, False)]
         return lins + [Linear("o_a_proj", groups * m.o_lora_rank, m.num_heads // m.o_groups * m.head_dim, q),
                        Linear("o_proj", h, groups * m.o_lora_rank, q)]
 
@@ -365,8 +361,10 @@ class Deployment:
         return self.layers_per_gpu / self.model.num_layers
 
     def _windowed(self, m: MixerSpec) -> bool:
-        """A sliding-window layer whose KV the engine bounds by the window (EngineProfile.windowed_kv)."""
-        return bool(m.window) and self.engine.windowed_kv
+        """A sliding-window GQA layer whose KV the engine bounds by the window (EngineProfile.windowed_kv). A
+        DeepSeek-V4 (csa) layer's window is per-request state in every engine; its per-token KV is the
+        compressed stream (_mixer_kv_bytes_per_token)."""
+        return m.kind == "gqa" and bool(m.window) and self.engine.windowed_kv
 
     @property
     def kv_bytes_per_token_per_layer(self) -> int:
@@ -384,7 +382,7 @@ class Deployment:
         """
         total = 0.0
         for (mixer, _), n in self.model.layer_groups:
-            if mixer is not None and mixer.is_attention and (not self._windowed(mixer) or mixer.kind == "csa"):
+            if mixer is not None and mixer.is_attention and not self._windowed(mixer):
                 total += n * self._mixer_kv_bytes_per_token(mixer)
         if self.spec_tokens:  # the MTP layer keeps its own KV cache (last pipeline stage: counted in full)
             draft = self.draft_layer[0]
@@ -430,17 +428,13 @@ class Deployment:
 
     @staticmethod
     def _csa_compressor_state(m: MixerSpec) -> float:
-        """A DeepSeek-V4 layer's compressor state per request: FP32 KV and score rows for the coff x ratio
-        raw tokens its next entries pool (coff = 2 with overlapping windows at ratio 4), 2 x coff x dim each
-        (vLLM CompressorStateCache; SGLang's ring); at ratio 4 the indexer's compressor too, at index_head_dim."""
+        """A DeepSeek-V4 layer's compressor state per request: FP32 KV and score rows, 2 x coff x dim each, for the
+        coff x ratio raw tokens its next entries pool (coff: MixerSpec.compress_overlap; vLLM
+        CompressorStateCache, SGLang's ring), the indexer's compressor at index_head_dim too where there is one."""
         if not m.compress_ratio:
             return 0.0
-        coff = 2 if m.compress_ratio == 4 else 1
-        slots = coff * m.compress_ratio
-        state = slots * 2 * coff * m.head_dim * 4
-        if m.index_topk:
-            state += slots * 2 * coff * m.index_head_dim * 4
-        return state
+        coff = m.compress_overlap
+        return coff * m.compress_ratio * 2 * coff * (m.head_dim + m.index_head_dim) * 4
 
     def bytes_per_block(self, block_size: int) -> int:
         """Bytes of one KV block of `block_size` tokens on one GPU."""

@@ -90,6 +90,12 @@ class MixerSpec:
         return self.v_head_dim or self.head_dim
 
     @property
+    def compress_overlap(self) -> int:
+        """csa: raw-token windows each compressed entry pools, as multiples of compress_ratio (2 at ratio 4,
+        where windows of 2r tokens overlap; else 1; DeepSeek's inference/model.py Compressor ``coff``)."""
+        return 2 if self.compress_ratio == 4 else 1
+
+    @property
     def is_attention(self) -> bool:
         return self.kind in ("gqa", "mla", "csa")
 

@@ -51,17 +51,17 @@ class ModelSpec:
     quant_scope: str = "all"               # "all" linear layers or only routed "experts" (gpt-oss, Kimi int4)
     layers: tuple[Layer, ...] = attrs.field(default=attrs.Factory(_dense_layers, takes_self=True))
     mtp_layers: int = 0
-    mtp_layer: Layer | None = None
-    """The MTP module's decoder layer where it is not of the last layer's kind (DeepSeek-V4: the last entry
-    of compress_ratios, a window-only attention); None: the last layer's kind (Deployment.draft_layer)."""
     """Next-token-prediction modules in the checkpoint (config ``num_nextn_predict_layers``: 1 for
     DeepSeek-V3/R1): each a decoder layer of the last layer's kind after a projection of [embedding; hidden]
     (2 x hidden -> hidden), sharing the embedding and LM head; usable as a speculative-decoding draft."""
+    mtp_layer: Layer | None = None
+    """The MTP module's decoder layer where it is not of the last layer's kind (DeepSeek-V4: the last entry
+    of compress_ratios, a window-only attention); None: the last layer's kind (Deployment.draft_layer)."""
     residual_reads: float = 0.0
     """Hidden-width vectors each sub-layer (mixer or FFN) reads or writes per token for its residual stream
     beyond a plain residual add, as a mean over the layers: Kimi-K3's block attention residuals mix the
-    earlier blocks' snapshots into each sub-layer's input (:func:`_residual_reads`). Priced as elementwise
-    traffic."""
+    earlier blocks' snapshots into each sub-layer's input, DeepSeek-V4's hyper-connections keep hc_mult
+    residual streams (:func:`_residual_reads`). Priced as elementwise traffic."""
     context_length: int = 2048
     """Longest sequence the checkpoint declares, read as SGLang reads it (utils/hf_transformers_utils.
     get_context_length: the first of max_sequence_length, seq_length, max_seq_len, model_max_length,
@@ -185,9 +185,10 @@ def mixer_params(m: MixerSpec, h: int) -> int:
         p = h * (m.q_lora_rank + m.head_dim) + m.q_lora_rank * width + m.o_lora_rank * width \
             + m.o_groups * m.o_lora_rank * h
         if m.compress_ratio:
-            p += h * 2 * (2 if m.compress_ratio == 4 else 1) * m.head_dim
+            p += h * 2 * m.compress_overlap * m.head_dim
         if m.index_topk:
-            p += m.q_lora_rank * m.index_n_heads * m.index_head_dim + h * (m.index_n_heads + 4 * m.index_head_dim)
+            p += m.q_lora_rank * m.index_n_heads * m.index_head_dim \
+                + h * (m.index_n_heads + 2 * m.compress_overlap * m.index_head_dim)
         return p
     if m.kind == "mamba2":
         d_inner = m.num_heads * m.head_dim
@@ -668,11 +669,12 @@ def _kimi_linear(cfg: dict[str, Any]) -> list[Layer]:
     n = int(cfg["num_hidden_layers"])
     la = cfg["linear_attn_config"]
     kda_at, full_at = set(la.get("kda_layers") or []), set(la.get("full_attn_layers") or [])
-    both, neither = kda_at & full_at, set(range(1, n + 1)) - kda_at - full_at
-    if both or neither or not kda_at | full_at <= set(range(1, n + 1)):
+    every = set(range(1, n + 1))
+    both, neither, beyond = kda_at & full_at, every - kda_at - full_at, (kda_at | full_at) - every
+    if both or neither or beyond:
         raise ValueError(f"linear_attn_config: kda_layers and full_attn_layers must split layers 1..{n} (1-based) "
                          f"between them; in both: {sorted(both)}, in neither: {sorted(neither)}, out of range: "
-                         f"{sorted((kda_at | full_at) - set(range(1, n + 1)))}")
+                         f"{sorted(beyond)}")
     heads, dim = int(la["num_heads"]), int(la["head_dim"])
     kda = MixerSpec(kind="gdn", num_heads=heads, head_dim=dim, groups=heads, state_size=dim,
                     conv_kernel=int(la.get("short_conv_kernel_size") or 4), chunk_size=64, state_bytes=4,

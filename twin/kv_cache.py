@@ -479,6 +479,15 @@ class KVCacheManager:
     def blocks_of(self, req: Request) -> Sequence[int]:
         return self.req_blocks.get(req.id, ())
 
+    def life_blocks(self, tokens: int) -> int:
+        """Blocks a request of ``tokens`` tokens holds at its largest: its tokens' and its state's."""
+        return cdiv(tokens, self.block_size) + self.state_blocks
+
+    @property
+    def state_tokens(self) -> int:
+        """A request's state in tokens of the pool (SGLang's admission counts tokens)."""
+        return self.state_blocks * self.block_size
+
     def get_computed_blocks(self, req: Request) -> list[int]:
         """Cached blocks matching the longest prefix of ``req`` (at most ``num_tokens - 1`` tokens)."""
         if not self.enable_prefix_caching:

@@ -24,7 +24,7 @@ from hardware import BatchShape
 from hardware.engine import PREEMPTION_RULES
 from twin.cohort import DecodeCohort
 from twin.errors import InvariantError
-from twin.kv_cache import NO_PLACEHOLDERS, KVCacheManager, cdiv
+from twin.kv_cache import NO_PLACEHOLDERS, KVCacheManager
 from twin.request import NO_TIME, Request, Status
 from twin.sim import CLOCK_MAX_NS
 
@@ -252,11 +252,15 @@ _GAP_BLOCK_ITEMS = 1 << 22
 """Packed gaps that are counted into the histogram's dictionary when there are more."""
 
 
-def _sglang_need(req: Request, num_computed: int) -> int:
+def _sglang_need(req: Request, num_computed: int, state_tokens: int) -> int:
     """Tokens SGLang's PrefillAdder wants free to admit ``req`` with ``num_computed`` of its tokens cached:
-    the rest of its sequence and its remaining outputs, at most SGLANG_CLIP_NEW_TOKENS of them."""
-    return req.num_tokens - num_computed + min(req.max_output_tokens - req.num_output_tokens,
-                                               SGLANG_CLIP_NEW_TOKENS)
+    the rest of its sequence, its remaining outputs (at most SGLANG_CLIP_NEW_TOKENS of them) and its
+    per-request state (``state_tokens``: KVCacheManager.state_tokens)."""
+    return req.num_tokens - num_computed + _sglang_outputs(req) + state_tokens
+
+
+def _sglang_outputs(req: Request) -> int:
+    return min(req.max_output_tokens - req.num_output_tokens, SGLANG_CLIP_NEW_TOKENS)
 
 
 class Scheduler:
@@ -362,21 +366,21 @@ class Scheduler:
         every output token, with a speculative decode's last verify step k - 1 slots beyond them (vLLM's
         lookahead slots), are more than its pool; or SGLang's admission, which wants fewer tokens than are
         free, could never pass even on an idle worker."""
-        size = self.kv.block_size
+        kv = self.kv
         extra = self.drafter.k - 1 if self.drafter is not None else 0
-        state = self.kv.state_blocks
-        need = cdiv(req.total_tokens + extra, size) + state
-        if need > self.kv.num_blocks:
+        state = kv.state_blocks
+        need = kv.life_blocks(req.total_tokens + extra)
+        if need > kv.num_blocks:
             spec = f" and {extra} more for the drafts of its last verify step" if extra else ""
             held = f", and {state} for its per-request state" if state else ""
             return (f"needs {need} KV blocks ({req.prompt_tokens} prompt + {req.max_output_tokens} output tokens"
-                    f"{spec}{held}) but worker {req.worker} holds only {self.kv.num_blocks}")
+                    f"{spec}{held}) but worker {req.worker} holds only {kv.num_blocks}")
         if self.limits.admission_reserve == "sglang":
-            pool = self.kv.num_blocks * size
-            sglang_need = _sglang_need(req, 0) + self.kv.state_blocks * size
-            if sglang_need >= pool:
+            pool = kv.num_blocks * kv.block_size
+            if _sglang_need(req, 0, kv.state_tokens) >= pool:
+                held = f" + {kv.state_tokens} of per-request state" if state else ""
                 return (f"SGLang's admission needs fewer than the {pool} KV tokens worker {req.worker} holds "
-                        f"free for {req.num_tokens} prompt + {sglang_need - req.num_tokens} output tokens: it "
+                        f"free for {req.num_tokens} prompt + {_sglang_outputs(req)} output tokens{held}: it "
                         f"would never be admitted")
         return None
 
@@ -705,7 +709,7 @@ class Scheduler:
             if limits.reserve_full_kv:
                 if reserved < 0:
                     reserved = self._reserved_blocks()
-                reserved += cdiv(req.total_tokens, kv.block_size) + kv.state_blocks
+                reserved += kv.life_blocks(req.total_tokens)
                 if reserved > kv.num_blocks:
                     break  # FCFS: the head waits, and so does everyone behind it
             hits = kv.get_computed_blocks(req)
@@ -714,7 +718,7 @@ class Scheduler:
             if sglang:
                 if room is None:
                     room = self._sglang_room(scheduled)
-                need = _sglang_need(req, num_computed) + kv.state_blocks * kv.block_size
+                need = _sglang_need(req, num_computed, kv.state_tokens)
                 if need >= room:
                     break  # NO_TOKEN: the head waits, and so does everyone behind it
                 room -= need
@@ -776,8 +780,7 @@ class Scheduler:
     def _reserved_blocks(self) -> int:
         """Blocks the running requests' whole lives take (prompt + all output: reserve_full_kv), their
         per-request state included."""
-        size = self.kv.block_size
-        return sum(cdiv(r.total_tokens, size) for r in self.running) + self.kv.state_blocks * len(self.running)
+        return sum(self.kv.life_blocks(r.total_tokens) for r in self.running)
 
     def _prompt_chunk(self, num_new: int, budget: int) -> int | None:
         """Tokens an admitted request computes this step out of its ``num_new`` uncached ones, or None when
@@ -822,7 +825,7 @@ class Scheduler:
             if seats <= 0 or budget <= 0 or (req.enqueued_ns >= cutoff and self._after(req, cutoff)):
                 break
             if limits.reserve_full_kv:
-                reserved += cdiv(req.total_tokens, kv.block_size) + kv.state_blocks
+                reserved += kv.life_blocks(req.total_tokens)
                 if reserved > kv.num_blocks:
                     break
             num_new = self._prompt_chunk(req.num_tokens - len(kv.get_computed_blocks(req)) * kv.block_size,
