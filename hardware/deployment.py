@@ -152,6 +152,11 @@ class Deployment:
         if not m.is_moe and self.ep != 1:  # (it was ignored: the run had no expert parallelism to speak of)
             raise DeploymentError("ep", f"ep={self.ep} splits MoE experts over GPUs, and {m.name} is a dense model "
                                   f"(no experts): ep must be 1")
+        routed = sorted({f.num_experts for _, f in m.layers if f is not None and f.kind == "moe"})
+        if any(n % self.ep for n in routed):
+            experts = routed
+            raise DeploymentError("ep", f"ep={self.ep} does not divide {m.name}'s "
+                                  f"{' / '.join(map(str, experts))} routed experts (each GPU holds an equal share)")
         if m.is_moe and self.moe_tp * self.ep != self.tp * self.attn_dp:
             raise DeploymentError("ep", f"moe_tp x ep = {self.moe_tp} x {self.ep} must equal tp x attn_dp = "
                                   f"{self.tp} x {self.attn_dp} GPUs")
