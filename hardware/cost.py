@@ -184,10 +184,10 @@ class CostModel:
         """The GPU-side terms an eager step's host work races against (eager_host is what is left of it)."""
         self._enabled = tuple(t for t in self._terms_all if t not in self.disabled_terms)
         self._cache: dict[BatchShape, tuple[Mapping[str, float], int]] = {}
-        self._token_cache: dict[tuple[int, int, int, int], dict[str, float]] = {}
+        self._token_cache: dict[tuple[int, int, int, int, int], dict[str, float]] = {}
         self._draft_cache: dict[tuple[int, int, int, bool], float] = {}
         self._decode_bases: dict[int, tuple[bool, float, dict[str, float]]] = {}
-        self._batch_bases: dict[tuple[int, int, int, int], dict[str, float]] = {}
+        self._batch_bases: dict[tuple[int, int, int, int, int], dict[str, float]] = {}
         self._rate_bounds: dict[bool, tuple[tuple[float, int, float, float, float, float, float], ...] | None] = {}
         """decode_max_kv_bound's per-layer constants, by whether the decode attention replays a graph."""
         self._build()
@@ -291,16 +291,16 @@ class CostModel:
                                                                        gpu.nic_bw_Bps))
 
     # --- token-dependent terms --------------------------------------------------------------------
-    def _token_terms(self, M: int, R: int, D: int, q: int = 1) -> dict[str, float]:
-        """Terms that depend only on tokens M, requests R and decode requests D of q tokens each (memoised,
-        exact)."""
-        key = (M, R, D, q)
+    def _token_terms(self, M: int, R: int, D: int, q: int = 1, G: int = 0) -> dict[str, float]:
+        """Terms that depend only on tokens M, requests R and decode requests D of q tokens each, and the
+        tokens G of the whole attention-DP group (0: every rank as this one; memoised, exact)."""
+        key = (M, R, D, q, G)
         hit = self._token_cache.get(key)
         if hit is not None:
             return hit
         t = dict.fromkeys(TOKEN_TERMS, 0.0)
         if M > 0:
-            self._fill_token_terms(t, M, R, D, q)
+            self._fill_token_terms(t, M, R, D, q, G)
         self._token_cache[key] = t
         return t
 
@@ -322,11 +322,11 @@ class CostModel:
         included), else the layers' eager host cost (``eager_host``)."""
         return 0.0 if self._graphed(M, R, D) else self.eager_host_s
 
-    def _fill_token_terms(self, t: dict[str, float], M: int, R: int, D: int, q: int = 1) -> None:
+    def _fill_token_terms(self, t: dict[str, float], M: int, R: int, D: int, q: int = 1, G: int = 0) -> None:
         graph = self._graphed(M, R, D)
         cal = self.gcal if graph else self.ecal
         for g in self.groups:
-            self._add_layer_terms(t, g, M, R, D, graph, cal)
+            self._add_layer_terms(t, g, M, R, D, graph, cal, G)
         # Logits of every sampled position: one per request, and the k drafts of each speculative decode.
         t["lm_head"] = self.lm_head.time_s(R + D * (q - 1), graph)
         if self.pp_hops:
@@ -336,9 +336,11 @@ class CostModel:
                 scaleup_Bps=gpu.scaleup_bw_Bps, nic_Bps=gpu.nic_bw_Bps)
 
     def _add_layer_terms(self, t: dict[str, float], g: _Group, M: int, R: int, D: int, graph: bool,
-                         cal: Calibration) -> None:
-        """Add the token-dependent terms of the layers of kind ``g`` over M tokens to ``t``."""
+                         cal: Calibration, G: int = 0) -> None:
+        """Add the token-dependent terms of the layers of kind ``g`` over M tokens to ``t``. The routed
+        experts see the G tokens of the whole attention-DP group (0: attn_dp ranks of M tokens each)."""
         d, h = self.dep, self.dep.model.hidden_size
+        group = G or M * d.attn_dp
         ew_Bps = d.gpu.hbm_bw_Bps * cal.elementwise.mem_eff
         msg = M * h * ACT_BYTES
         n = g.count
@@ -349,21 +351,21 @@ class CostModel:
         if g.mixer is not None and g.mixer.kind in ("mamba2", "gdn"):
             t["ssm_scan"] += n * self._ssm_s(g.mixer, M, R, D, cal)
         if g.ffn is not None and g.ffn.kind == "moe":
-            mean_rank = self._moe_s(g.ffn, M, cal, self._routing_mean)
+            mean_rank = self._moe_s(g.ffn, group, cal, self._routing_mean)
             t["moe_experts"] += n * mean_rank
             if d.ep > 1:  # (the rank the layer waits for is never faster than the mean one)
-                busiest = self._moe_s(g.ffn, M, cal, self._routing_busiest)
+                busiest = self._moe_s(g.ffn, group, cal, self._routing_busiest)
                 t["ep_imbalance"] += n * max(0.0, busiest - mean_rank)
             if g.moe_allreduce:
-                t["tp_allreduce"] += n * self._allreduce_s(msg * d.attn_dp, d.moe_tp)
+                t["tp_allreduce"] += n * self._allreduce_s(group * h * ACT_BYTES, d.moe_tp)
             if d.attn_dp > 1 and d.ep > 1:
                 t["ep_alltoall"] += n * 2 * (cal.alltoall.alpha_s + M * g.ffn.experts_per_token * h
                                              * ACT_BYTES * (d.ep - 1) / d.ep / self.a2a_link_Bps)
 
-    def _moe_s(self, f: FfnSpec, M: int, cal: Calibration, routing: str) -> float:
-        """Routed experts: the distinct experts and pairs T tokens give the mean expert-parallel rank under the
-        deployment's routing (uniform: E(1-(1-k/E)^T) experts; power_law: kernels.power_law_load), or the
-        rank the layer waits for (``ep_imbalance`` is the difference)."""
+    def _moe_s(self, f: FfnSpec, T: int, cal: Calibration, routing: str) -> float:
+        """Routed experts: the distinct experts and pairs T tokens (every attention-DP rank's) give the mean
+        expert-parallel rank under the deployment's routing (uniform: E(1-(1-k/E)^T) experts; power_law:
+        kernels.power_law_load), or the rank the layer waits for (``ep_imbalance`` is the difference)."""
         d = self.dep
         # The engine's own kernel is its weight-only one where the GPU lacks the format (curve_dtype); a named
         # kernel family is priced on its own curve, fitted in the weight format.
@@ -372,7 +374,7 @@ class CostModel:
             price, roof = kernels.deepgemm_moe_s, cal.gemm_for(fmt)
         else:
             price, roof = kernels.moe_s, cal.moe_for(fmt, d.moe_kernel)
-        return price(roof, tokens=M * d.attn_dp, width=f.latent_size or d.model.hidden_size,
+        return price(roof, tokens=T, width=f.latent_size or d.model.hidden_size,
                      inter=-(-f.intermediate_size // d.moe_tp), topk=f.experts_per_token,
                      num_experts=f.num_experts, ep=d.ep, mats=f.mats, w_bytes_per_elem=d.weight_bytes_per_elem,
                      peak_flops=d.gpu.flops_for(COMPUTE_DTYPE[fmt]), bw_Bps=d.gpu.hbm_bw_Bps,
@@ -573,44 +575,47 @@ class CostModel:
             return padded, -(-padded // q)
         return padded * q, padded
 
-    def _terms(self, s: BatchShape) -> dict[str, float]:
+    def _terms(self, s: BatchShape, G: int = 0) -> dict[str, float]:
         if self.kv_bucket_tokens > 0:
             s = self._bucketed(s)
         if s.new_tokens <= 0:
             return dict.fromkeys(self._enabled, 0.0)
-        t = self._batch_base(s).copy()
+        t = self._batch_base(s, G).copy()
         t["attention"] = attn = self._attention_s(s)
         if self.draft is not None:
             t["spec_draft"] = self._draft_s(s)
         eager = self._eager_s(s.new_tokens, s.num_reqs, s.num_decode)
-        self._fill_context_terms(t, s.sum_kv, s.num_reqs, attn, eager)
+        self._fill_context_terms(t, s.sum_kv, s.num_reqs, attn, eager, lockstep=G > 0)
         if len(t) == len(self._enabled):  # every term enabled: ``t`` holds them in TERMS order already
             return t
         return {name: t[name] for name in self._enabled}
 
-    def _batch_base(self, s: BatchShape) -> dict[str, float]:
-        """Every term in TERMS order, zero but for those set by the batch's token and request counts
-        (memoised on those counts, which are all they depend on; the caller fills in the rest on a copy)."""
-        key = (s.new_tokens, s.num_reqs, s.num_decode, s.decode_q)
+    def _batch_base(self, s: BatchShape, G: int = 0) -> dict[str, float]:
+        """Every term in TERMS order, zero but for those set by the batch's token and request counts and the
+        attention-DP group's tokens G (memoised on those counts, which are all they depend on; the caller
+        fills in the rest on a copy)."""
+        key = (s.new_tokens, s.num_reqs, s.num_decode, s.decode_q, G)
         t = self._batch_bases.get(key)
         if t is None:
             t = dict.fromkeys(self._terms_all, 0.0)
-            self._fill_batch_terms(t, s)
+            self._fill_batch_terms(t, s, G)
             if len(self._batch_bases) >= _CACHE_LIMIT:
                 self._batch_bases.clear()
             self._batch_bases[key] = t
         return t
 
-    def _fill_batch_terms(self, t: dict[str, float], s: BatchShape) -> None:
-        """Terms set by the batch's token and request counts alone (for a pure-decode batch: by its size)."""
+    def _fill_batch_terms(self, t: dict[str, float], s: BatchShape, G: int = 0) -> None:
+        """Terms set by the batch's token and request counts alone (for a pure-decode batch: by its size),
+        and by the attention-DP group's tokens G (0: every rank as this one)."""
         M, R, D, q = s.new_tokens, s.num_reqs, s.num_decode, s.decode_q
         e = self.dep.engine
-        t.update(self._token_terms(M, R, D, q))
+        t.update(self._token_terms(M, R, D, q, G))
         padded = self._padded(s)
         if padded is not None:
             tokens, reqs = padded
-            t["cuda_graph_padding"] = (sum(self._token_terms(tokens, reqs, reqs, q).values())
-                                       - sum(self._token_terms(M, R, D, q).values()))
+            padded_group = G and G - M + tokens
+            t["cuda_graph_padding"] = (sum(self._token_terms(tokens, reqs, reqs, q, padded_group).values())
+                                       - sum(self._token_terms(M, R, D, q, G).values()))
         if self.samples_top_p:  # every row the lm_head scores is sampled over the whole vocabulary
             t["sampler"] = e.sampler_s_per_vocab * self.dep.model.vocab_size * (R + D * (q - 1))
         t["step_host"] = e.step_host_s
@@ -620,13 +625,15 @@ class CostModel:
             t["collective_setup"] = self.collectives_per_step * self.cal.allreduce.eager_extra_s
 
     def _fill_context_terms(self, t: dict[str, float], sum_kv: int, R: int, attn: float,
-                            eager_s: float = 0.0) -> None:
+                            eager_s: float = 0.0, lockstep: bool = False) -> None:
         """Terms set by the context (KV traversal, attention-DP imbalance), then the eager step's host
-        work and the host overlap. ``eager_s``: the step's eager host time (0.0 when graph-replayed)."""
+        work and the host overlap. ``eager_s``: the step's eager host time (0.0 when graph-replayed).
+        ``lockstep``: the step is one rank's in a simulated attention-DP group, whose step waits for its
+        slowest rank by simulation (:meth:`price_in_group`), so the imbalance is not estimated here."""
         e = self.dep.engine
         t["kv_traversal"] = (e.per_block_host_s * -(-sum_kv // max(1, e.block_size))
                              if self.attn_layers else 0.0)
-        if self.dep.attn_dp > 1:
+        if self.dep.attn_dp > 1 and not lockstep:
             t["dp_imbalance"] = attn * min(1.0, math.sqrt(2.0 * math.log(self.dep.attn_dp) / max(R, 1)))
         if eager_s > 0.0:
             self._eager_host(t, eager_s)
@@ -686,6 +693,17 @@ class CostModel:
         """:meth:`step` without the memo: a fresh term dict (``term_names`` order) and the total in integer
         nanoseconds (>= 1). For callers that memoise prices themselves (twin.worker.StepPrices)."""
         terms = self._terms(shape)
+        return terms, self._total_ns(terms.values(), terms)
+
+    def price_in_group(self, shape: BatchShape, group_tokens: int) -> tuple[dict[str, float], int]:
+        """:meth:`price` for one rank of an attention-DP group run in lockstep, whose ranks compute
+        ``group_tokens`` new tokens in the step together (this rank's among them): the routed experts and
+        their collectives see those tokens instead of attn_dp x this rank's, and ``dp_imbalance`` is 0
+        (the group's step lasts as long as its slowest rank's, which the simulation takes)."""
+        if group_tokens < shape.new_tokens:
+            raise ValueError(f"price_in_group: the group's {group_tokens} tokens are fewer than the rank's "
+                             f"{shape.new_tokens}")
+        terms = self._terms(shape, max(1, group_tokens))
         return terms, self._total_ns(terms.values(), terms)
 
     def step(self, shape: BatchShape) -> tuple[Mapping[str, float], int]:

@@ -19,6 +19,7 @@ MEMORY_FRACTION_RULES = ("fixed", "sglang")
 ADMISSION_RESERVES = ("none", "sglang")
 PREEMPTION_RULES = ("vllm", "sglang")
 KV_TRANSFER_PIECES = ("block", "layer", "buffer")
+DP_BALANCERS = ("least_loaded", "vllm_stats", "round_robin")
 TRANSFER_BUFFER_BYTES = 512 << 20
 """TensorRT-LLM's KV send buffer (TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE, 512 MB by default)."""
 _MIB = 2**20
@@ -117,12 +118,19 @@ class EngineProfile:
     request's pages are taken as one run); buffer, one per send buffer-full (TensorRT-LLM's cache
     transceiver copies the blocks into a contiguous buffer of TRANSFER_BUFFER_BYTES before sending)."""
 
+    dp_balancer: str = "least_loaded"
+    """How the engine gives a new request to one of its attention-DP ranks (twin.dpgroup): least_loaded, the
+    rank with the fewest requests (TensorRT-LLM's request fetcher balances active requests over ranks);
+    vllm_stats, vLLM's DPLBAsyncMPClient.get_core_engine_for_request: the lowest 4 x waiting + running in
+    the counts the DP coordinator publishes every 100 ms, plus the requests this front end sent since
+    (vllm/v1/engine/core_client.py); round_robin, SGLang's --load-balance-method default."""
+
     def __attrs_post_init__(self) -> None:
         for field, valid in (("capture_rule", CAPTURE_RULES), ("batch_rule", CAPTURE_RULES),
                              ("kv_memory_rule", KV_MEMORY_RULES), ("admission_reserve", ADMISSION_RESERVES),
                              ("preemption", PREEMPTION_RULES),
                              ("memory_fraction_rule", MEMORY_FRACTION_RULES),
-                             ("kv_transfer_pieces", KV_TRANSFER_PIECES)):
+                             ("kv_transfer_pieces", KV_TRANSFER_PIECES), ("dp_balancer", DP_BALANCERS)):
             value = getattr(self, field)
             if value not in valid:
                 raise ValueError(f"engine {self.name!r}: unknown {field} {value!r}; valid: {', '.join(valid)}")

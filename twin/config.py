@@ -250,6 +250,15 @@ class SchedulerConfig:
     """TensorRT-LLM batch_wait_timeout_iters: while decodes run, hold new prompts back for up to this many
     steps until they and the decodes fill batch_wait_max_tokens_ratio of the token budget (0: off)."""
     batch_wait_max_tokens_ratio: float = attrs.field(default=0.0, validator=non_negative)
+    attention_dp_balance: bool = False
+    """TensorRT-LLM ``attention_dp_config.enable_balance`` (system.attention_dp > 1 only): prompts are admitted
+    only in a step where every attention-DP rank has one and a free seat, or after they have waited
+    attention_dp_timeout_iters steps, or when some rank has no decodes (twin.dpgroup)."""
+    attention_dp_timeout_iters: int = attrs.field(default=50, validator=non_negative)
+    """``attention_dp_config.timeout_iters`` (TensorRT-LLM's default 50)."""
+    attention_dp_batching_wait_iters: int = attrs.field(default=10, validator=non_negative)
+    """``attention_dp_config.batching_wait_iters`` (default 10): with every rank ready and decoding, prompts
+    are held this many steps more."""
     admission_reserve: str | None = attrs.field(default=None,
                                                 validator=attrs.validators.optional(one_of(*ADMISSION_RESERVES)))
     """Output room a waiting request needs to be admitted (null: the engine's default): ``none`` (vLLM:

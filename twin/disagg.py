@@ -108,6 +108,10 @@ class DisaggSystem:
             raise ConfigError("transfer.max_handoffs_per_s", "paces the pulls of decode workers; transfer.kind "
                               "push sends each request's KV as its prefill ends, unpaced: set it only with "
                               "kind pull")
+        if config.scheduler.attention_dp_balance:
+            raise ConfigError("scheduler.attention_dp_balance", "the attention-DP balance is modelled for "
+                              "colocated engines, whose ranks step in lockstep; a disaggregated pool's ranks are "
+                              "simulated as workers of their own")
         self.on_done = on_done
         assert config.kv_cache.block_size is not None
         self.block_size = config.kv_cache.block_size

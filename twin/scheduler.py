@@ -287,6 +287,8 @@ class Scheduler:
         self.running: list[Request] = []
         self.held_seats = 0
         """Seats promised outside the queue (a decode worker's pulls in flight): admission leaves them."""
+        self.admit_prompts = True
+        """Whether steps may admit waiting requests (an attention-DP group's balance holds them back)."""
         self.record_token_times = record_token_times
         self.retain_finished_kv = retain_finished_kv
         """A prefill worker keeps a finished request's blocks (staged KV) until the hand-off releases them."""
@@ -452,10 +454,8 @@ class Scheduler:
     # --------------------------------------------------------------------------------------- schedule
     def schedule(self, now: int) -> SchedulerOutput:
         self._step_start_ns = now
-        # Back to back with the last step, the real engine formed this step when that one started: only
-        # requests queued before then are seen.
-        lookahead = self.limits.lookahead and now == self._last_step_end_ns and now != self._idle_turn_ns
-        cutoff = self._last_step_start_ns if lookahead else _NO_CUTOFF
+        cutoff = self._cutoff(now)
+        lookahead = cutoff != _NO_CUTOFF
         placeholders = lookahead and self.limits.async_output
         """Whether the step is formed before the last one's output is applied (its decodes' input tokens
         unknown: SchedulerLimits.async_output)."""
@@ -595,6 +595,25 @@ class Scheduler:
         return SchedulerOutput(scheduled=list(scheduled.items()), preempted=preempted, stats=stats,
                                host_load_s=self.host_load_s, lazy=lazy, drafts=drafts or None)
 
+    def _cutoff(self, now: int) -> int:
+        """The time a step starting ``now`` was formed at, for the waiting queue: back to back with the last
+        step (lookahead), the real engine formed it when that one started, and sees only requests queued
+        before then; otherwise every request queued so far (_NO_CUTOFF)."""
+        lookahead = self.limits.lookahead and now == self._last_step_end_ns and now != self._idle_turn_ns
+        return self._last_step_start_ns if lookahead else _NO_CUTOFF
+
+    def prompt_ready(self, now: int) -> bool:
+        """Whether a step formed ``now`` would carry prompt work: a running request still prefilling, or a
+        waiting one :meth:`_admit` would take (found without allocating; every running request is taken to
+        use a token of the budget). An attention-DP group asks each rank before it lets them admit
+        (twin.dpgroup, TensorRT-LLM's attention-DP balance)."""
+        if any(r.num_computed_tokens < r.prompt_tokens for r in self.running):
+            return True
+        if not len(self.waiting):
+            return False
+        budget = self.limits.max_num_batched_tokens - len(self.running)
+        return self._admissible_tokens(budget, self._cutoff(now)) > 0
+
     def _schedule_cohort(self, budget: int, placeholders: bool) -> int:
         """The cohort's part of a step: running decodes join it, and its block events of this step are
         applied. Returns its size, or 0 after disbanding it when the step might preempt (the allocations
@@ -695,7 +714,9 @@ class Scheduler:
 
     def _admit(self, scheduled: dict[Request, int], budget: int, now: int, cutoff: int) -> None:
         """Admit waiting requests in queue order while budget and seats last; with lookahead only those
-        queued before ``cutoff`` (when the step was formed)."""
+        queued before ``cutoff`` (when the step was formed). Nothing while :attr:`admit_prompts` is off."""
+        if not self.admit_prompts:
+            return
         limits = self.limits
         kv = self.kv
         waiting = self.waiting

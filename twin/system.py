@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import attrs
 
@@ -138,7 +138,9 @@ def worker_max_num_seqs(config: TwinConfig, dep: Deployment, num_blocks: int,
 
 
 def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max_num_seqs: int | None = None,
-                    max_num_batched_tokens: int | None = None, retain_finished_kv: bool = False) -> Scheduler:
+                    max_num_batched_tokens: int | None = None, retain_finished_kv: bool = False,
+                    lazy: bool = True) -> Scheduler:
+    """A worker's scheduler; ``lazy``: its decodes may form a cohort (for fast-forward, where the run has it)."""
     s = config.scheduler
     assert s.max_num_batched_tokens is not None and s.mixed_prefill is not None
     assert s.reserve_full_kv is not None
@@ -169,7 +171,7 @@ def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max
                           f"(1 + num_speculative_tokens = {1 + spec.num_speculative_tokens} tokens)")
     drafter = Drafter(spec.acceptance_rates, config.run.seed) if spec.enabled else None
     return Scheduler(limits, kv, s.policy, record_token_times=config.metrics.record_token_times,
-                     retain_finished_kv=retain_finished_kv, lazy_decodes=config.run.fast_forward and drafter is None,
+                     retain_finished_kv=retain_finished_kv, lazy_decodes=lazy and config.run.fast_forward and drafter is None,
                      drafter=drafter)
 
 
@@ -212,14 +214,18 @@ def cost_model(config: TwinConfig, dep: Deployment, *, max_num_seqs: int | None 
 
 
 class ColocatedSystem:
-    """Identical engines behind one router; each serves prefill and decode in the same batches."""
+    """Identical engines behind one router; each serves prefill and decode in the same batches.
 
-    def __init__(self, workers: list[Worker], router: Router) -> None:
+    ``workers`` are what the run reports on (gauges, ledgers, stalls), in id order; ``engines`` what the
+    router chooses among: the workers themselves, or attention-DP groups of them (twin.dpgroup)."""
+
+    def __init__(self, workers: Sequence[Worker], router: Router, engines: Sequence[Any] | None = None) -> None:
         self.workers = workers
         self.router = router
+        self.engines = engines if engines is not None else workers
 
     def submit(self, req: Request) -> None:
-        self.router.choose(req, self.workers).submit(req)  # type: ignore[attr-defined]
+        self.router.choose(req, self.engines).submit(req)  # type: ignore[attr-defined]
 
     def abort(self, req: Request, reason: str) -> None:
         """Drop a submitted request at its worker's next step boundary (nothing if it has ended)."""
@@ -243,7 +249,9 @@ class Colocated(SystemSpec):
     ep: int = attrs.field(default=1, validator=positive)
     """Expert parallelism of MoE layers."""
     attention_dp: int = attrs.field(default=1, validator=positive)
-    """Data-parallel attention groups (SGLang / TRT-LLM DP attention): tp x attention_dp GPUs per engine."""
+    """Data-parallel attention ranks (SGLang / TRT-LLM DP attention, vLLM DP of MoE models): tp x attention_dp
+    GPUs per engine; each rank holds its own requests and KV pool, and the ranks step in lockstep
+    (twin.dpgroup)."""
 
     def build(self, env: simpy.Environment, config: TwinConfig,
               on_done: Callable[[Request], None]) -> ColocatedSystem:
@@ -256,13 +264,29 @@ class Colocated(SystemSpec):
                                   "set only for system.kind disaggregated (this system is colocated)")
         dep = make_deployment(config, self.tp, ep=self.ep, attention_dp=self.attention_dp)
         blocks = kv_blocks(config, dep)
-        check_run_blocks([("system.replicas", self.replicas, blocks)])
+        dp = self.attention_dp
+        check_run_blocks([("system.replicas", self.replicas * dp, blocks)])
         seqs = worker_max_num_seqs(config, dep, blocks)
         prices = StepPrices(cost_model(config, dep, max_num_seqs=seqs))
-        workers = [Worker(env, wid, build_scheduler(config, blocks, dep, max_num_seqs=seqs), prices, on_done,
-                          fast_forward_steps=fast_forward_steps(config))
-                   for wid in range(self.replicas)]
-        return ColocatedSystem(workers, config.router.build())  # type: ignore[attr-defined]
+        router = config.router.build()  # type: ignore[attr-defined]
+        if config.scheduler.attention_dp_balance and dp == 1:
+            raise ConfigError("scheduler.attention_dp_balance", "balances prompts over attention-DP ranks: it needs "
+                                                                "system.attention_dp > 1 (this engine has 1 rank)")
+        if dp == 1:
+            workers = [Worker(env, wid, build_scheduler(config, blocks, dep, max_num_seqs=seqs), prices, on_done,
+                              fast_forward_steps=fast_forward_steps(config))
+                       for wid in range(self.replicas)]
+            return ColocatedSystem(workers, router)
+        from twin.dpgroup import AdpBalance, DPGroup, RankWorker
+
+        s = config.scheduler
+        balance = (AdpBalance(s.attention_dp_timeout_iters, s.attention_dp_batching_wait_iters)
+                   if s.attention_dp_balance else None)
+        ranks = [RankWorker(env, wid, build_scheduler(config, blocks, dep, max_num_seqs=seqs, lazy=False), prices,
+                            on_done)
+                 for wid in range(self.replicas * dp)]
+        groups = [DPGroup(env, ranks[i:i + dp], balance, dep.engine.dp_balancer) for i in range(0, len(ranks), dp)]
+        return ColocatedSystem(list(ranks), router, engines=groups)
 
 
 def resolve(config: TwinConfig) -> TwinConfig:

@@ -540,16 +540,22 @@ def _inferencemax_trtllm(spec: "RowSpec", conc: int, spec_tokens: int = 0, measu
     model = spec.model.lower()
     if "gpt-oss" in model:
         return {"max_num_seqs": conc, "max_num_batched_tokens": 20000}
+    # Both DeepSeek scripts, with attention DP: attention_dp_config batching_wait_iters 0, enable_balance
+    # true, timeout_iters 60 (dsr1_fp8_h200_trt_slurm.sh 9596d23 L63-70; dsr1_fp8_h200_trt_mtp_slurm.sh
+    # bf34567 L60-67).
+    assert spec.agg is not None
+    balance = ({"attention_dp_balance": True, "attention_dp_timeout_iters": 60,
+                "attention_dp_batching_wait_iters": 0} if "deepseek" in model and spec.agg.dp > 1 else {})
     if "deepseek" in model and spec_tokens:
         # dsr1_fp8_h200_trt_mtp_slurm.sh (bf34567): --max_batch_size CONC (CONC / TP with attention DP, one
         # rank's share) and --max_num_tokens (MTP + 1) x that + ISL + 64, rounded up to 64.
         return {"max_num_seqs": conc,
-                "max_num_batched_tokens": cdiv((spec_tokens + 1) * conc + spec.isl + 64, 64) * 64}
+                "max_num_batched_tokens": cdiv((spec_tokens + 1) * conc + spec.isl + 64, 64) * 64, **balance}
     if "deepseek" in model:
         budget = cdiv(spec.concurrency + spec.isl + 64, 64) * 64
         if not measured or measured >= INFERENCEMAX_TRT_TOKEN_FLOOR_SINCE:
             budget = max(8192, budget)
-        return {"max_num_batched_tokens": budget}
+        return {"max_num_batched_tokens": budget, **balance}
     if "llama-3.1-70b" in model:
         assert spec.agg is not None
         wait = {"batch_wait_iters": 20, "batch_wait_max_tokens_ratio": 0.9} \
@@ -937,16 +943,16 @@ def row_config(row: dict[str, str], *, waves: int | None = None, prompt_pool: st
     requests draw prompts from K x c dataset entries by that rule (``workload.prompt_pool``): aiperf's
     ``--num-dataset-entries`` and ``--dataset-sampling-strategy``; the warm-up's draws are not simulated, so
     entries it alone sent are not in the cache when the measured requests start (hardware/STATUS.md, stop 39).
-    Aggregated rows with attention DP (dp ranks) simulate one rank: it serves concurrency / dp of the clients,
-    its Deployment has ``attention_dp`` = dp so the MoE layers see the tokens of all ranks. Disaggregated pools
-    become ``workers x dp`` rank-workers of the same kind.
+    Aggregated rows with attention DP (dp ranks) simulate the engine's dp ranks in lockstep (twin.dpgroup),
+    serving all the clients; each rank's limits are its own. Disaggregated pools become ``workers x dp``
+    rank-workers of the same kind, each simulated as a worker of its own.
     """
     spec = row_spec(row)
     proto = protocol(row)
     reason = harness_skip(row, spec, proto)
     if reason:
         raise Skip(reason)
-    conc = spec.per_rank_concurrency if spec.mode == "agg" else spec.concurrency
+    conc = spec.concurrency
     per_slot = waves if waves is not None else proto.waves
     cfg: dict[str, Any] = {
         "name": row["id"], "hardware": {"gpu": spec.gpu}, "engine": {"name": spec.backend},

@@ -92,6 +92,7 @@ class StepPrices:
     def __init__(self, cost_model: CostModel) -> None:
         self.cost_model = cost_model
         self._prices: dict[BatchShape, StepPrice] = {}
+        self._group_prices: dict[tuple[BatchShape, int], StepPrice] = {}
         self._decode_prices: dict[int, dict[tuple[int, int], StepPrice]] = {}
         """Decode step prices by batch size, then by (context tokens, longest context) (:meth:`decode_costs`)."""
         self._decode_free: dict[int, dict[int, tuple[int, StepPrice]]] = {}
@@ -108,6 +109,19 @@ class StepPrices:
             if len(self._prices) >= _MEMO_LIMIT:
                 self._prices.clear()
             self._prices[shape] = hit
+        return hit
+
+    def group_cost(self, shape: BatchShape, group_tokens: int) -> StepPrice:
+        """:meth:`step_cost` for one rank of a lockstep attention-DP group whose ranks compute
+        ``group_tokens`` new tokens together (CostModel.price_in_group)."""
+        key = (shape, group_tokens)
+        hit = self._group_prices.get(key)
+        if hit is None:
+            terms, ns = self.cost_model.price_in_group(shape, group_tokens)
+            hit = np.fromiter(terms.values(), dtype=np.float64, count=len(terms)), ns
+            if len(self._group_prices) >= _MEMO_LIMIT:
+                self._group_prices.clear()
+            self._group_prices[key] = hit
         return hit
 
     def decode_costs(self, n: int, sum_kv: int, max_kv: int, steps: range) -> list[StepPrice]:

@@ -366,6 +366,11 @@ def test_errors_name_the_override_that_set_the_value_and_the_file_at_build_time(
     (["model.name=Qwen/Qwen3-30B-A3B", "system.tp=2", "system.ep=4"], "system.ep",
      "moe_tp x ep = 1 x 4 must equal tp x attn_dp = 2 x 1"),
     (["model.name=Qwen/Qwen3-30B-A3B", "engine.moe_kernel=deepgemm"], "engine.moe_kernel", "block-FP8 weights only"),
+    (["model.name=openai/gpt-oss-20b", "system.attention_dp=3", "system.ep=3"], "system.ep",
+     "ep=3 does not divide openai/gpt-oss-20b's 32 routed experts"),   # (found by fuzzing: failed mid-run)
+    (["scheduler.attention_dp_balance=true"], "scheduler.attention_dp_balance", "needs system.attention_dp > 1"),
+    (["system.kind=disaggregated", "scheduler.attention_dp_balance=true"], "scheduler.attention_dp_balance",
+     "modelled for colocated engines"),
     (["transfer.kind=push"], "transfer.kind", "set only for system.kind disaggregated"),
     (["transfer.lease_s=5"], "transfer.lease_s", "(this system is colocated)"),
 ])

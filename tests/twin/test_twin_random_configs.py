@@ -124,6 +124,14 @@ def _more_knobs(draw: st.DrawFn, cfg: dict) -> None:
             transfer["pieces"] = draw(st.sampled_from(["block", "layer", "buffer"]))
     if draw(st.booleans()):  # a model with per-request state (its sliding windows: KVCacheManager.state_blocks)
         cfg["model"] = {"name": "openai/gpt-oss-20b"}
+    if cfg["system"]["kind"] == "colocated" and draw(st.booleans()):
+        # an attention-DP engine (twin.dpgroup): ranks in lockstep, the MoE over every rank's tokens
+        cfg["model"] = {"name": "openai/gpt-oss-20b"}
+        dp = draw(st.sampled_from([2, 4]))
+        cfg["system"].update(attention_dp=dp, ep=draw(st.sampled_from([1, dp])))
+        if draw(st.booleans()):
+            sched.update(attention_dp_balance=True, attention_dp_timeout_iters=draw(st.integers(0, 5)),
+                         attention_dp_batching_wait_iters=draw(st.integers(0, 2)))
 
 
 def _run(cfg: dict, fast_forward: bool) -> tuple[Simulation, object]:

@@ -50,8 +50,10 @@ def test_inflated_tp_is_scaled_back_to_the_gpus_in_the_id() -> None:
     assert s.weight_dtype == "fp8_block" and any("tp x ep" in n for n in s.notes)
 
 
-def test_attention_dp_rows_simulate_one_rank() -> None:
-    """dp 64 x ep inflation scaled back to 8 ranks; batch_size is per rank, concurrency the client's total."""
+def test_attention_dp_rows_simulate_every_rank() -> None:
+    """dp 64 x ep inflation scaled back to 8 ranks; batch_size is per rank, concurrency the client's total,
+    all of whose clients the engine's 8 lockstep ranks serve; the DeepSeek script's attention-DP balance
+    (dsr1_fp8_h200_trt_slurm.sh: batching_wait_iters 0, enable_balance true, timeout_iters 60) is set."""
     r = row(id="2026_04_06_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024_c64_tp8_ep8_941", backend="trtllm",
             model_path="deepseek-ai/DeepSeek-R1", system="h200_sxm", gemm_quant_mode="fp8", tp_size="1",
             attention_dp_size="64", moe_tp_size="8", moe_ep_size="8", batch_size="1",
@@ -61,7 +63,10 @@ def test_attention_dp_rows_simulate_one_rank() -> None:
     assert s.concurrency == 64 and s.per_rank_concurrency == 8
     cfg = row_config(r)
     assert cfg["system"] == {"kind": "colocated", "tp": 1, "ep": 8, "attention_dp": 8}
-    assert cfg["workload"]["arrival"]["concurrency"] == 8
+    assert cfg["workload"]["arrival"]["concurrency"] == 64 and cfg["workload"]["num_requests"] == 640
+    assert cfg["scheduler"] == {"chunked_prefill": False, "max_num_batched_tokens": 8192,
+                                "attention_dp_balance": True, "attention_dp_timeout_iters": 60,
+                                "attention_dp_batching_wait_iters": 0}
 
 
 def test_blank_dp_with_wider_moe_is_attention_dp() -> None:
@@ -242,7 +247,9 @@ def test_harness_kv_settings_and_skips_follow_the_rows_scripts() -> None:
     m1 = row_config(row(model_path="deepseek-ai/DeepSeek-R1", backend="trtllm", gemm_quant_mode="fp8", tp_size="1",
                         attention_dp_size="8", moe_ep_size="8", **dp))
     assert m1["system"]["attention_dp"] == 8 and m1["engine"]["speculative"]["num_speculative_tokens"] == 1
-    assert m1["scheduler"] == {"chunked_prefill": False, "max_num_seqs": 8, "max_num_batched_tokens": 1152}
+    assert m1["scheduler"] == {"chunked_prefill": False, "max_num_seqs": 8, "max_num_batched_tokens": 1152,
+                               "attention_dp_balance": True, "attention_dp_timeout_iters": 60,
+                               "attention_dp_batching_wait_iters": 0}  # (the MTP script's attention_dp_config)
     assert "speculative" not in trt["engine"]
     oss = dict(im, system="h100_sxm", batch_size="512",
                silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=512; measured=2025-12-08T00:00:00.000Z")
