@@ -12,7 +12,7 @@ from workloads.sessions import prompt_tokens
 
 
 def test_every_example_is_listed_and_loads():
-    assert set(list_examples()) >= {"chat", "disagg", "agentic"}
+    assert set(list_examples()) >= {"chat", "disagg", "agentic", "dp_attention"}
     for name in list_examples():
         load_config(example_path(name))
 
@@ -64,3 +64,20 @@ def test_agentic_example_replays_the_shipped_calls_and_their_waits(limit):
         # Call k+1 is sent exactly one tool wait after call k's last token (times are integer ns).
         gaps = np.round((rows["arrival_s"][1:] - rows["finish_s"][:-1]) * 1e9)
         assert list(gaps) == [round(c.wait_after_s * 1e9) for c in s.calls[:-1]]
+
+
+def test_dp_attention_example_runs_its_eight_ranks_in_lockstep():
+    cfg = load_config(example_path("dp_attention"), ["workload.num_requests=160"])
+    res = Simulation(cfg).run()
+    assert res.summary["requests"]["completed"] == 160
+    ledgers = [res.ledger[f"worker{i}"] for i in range(8)]
+    # Every rank takes part in every step of the group, for the same time; each one's terms and its wait for
+    # the slowest add up to that time (whole nanoseconds per step).
+    assert len({(led["steps"], led["busy_s"]) for led in ledgers}) == 1
+    for led in ledgers:
+        assert sum(led["terms_s"].values()) == pytest.approx(led["busy_s"], abs=led["steps"] * 1e-9)
+    # The first 128 requests arrive together and fill the ranks evenly, 16 each (TensorRT-LLM: the fewest
+    # requests); the other 32 go where requests finished first.
+    first = np.argsort(res.requests["arrival_s"], kind="stable")[:128]
+    assert list(np.bincount(res.requests["worker"][first], minlength=8)) == [16] * 8
+
