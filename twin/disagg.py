@@ -23,6 +23,7 @@ import simpy
 
 from hardware import Deployment
 from hardware.engine import TRANSFER_BUFFER_BYTES
+from twin.dpgroup import DPGroup, Rank
 from twin.config import RouterSpec, SystemSpec, TransferConfig, TwinConfig, pool_blocks, positive
 from twin.errors import ConfigError
 from twin.kv_cache import cdiv
@@ -41,7 +42,8 @@ from twin.worker import StepPrices, Worker
 
 @attrs.frozen(kw_only=True)
 class PoolConfig:
-    """One pool of identical workers (prefill or decode)."""
+    """One pool of identical engines (prefill or decode). An engine with ``attention_dp`` > 1 is that many
+    ranks of ``tp`` GPUs each, stepping in lockstep (twin.dpgroup); the routers send requests to its ranks."""
 
     workers: int = attrs.field(default=1, validator=positive)
     tp: int = attrs.field(default=1, validator=positive)
@@ -96,6 +98,15 @@ class DecodeWorker(Worker):
         self.system.start_pulls(self)
 
 
+class PrefillRank(Rank, Worker):
+    """A prefill worker that is one rank of an attention-DP engine (twin.dpgroup)."""
+
+
+class DecodeRank(Rank, DecodeWorker):
+    """A decode worker that is one rank of an attention-DP engine: its group starts its pulls at every step
+    boundary (``before_schedule``) and steps it with the other ranks."""
+
+
 class DisaggSystem:
     """Prefill and decode pools, their routers, the links between them and every request's KV record."""
 
@@ -110,8 +121,7 @@ class DisaggSystem:
                               "kind pull")
         if config.scheduler.attention_dp_balance:
             raise ConfigError("scheduler.attention_dp_balance", "the attention-DP balance is modelled for "
-                              "colocated engines, whose ranks step in lockstep; a disaggregated pool's ranks are "
-                              "simulated as workers of their own")
+                              "colocated engines only (a disaggregated pool's ranks are routed to one by one)")
         self.on_done = on_done
         assert config.kv_cache.block_size is not None
         self.block_size = config.kv_cache.block_size
@@ -131,22 +141,29 @@ class DisaggSystem:
         self._pieces = self.tcfg.pieces or self.p_dep.engine.kv_transfer_pieces
         p_blocks, p_seqs, p_prices = self._pool_sizes(self.p_dep, spec.prefill, "system.prefill")
         d_blocks, d_seqs, d_prices = self._pool_sizes(self.d_dep, spec.decode, "system.decode")
-        check_run_blocks([("system.prefill.workers", spec.prefill.workers, p_blocks),
-                          ("system.decode.workers", spec.decode.workers, d_blocks)])
+        p_dp, d_dp = spec.prefill.attention_dp, spec.decode.attention_dp
+        check_run_blocks([("system.prefill.workers", spec.prefill.workers * p_dp, p_blocks),
+                          ("system.decode.workers", spec.decode.workers * d_dp, d_blocks)])
+        # An engine with attention DP is dp ranks in lockstep (twin.dpgroup), each a worker the routers see.
+        p_kind: type[Worker] = Worker if p_dp == 1 else PrefillRank
         self.prefill = [
-            Worker(env, i, build_scheduler(config, p_blocks, self.p_dep, max_num_seqs=p_seqs,
+            p_kind(env, i, build_scheduler(config, p_blocks, self.p_dep, max_num_seqs=p_seqs,
                                            max_num_batched_tokens=spec.prefill.max_num_batched_tokens,
-                                           retain_finished_kv=True), p_prices, self._prefill_done,
+                                           retain_finished_kv=True, lazy=p_dp == 1), p_prices, self._prefill_done,
                    fast_forward_steps=fast_forward_steps(config))
-            for i in range(spec.prefill.workers)]
-        base = spec.prefill.workers
+            for i in range(spec.prefill.workers * p_dp)]
+        base = len(self.prefill)
+        d_kind = DecodeWorker if d_dp == 1 else DecodeRank
         self.decode = [
-            DecodeWorker(self, env, base + i,
-                         build_scheduler(config, d_blocks, self.d_dep, max_num_seqs=d_seqs,
-                                         max_num_batched_tokens=spec.decode.max_num_batched_tokens),
-                         d_prices, self._decode_done)
-            for i in range(spec.decode.workers)]
+            d_kind(self, env, base + i,
+                   build_scheduler(config, d_blocks, self.d_dep, max_num_seqs=d_seqs,
+                                   max_num_batched_tokens=spec.decode.max_num_batched_tokens, lazy=d_dp == 1),
+                   d_prices, self._decode_done)
+            for i in range(spec.decode.workers * d_dp)]
         self.workers: list[Worker] = [*self.prefill, *self.decode]
+        self.groups = [DPGroup(env, pool[i:i + dp], balancer=dep.engine.dp_balancer)
+                       for pool, dp, dep in ((self.prefill, p_dp, self.p_dep), (self.decode, d_dp, self.d_dep))
+                       if dp > 1 for i in range(0, len(pool), dp)]
         self.prefill_router: Router = config.router.build()  # type: ignore[attr-defined]
         self.decode_router: Router = spec.decode_router.build()  # type: ignore[attr-defined]
         self._place(spec)
@@ -178,9 +195,9 @@ class DisaggSystem:
         """Pack workers onto nodes in order (prefill first), each node holding ``gpus_per_node`` GPUs (default:
         the pool's GPU's scale-up domain).
 
-        A worker takes all its GPUs, tp x attention_dp (counting tp alone put two such workers on a node
-        that holds one, joined by NVLink); and pools of two GPU kinds never share a node (no NVLink joins an
-        H100 to an H200)."""
+        An engine takes all its GPUs, tp x attention_dp, on one node (counting tp alone put two such engines on
+        a node that holds one, joined by NVLink), its ranks tp each; and pools of two GPU kinds never share a
+        node (no NVLink joins an H100 to an H200)."""
         self.node: dict[int, int] = {}
         node = gpu = 0  # the node being filled, and the GPUs taken on it
         kind = None
@@ -193,12 +210,14 @@ class DisaggSystem:
             if size > per_node:
                 shape = f"tp={pool.tp}" + (f" x attention_dp={pool.attention_dp} = {size} GPUs"
                                            if pool.attention_dp != 1 else "")
-                raise ConfigError("system.gpus_per_node", f"a worker with {shape} does not fit a node of "
+                raise ConfigError("system.gpus_per_node", f"an engine with {shape} does not fit a node of "
                                                           f"{per_node} GPUs")
-            for w in workers:
-                if gpu + size > per_node:  # a worker never straddles two nodes
+            dp = pool.attention_dp
+            for i in range(0, len(workers), dp):
+                if gpu + size > per_node:  # an engine never straddles two nodes
                     node, gpu = node + 1, 0
-                self.node[w.wid] = node
+                for w in workers[i:i + dp]:
+                    self.node[w.wid] = node
                 gpu += size
 
     def _capacities(self) -> dict[str, float]:

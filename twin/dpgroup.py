@@ -6,7 +6,7 @@ them alone, but the MoE layers take the tokens of every rank (all-gather or all-
 a step before the others: a step lasts as long as its slowest rank's, and a rank with nothing to do runs a
 dummy batch to take part. A rank that prefills a long prompt stalls the decodes of every other rank.
 
-:class:`DPGroup` drives the ranks, each a :class:`RankWorker` with its own scheduler, KV pool and ledger (the
+:class:`DPGroup` drives the ranks, each a worker and a :class:`Rank` with its own scheduler, KV pool and ledger (the
 run's gauges, ledger and stall report list ranks as workers). At each step boundary every rank with work
 forms its batch; each is priced with the routed experts seeing the whole group's tokens
 (``CostModel.price_in_group``); the group sleeps for the longest, and each rank's ledger books the rest of
@@ -30,19 +30,19 @@ worker's events.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Sequence
 
 import attrs
 import numpy as np
 
 from twin.request import Request
 from twin.sim import CLOCK_MAX_NS, ProcessGen, StepEnd, now_ns, to_ns
-from twin.worker import StepPrices, Worker
+from twin.worker import Worker
 
 if TYPE_CHECKING:
     import simpy
 
-    from twin.scheduler import Scheduler, SchedulerOutput
+    from twin.scheduler import SchedulerOutput
 
 
 STATS_INTERVAL_NS = 100_000_000
@@ -73,34 +73,36 @@ def balance_step(b: AdpBalance, waiting_iters: int, batching_iters: int, *, read
     return False, waiting_iters, batching_iters
 
 
-class RankWorker(Worker):
-    """One attention-DP rank: its own scheduler, KV pool and ledger; its steps are run by its group."""
+class Rank:
+    """Mixin of a worker that is one attention-DP rank: it has no process of its own (its group steps it with
+    the others), and an arrival or abort wakes the group."""
 
-    def __init__(self, env: simpy.Environment, wid: int, scheduler: Scheduler, prices: StepPrices,
-                 on_done: Callable[[Request], None]) -> None:
-        self.group: DPGroup | None = None
-        super().__init__(env, wid, scheduler, prices, on_done)
+    group: DPGroup | None = None
 
     def _run(self) -> ProcessGen:
-        """No process of its own: :class:`DPGroup` steps the rank with the others."""
         return
         yield  # (a generator)
 
     def wake(self) -> None:
-        """An arrival or abort: the group wakes, if it sleeps."""
         assert self.group is not None
         self.group.wake()
+
+
+class RankWorker(Rank, Worker):
+    """One attention-DP rank of a colocated engine: its own scheduler, KV pool and ledger."""
 
 
 class DPGroup:
     """An engine of attention-DP ranks stepping together; the router sees it as one worker."""
 
-    def __init__(self, env: simpy.Environment, ranks: list[RankWorker], balance: AdpBalance | None = None,
+    def __init__(self, env: simpy.Environment, ranks: Sequence[Worker], balance: AdpBalance | None = None,
                  balancer: str = "least_loaded") -> None:
         if len(ranks) < 2:
             raise ValueError(f"an attention-DP group needs at least 2 ranks, got {len(ranks)}")
         self.env = env
-        self.ranks = ranks
+        if not all(isinstance(w, Rank) for w in ranks):
+            raise TypeError("an attention-DP group steps workers that are Ranks (no process of their own)")
+        self.ranks = list(ranks)
         self.wid = ranks[0].wid
         self.priority = ranks[0].priority
         self.balance = balance
@@ -117,7 +119,7 @@ class DPGroup:
         """Its adp_ctx_batching_wait_iters_count."""
         self._wake: simpy.Event | None = None
         for rank in ranks:
-            rank.group = self
+            rank.group = self  # type: ignore[attr-defined]
         self._zeros = np.zeros(len(ranks[0].prices.cost_model.term_names))
         self.process = env.process(self._run())
 
@@ -125,7 +127,7 @@ class DPGroup:
     def submit(self, req: Request) -> None:
         self._rank_for().submit(req)
 
-    def _rank_for(self, send: bool = True) -> RankWorker:
+    def _rank_for(self, send: bool = True) -> Worker:
         """The rank a new request goes to, by :attr:`balancer` (``send``: the request is sent there)."""
         ranks = self.ranks
         if self.balancer == "round_robin":
@@ -187,6 +189,9 @@ class DPGroup:
             for w in ranks:
                 if w._aborts:
                     w._apply_aborts()
+            for w in ranks:   # (a decode rank starts its KV pulls here, as a decode worker does)
+                if w.before_schedule is not None:
+                    w.before_schedule()
             if not any(w.sched.has_work for w in ranks):
                 yield from self._sleep()
                 continue
@@ -194,7 +199,7 @@ class DPGroup:
             if self.balancer == "vllm_stats":
                 self._publish(now)
             admit = self._admits(now) if self.balance is not None else True
-            outs: list[tuple[RankWorker, SchedulerOutput]] = []
+            outs: list[tuple[Worker, SchedulerOutput]] = []
             for w in ranks:
                 if w.sched.has_work:
                     w.sched.admit_prompts = admit
@@ -214,7 +219,7 @@ class DPGroup:
                 continue
             yield from self._step(now, stepping)
 
-    def _step(self, now: int, stepping: list[tuple[RankWorker, SchedulerOutput]]) -> ProcessGen:
+    def _step(self, now: int, stepping: list[tuple[Worker, SchedulerOutput]]) -> ProcessGen:
         """Run one lockstep step: it lasts as long as the slowest rank's part (host KV loads included)."""
         group_tokens = sum(out.stats.new_tokens for _, out in stepping)
         priced = []
@@ -251,4 +256,4 @@ class DPGroup:
         self._wake = None
 
 
-__all__ = ["AdpBalance", "DPGroup", "RankWorker", "balance_step"]
+__all__ = ["AdpBalance", "DPGroup", "Rank", "RankWorker", "balance_step"]

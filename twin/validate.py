@@ -944,8 +944,8 @@ def row_config(row: dict[str, str], *, waves: int | None = None, prompt_pool: st
     ``--num-dataset-entries`` and ``--dataset-sampling-strategy``; the warm-up's draws are not simulated, so
     entries it alone sent are not in the cache when the measured requests start (hardware/STATUS.md, stop 39).
     Aggregated rows with attention DP (dp ranks) simulate the engine's dp ranks in lockstep (twin.dpgroup),
-    serving all the clients; each rank's limits are its own. Disaggregated pools become ``workers x dp``
-    rank-workers of the same kind, each simulated as a worker of its own.
+    serving all the clients; each rank's limits are its own. So do the engines of a disaggregated pool, whose
+    ranks the routers see one by one.
     """
     spec = row_spec(row)
     proto = protocol(row)
@@ -1000,11 +1000,11 @@ def row_config(row: dict[str, str], *, waves: int | None = None, prompt_pool: st
     pools: dict[str, Any] = {}
     for side, par, workers, batch in (("prefill", spec.prefill, spec.prefill_workers, spec.prefill_batch),
                                       ("decode", spec.decode, spec.decode_workers, spec.decode_batch)):
-        pools[side] = {"workers": workers * par.dp, "tp": par.tp, "ep": par.ep, "attention_dp": par.dp}
+        pools[side] = {"workers": workers, "tp": par.tp, "ep": par.ep, "attention_dp": par.dp}
         if batch:
             pools[side]["max_num_seqs"] = batch
-    # A rank-worker counts tp x attention_dp GPUs (its Deployment sees every rank's tokens), so a wide
-    # worker (TP16, or DP16 attention) gets nodes as large as itself: its transfers cross the NIC anyway.
+    # An engine takes tp x attention_dp GPUs on one node, so a wide one (TP16, or DP16 attention) gets nodes
+    # as large as itself: its transfers cross the NIC anyway.
     widest = max(spec.prefill.tp * spec.prefill.dp, spec.decode.tp * spec.decode.dp)
     cfg["system"] = {"kind": "disaggregated", **pools, "decode_router": {"kind": "least_loaded"}}
     if widest > 8:

@@ -52,22 +52,23 @@ def test_pacing_still_spaces_pulls_from_one_prefill_worker(tmp_path):
 
 
 def test_workers_are_placed_by_all_their_gpus_and_pools_of_two_gpu_kinds_apart(tmp_path):
-    """A worker takes tp x attention_dp GPUs. Two tp=4 x attention_dp=2 workers used to share one 8-GPU node
-    (placed by tp alone), their KV crossing NVLink instead of the NIC. Prefill H100s and decode H200s used
-    to share a node too, joined by NVLink."""
+    """An engine takes tp x attention_dp GPUs on one node, its ranks tp each. Two tp=4 x attention_dp=2
+    engines used to share one 8-GPU node (placed by tp alone), their KV crossing NVLink instead of the NIC.
+    Prefill H100s and decode H200s used to share a node too, joined by NVLink."""
     sessions = [one_call("a", 0.0, 100, 2)]
     dp = {"tp": 4, "attention_dp": 2}
     sim = Simulation(config(tmp_path, sessions, {"prefill": {"workers": 2, **dp}, "decode": {"workers": 1, **dp},
                                                  "gpus_per_node": 8}))
-    assert sim.system.node == {0: 0, 1: 1, 2: 2}
-    assert sim.system._path(sim.system.prefill[0], sim.system.decode[0]) == ("w0.out.nic", "w2.in.nic")
+    # Two prefill engines of ranks 0-1 and 2-3, a decode engine of ranks 4-5: a node each.
+    assert sim.system.node == {0: 0, 1: 0, 2: 1, 3: 1, 4: 2, 5: 2}
+    assert sim.system._path(sim.system.prefill[0], sim.system.decode[0]) == ("w0.out.nic", "w4.in.nic")
     sim = Simulation(config(tmp_path, sessions, {"prefill": {"workers": 2, "tp": 2},
                                                  "decode": {"workers": 3, "tp": 2}, "gpus_per_node": 8}))
     assert sim.system.node == {0: 0, 1: 0, 2: 0, 3: 0, 4: 1}  # (one kind: the pools share nodes as before)
     sim = Simulation(config(tmp_path, sessions, {"decode": {"workers": 2, "gpu": "h200_sxm"}}))
     assert sim.system.node == {0: 0, 1: 1, 2: 1}
     assert sim.system._path(sim.system.prefill[0], sim.system.decode[0]) == ("w0.out.nic", "w1.in.nic")
-    with pytest.raises(ConfigError, match=r"system\.gpus_per_node: a worker with tp=2 x attention_dp=2 = 4 "
+    with pytest.raises(ConfigError, match=r"system\.gpus_per_node: an engine with tp=2 x attention_dp=2 = 4 "
                                           r"GPUs does not fit a node of 2 GPUs"):
         Simulation(config(tmp_path, sessions, {"decode": {"tp": 2, "attention_dp": 2}, "gpus_per_node": 2}))
 

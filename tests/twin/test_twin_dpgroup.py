@@ -160,3 +160,25 @@ def test_balance_admits_a_lone_prompt_at_the_timeout_counters_turn(tmp_path):
         assert ends[0] == rows["a"]["first_token_s"] and len(ends) == 300
         assert ends[69] < 0.5 <= ends[70]                          # it arrives during step 71
         assert rows["c"]["first_scheduled_s"] == ends[start - 2]   # and starts as step `start` does
+
+
+def test_a_disaggregated_pool_of_attention_dp_engines_steps_each_engines_ranks_together():
+    """1 prefill engine and 1 decode engine of 2 ranks each: the routers send requests to ranks, and each
+    engine's ranks take part in every one of its steps (one node each: the KV crosses the NIC)."""
+    cfg = load_config({"model": MOE, "system": {"kind": "disaggregated",
+                                                "prefill": {"tp": 1, "ep": 2, "attention_dp": 2},
+                                                "decode": {"tp": 1, "ep": 2, "attention_dp": 2},
+                                                "gpus_per_node": 2},
+                       "workload": {"kind": "synthetic", "num_requests": 24, "arrival": {"kind": "all_at_once"},
+                                    "input_tokens": {"low": 50, "high": 400}, "output_tokens": {"low": 5, "high": 40}}})
+    sim = Simulation(cfg)
+    system = sim.system
+    assert [w.wid for w in system.prefill] == [0, 1] and [w.wid for w in system.decode] == [2, 3]
+    assert system.node == {0: 0, 1: 0, 2: 1, 3: 1}
+    assert [[w.wid for w in g.ranks] for g in system.groups] == [[0, 1], [2, 3]]
+    res = sim.run()
+    assert res.summary["requests"]["completed"] == 24
+    assert set(res.requests["worker"]) == {2, 3}          # (a request's worker: where it decoded)
+    for a, b in ((0, 1), (2, 3)):
+        la, lb = res.ledger[f"worker{a}"], res.ledger[f"worker{b}"]
+        assert la["steps"] == lb["steps"] > 0 and la["busy_s"] == lb["busy_s"]

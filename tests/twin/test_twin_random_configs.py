@@ -132,6 +132,12 @@ def _more_knobs(draw: st.DrawFn, cfg: dict) -> None:
         if draw(st.booleans()):
             sched.update(attention_dp_balance=True, attention_dp_timeout_iters=draw(st.integers(0, 5)),
                          attention_dp_batching_wait_iters=draw(st.integers(0, 2)))
+    if cfg["system"]["kind"] == "disaggregated" and draw(st.booleans()):
+        # pools of attention-DP engines, their ranks routed to one by one and stepped together
+        cfg["model"] = {"name": "openai/gpt-oss-20b"}
+        for side in ("prefill", "decode"):
+            dp = draw(st.sampled_from([1, 2, 4]))
+            cfg["system"][side].update(attention_dp=dp, ep=draw(st.sampled_from([1, dp])))
 
 
 def _run(cfg: dict, fast_forward: bool) -> tuple[Simulation, object]:

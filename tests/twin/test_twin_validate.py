@@ -126,7 +126,7 @@ def test_skips_carry_reasons() -> None:
         row_config(row(batch_size="", silicon_data_source="nothing"))
 
 
-def test_disaggregated_pools_become_rank_workers() -> None:
+def test_disaggregated_pools_become_engines_of_lockstep_ranks() -> None:
     r = row(mode="disagg", batch_size="", model_path="deepseek-ai/DeepSeek-V3", system="h200_sxm",
             gemm_quant_mode="fp8", tp_size="", pp_size="", prefill_num_workers="2", prefill_tp_size="8",
             prefill_attention_dp_size="1", prefill_moe_ep_size="8", prefill_batch_size="1",
@@ -135,14 +135,14 @@ def test_disaggregated_pools_become_rank_workers() -> None:
     cfg = row_config(r)
     assert protocol(r).name == "dynamo-aiperf" and cfg["workload"]["num_requests"] == 3 * 256
     assert cfg["system"]["prefill"] == {"workers": 2, "tp": 8, "ep": 8, "attention_dp": 1, "max_num_seqs": 1}
-    assert cfg["system"]["decode"] == {"workers": 8, "tp": 1, "ep": 8, "attention_dp": 8, "max_num_seqs": 32}
+    assert cfg["system"]["decode"] == {"workers": 1, "tp": 1, "ep": 8, "attention_dp": 8, "max_num_seqs": 32}
     assert cfg["workload"]["arrival"]["concurrency"] == 256
     assert cfg["engine"] == {"name": "vllm"}
-    assert "gpus_per_node" not in cfg["system"]   # every rank-worker fits an 8-GPU node
-    # a DP16 decode pool: each rank-worker counts 1 x 16 GPUs, so nodes are made that wide (they used to be
-    # 8, and the row was refused as "a worker ... does not fit a node of 8 GPUs")
+    assert "gpus_per_node" not in cfg["system"]   # every engine fits an 8-GPU node
+    # a DP16 decode pool: its engine takes 1 x 16 GPUs, so nodes are made that wide (they used to be 8, and
+    # the row was refused as "a worker ... does not fit a node of 8 GPUs")
     wide = row_config({**r, "decode_attention_dp_size": "16", "decode_moe_ep_size": "16"})
-    assert wide["system"]["decode"]["workers"] == 16 and wide["system"]["gpus_per_node"] == 16
+    assert wide["system"]["decode"]["workers"] == 1 and wide["system"]["gpus_per_node"] == 16
     trt = row_config({**r, "backend": "trtllm"})
     assert trt["engine"]["cuda_graph_max_size"] == 32          # decode workers capture up to their batch
     # A blank count is taken as 1 and the note says which (it used to say 1 + 1 whatever the other was).
@@ -460,7 +460,7 @@ def test_inferencemax_disagg_rows_take_worker_counts_from_the_config_of_their_da
     assert s.notes[-1] == "workers 1 prefill + 9 decode from aaaaaaaaa:f.yaml:10"
     assert any("dp-attn true (row: tp 8 / dp 1 / ep 8)" in n for n in s.notes)
     cfg = row_config(disagg_row(144, "2026-02-14T06:57:35Z"))
-    assert cfg["system"]["prefill"] == {"workers": 8, "tp": 1, "ep": 8, "attention_dp": 8}
+    assert cfg["system"]["prefill"] == {"workers": 1, "tp": 1, "ep": 8, "attention_dp": 8}
     assert cfg["system"]["decode"] == {"workers": 9, "tp": 8, "ep": 8, "attention_dp": 1}
     later = row_spec(disagg_row(144, "2026-03-01T00:00:00.000Z"))
     assert (later.prefill_workers, later.decode_workers) == (2, 7) and "bbbbbbbbb" in later.notes[-1]
@@ -471,7 +471,7 @@ def test_inferencemax_disagg_mtp_rows_take_the_recipes_drafts_and_unmatched_rows
     monkeypatch.setattr(validate_module, "_disagg_configs", lambda: DISAGG)
     cfg = row_config(disagg_row(512, "2026-02-14T06:57:35Z"))  # the recipe ..._mtp2.yaml: 2 drafts
     assert cfg["engine"]["speculative"] == {"method": "mtp", "num_speculative_tokens": 2, "acceptance": 0.85}
-    assert cfg["system"]["decode"] == {"workers": 64, "tp": 1, "ep": 8, "attention_dp": 8}
+    assert cfg["system"]["decode"] == {"workers": 8, "tp": 1, "ep": 8, "attention_dp": 8}
     assert row_spec(disagg_row(512, "2026-02-14T06:57:35Z")).notes[-1] == \
         "MTP speculative decoding, 2 draft tokens (aaaaaaaaa:f.yaml:20)"
     with pytest.raises(Skip, match=r"recipe none\): the number of draft tokens is not known"):
