@@ -6,16 +6,17 @@ them alone, but the MoE layers take the tokens of every rank (all-gather or all-
 a step before the others: a step lasts as long as its slowest rank's, and a rank with nothing to do runs a
 dummy batch to take part. A rank that prefills a long prompt stalls the decodes of every other rank.
 
-:class:`DPGroup` drives the ranks, each a worker and a :class:`Rank` with its own scheduler, KV pool and ledger (the
-run's gauges, ledger and stall report list ranks as workers). At each step boundary every rank with work
-forms its batch; each is priced with the routed experts seeing the whole group's tokens
+:class:`DPGroup` drives the ranks, each a worker and a :class:`Rank` with its own scheduler, KV pool and
+ledger (the run's gauges, ledger and stall report list ranks as workers). At each step boundary every rank
+with work forms its batch; each is priced with the routed experts seeing the whole group's tokens
 (``CostModel.price_in_group``); the group sleeps for the longest, and each rank's ledger books the rest of
-the step as ``dp_wait``. New requests go to a rank by the engine's rule (EngineProfile.dp_balancer):
-``least_loaded``, the rank with the fewest requests (running and queued), the lowest-numbered of equals
-(TensorRT-LLM); ``vllm_stats``, vLLM's front end, which scores each rank 4 x waiting + running on the counts
-the DP coordinator published last (every 100 ms: here the counts at the first step boundary after each
-100 ms mark) plus the requests it sent since, so a seat freed since then is not seen; ``round_robin``
-(SGLang).
+the step as ``dp_wait``. A disaggregated pool's routers send requests to ranks one by one (Dynamo's
+DP-aware routing); a colocated engine's new requests go to a rank by the engine's rule
+(EngineProfile.dp_balancer): ``least_loaded``, the rank with the fewest requests (running and queued), the
+lowest-numbered of equals (TensorRT-LLM); ``vllm_stats``, vLLM's front end, which scores each rank 4 x
+waiting + running on the counts the DP coordinator published last (every 100 ms: here the counts at the
+first step boundary after each 100 ms mark) plus the requests it sent since, so a seat freed since then is
+not seen; ``round_robin`` (SGLang).
 
 TensorRT-LLM's ``attention_dp_config.enable_balance`` (:class:`AdpBalance`) is modelled as its executor runs
 it (``PyExecutor._balance_adp_requests``, tensorrt_llm/_torch/pyexecutor/py_executor.py, 1.0-1.2): prompts
@@ -93,7 +94,9 @@ class RankWorker(Rank, Worker):
 
 
 class DPGroup:
-    """An engine of attention-DP ranks stepping together; the router sees it as one worker."""
+    """An engine of attention-DP ranks stepping together. A colocated system's router sees it as one worker
+    (:meth:`submit` picks the rank); a disaggregated pool's routers send requests to its ranks directly (an
+    abort goes to the request's rank either way)."""
 
     def __init__(self, env: simpy.Environment, ranks: Sequence[Worker], balance: AdpBalance | None = None,
                  balancer: str = "least_loaded") -> None:
@@ -151,10 +154,6 @@ class DPGroup:
             self._stats_tick = tick
             self._stats = [4 * len(w.sched.waiting) + len(w.sched.running) for w in self.ranks]
             self._sent = [0] * len(self.ranks)
-
-    def abort(self, req: Request, reason: str) -> None:
-        assert req.worker is not None
-        self.ranks[req.worker - self.wid].abort(req, reason)
 
     def load(self) -> int:
         return sum(w.load() for w in self.ranks)
