@@ -618,17 +618,30 @@ def harness_skip(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> str |
 
 
 MTP_ACCEPTANCE = 0.85
-"""Conditional acceptance probability of each MTP draft of DeepSeek-R1, from a published source and not
-fitted on the rows: the DeepSeek-V3 Technical Report (arXiv 2412.19437, section 5.4.3 "Multi-Token
-Prediction Evaluation") measures the acceptance of the second token predicted by the MTP module at 85-90 %
-"across various generation topics" (DeepSeek-V3's own outputs, one draft token); the lower end is used
-because InferenceMAX's prompts are random tokens (vLLM benchmark_serving --dataset-name random, through the
-chat template), on which no acceptance is published and the model's continuations are less predictable,
-so the rate there is uncertain. DeepSeek-R1 keeps DeepSeek-V3's MTP module (same architecture). The
-report measures one draft only: for the chains of 2 and 3 drafts that TensorRT-LLM's MTP Eagle path and
-SGLang's EAGLE worker build by re-running the one module, no published per-position value was found for
-DeepSeek-R1, and the same conditional rate is assumed for every position (likely optimistic for the later
-ones, since the module was trained for one step ahead)."""
+"""Acceptance probability of the first MTP draft of DeepSeek-R1, from a published source and not fitted on
+the rows: the DeepSeek-V3 Technical Report (arXiv 2412.19437, section 5.4.3 "Multi-Token Prediction
+Evaluation") measures the acceptance of the second token predicted by the MTP module at 85-90 % "across
+various generation topics" (DeepSeek-V3's own outputs, one draft token); the lower end is used because
+InferenceMAX's prompts are random tokens (vLLM benchmark_serving --dataset-name random, through the chat
+template), on which no acceptance is published. DeepSeek-R1 keeps DeepSeek-V3's MTP module (same
+architecture)."""
+
+MTP_ACCEPTANCE_LATER = 0.63
+"""Conditional acceptance of each later MTP draft (2nd, 3rd, ...: TensorRT-LLM's MTP Eagle path and SGLang's
+EAGLE worker re-run the one module on its own drafts), from a published source and not fitted on the rows:
+nebius/MTP-DeepSeek-V3-0324's model card (2026) measures DeepSeek-V3-0324's original MTP module at an
+average acceptance length of 3.20 tokens per verification with 7 drafts at temperature 0 (MT-bench,
+HumanEval and GSM8K; the length counts the verified token), and explains the shortfall: the module "was
+trained primarily for first-token prediction and reused autoregressively for later positions, causing
+degraded acceptance rates at later draft positions". With the first draft at MTP_ACCEPTANCE, a constant
+conditional rate q for the other six gives 1 + 0.85 (1 + q + ... + q^6) = 3.20 at q = 0.629. Chains of 3
+drafts then verify 2.72 tokens a step (3.19 with 0.85 at every position)."""
+
+
+def mtp_acceptance(drafts: int) -> list[float]:
+    """Per-position conditional acceptance of a chain of ``drafts`` MTP drafts (MTP_ACCEPTANCE, then
+    MTP_ACCEPTANCE_LATER)."""
+    return [MTP_ACCEPTANCE] + [MTP_ACCEPTANCE_LATER] * (drafts - 1)
 
 
 GENERATION_CONFIG_TOP_P = frozenset({
@@ -978,7 +991,7 @@ def row_config(row: dict[str, str], *, waves: int | None = None, prompt_pool: st
     drafts = harness_speculative(row, spec, proto)
     if drafts:
         cfg["engine"]["speculative"] = {"method": "mtp", "num_speculative_tokens": drafts,
-                                        "acceptance": MTP_ACCEPTANCE}
+                                        "acceptance": mtp_acceptance(drafts)}
     kv = harness_kv(row, spec, proto)
     if "kv_dtype" in kv:
         cfg["model"]["kv_dtype"] = kv["kv_dtype"]

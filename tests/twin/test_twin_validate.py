@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import twin.validate as validate_module
-from twin.validate import (GENAI_PERF, INFERENCEMAX, Skip, client_warmup, protocol, read_rows, row_config,
-                           row_spec, summarize, validate_silicon)
+from twin.validate import (GENAI_PERF, INFERENCEMAX, Skip, client_warmup, mtp_acceptance, protocol, read_rows,
+                           row_config, row_spec, summarize, validate_silicon)
 
 COLUMNS = ["id", "silicon_data_source", "backend", "backend_version", "model_path", "system", "precision", "mode",
            "isl", "osl", "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size",
@@ -241,7 +241,7 @@ def test_harness_kv_settings_and_skips_follow_the_rows_scripts() -> None:
     mtp = dict(im, silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=16; measured=2026-01-14")
     m3 = row_config(row(model_path="deepseek-ai/DeepSeek-R1", backend="trtllm", gemm_quant_mode="fp8", tp_size="8",
                         moe_ep_size="8", **mtp))
-    assert m3["engine"]["speculative"] == {"method": "mtp", "num_speculative_tokens": 3, "acceptance": 0.85}
+    assert m3["engine"]["speculative"] == {"method": "mtp", "num_speculative_tokens": 3, "acceptance": [0.85, 0.63, 0.63]}
     assert m3["scheduler"] == {"chunked_prefill": False, "max_num_seqs": 16, "max_num_batched_tokens": 1152}
     dp = dict(mtp, batch_size="8", silicon_data_source=mtp["silicon_data_source"].replace("=16;", "=64;"))
     m1 = row_config(row(model_path="deepseek-ai/DeepSeek-R1", backend="trtllm", gemm_quant_mode="fp8", tp_size="1",
@@ -470,7 +470,7 @@ def test_inferencemax_disagg_mtp_rows_take_the_recipes_drafts_and_unmatched_rows
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(validate_module, "_disagg_configs", lambda: DISAGG)
     cfg = row_config(disagg_row(512, "2026-02-14T06:57:35Z"))  # the recipe ..._mtp2.yaml: 2 drafts
-    assert cfg["engine"]["speculative"] == {"method": "mtp", "num_speculative_tokens": 2, "acceptance": 0.85}
+    assert cfg["engine"]["speculative"] == {"method": "mtp", "num_speculative_tokens": 2, "acceptance": [0.85, 0.63]}
     assert cfg["system"]["decode"] == {"workers": 8, "tp": 1, "ep": 8, "attention_dp": 8}
     assert row_spec(disagg_row(512, "2026-02-14T06:57:35Z")).notes[-1] == \
         "MTP speculative decoding, 2 draft tokens (aaaaaaaaa:f.yaml:20)"
@@ -942,3 +942,13 @@ def test_repeat_table_counts_configurations_measured_twice_and_the_mape_no_predi
     with pytest.raises(ValueError, match=r"row 'z' \(line 9\): silicon_ttft_ms must be a positive number of "
                                          r"milliseconds, got ''"):
         repeat_table([*rows, row(id="z", _line="9", silicon_ttft_ms="")])
+
+
+def test_mtp_acceptance_reproduces_its_published_sources() -> None:
+    """The first draft at the DeepSeek-V3 report's 85 %; a chain of 7 drafts verifying 3.20 tokens a step, as
+    nebius/MTP-DeepSeek-V3-0324's card measures the original module (to the rounding of the later rate)."""
+    assert mtp_acceptance(1) == [0.85] and mtp_acceptance(3) == [0.85, 0.63, 0.63]
+    chain = mtp_acceptance(7)
+    reach = [math.prod(chain[:i + 1]) for i in range(7)]   # the chance each draft is reached and accepted
+    assert abs(1 + sum(reach) - 3.20) < 0.01
+
