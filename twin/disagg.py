@@ -161,7 +161,8 @@ class DisaggSystem:
                    d_prices, self._decode_done)
             for i in range(spec.decode.workers * d_dp)]
         self.workers: list[Worker] = [*self.prefill, *self.decode]
-        self.groups = [DPGroup(env, pool[i:i + dp], balancer=dep.engine.dp_balancer)
+        self.groups = [DPGroup(env, pool[i:i + dp], balancer=dep.engine.dp_balancer,
+                               fast_forward_steps=fast_forward_steps(config))
                        for pool, dp, dep in ((self.prefill, p_dp, self.p_dep), (self.decode, d_dp, self.d_dep))
                        if dp > 1 for i in range(0, len(pool), dp)]
         self.prefill_router: Router = config.router.build()  # type: ignore[attr-defined]

@@ -25,8 +25,12 @@ most ``timeout_iters`` steps, unless some rank has no decodes. The counter of wa
 steps that carry no prompt at all, so a prompt arriving into a steady decode waits for the counter's next
 turn. With every rank ready and every rank decoding, prompts are held ``batching_wait_iters`` more steps.
 
-Steps are simulated one by one (no fast-forward), so a group costs about ``attention_dp`` times a plain
-worker's events.
+Pure-decode stretches are fast-forwarded as a plain worker's are (:mod:`twin.fastforward`), every rank's
+run planned over the same steps: when every rank with work decodes its whole batch with nothing queued, and
+the others have no work at all, the group plans the steps no rank's batch can change in (the fewest any
+rank allows), each step lasting the slowest rank's decode, sleeps to their end, and is cut after the step
+in progress by an outside event (an arrival, an abort, a KV pull queued), applying exactly the steps that
+elapsed. vLLM-balanced groups step one by one (their placement reads counts published at step boundaries).
 """
 
 from __future__ import annotations
@@ -36,9 +40,13 @@ from typing import TYPE_CHECKING, Sequence
 import attrs
 import numpy as np
 
+from bisect import bisect_left
+
+from hardware import BatchShape
+from twin.fastforward import DecodeRun, plan_decode_run
 from twin.request import Request
-from twin.sim import CLOCK_MAX_NS, ProcessGen, StepEnd, now_ns, to_ns
-from twin.worker import Worker
+from twin.sim import CLOCK_MAX_NS, ProcessGen, StepEnd, fire, now_ns, slot_passed, to_ns
+from twin.worker import StepPrice, StepPrices, Worker
 
 if TYPE_CHECKING:
     import simpy
@@ -56,6 +64,50 @@ class AdpBalance:
 
     timeout_iters: int
     batching_wait_iters: int
+
+
+class _GroupPricer:
+    """The prices of a group's fast-forwarded decode steps: each stepping rank's own (term vector, ns) and the
+    group's step, as long as the slowest rank's, computed a step at a time for every rank together."""
+
+    def __init__(self, parts: list[tuple[StepPrices, BatchShape]]) -> None:
+        self.parts = parts
+        self.tokens = sum(shape.new_tokens for _, shape in parts)
+        self.steps: list[tuple[list[StepPrice], int]] = []
+
+    def step(self, i: int) -> tuple[list[StepPrice], int]:
+        """Step i + 1 of the runs (0-based): every request has i more tokens of context than at step 1."""
+        steps = self.steps
+        while len(steps) <= i:
+            j = len(steps)
+            own = [prices.group_cost(_later(shape, j), self.tokens) for prices, shape in self.parts]
+            steps.append((own, max(ns for _, ns in own)))
+        return steps[i]
+
+
+def _later(shape: BatchShape, j: int) -> BatchShape:
+    """The pure-decode shape ``j`` steps after ``shape``, as the scheduler forms it."""
+    if not j:
+        return shape
+    n = shape.num_reqs
+    kv = shape.sum_kv + j * n
+    longest = shape.decode_max_kv + j if shape.decode_max_kv >= 0 else -1
+    return attrs.evolve(shape, sum_kv=kv, sum_q_kv=kv, decode_sum_kv=kv, decode_max_kv=longest)
+
+
+class _RankPricer:
+    """A rank's run's view of its group's prices (fastforward.Pricer): its own terms, the group's step."""
+
+    def __init__(self, group: _GroupPricer, index: int) -> None:
+        self.group = group
+        self.index = index
+
+    def decode_costs(self, n: int, sum_kv: int, max_kv: int, steps: range) -> list[tuple[np.ndarray, int]]:
+        out = []
+        for i in steps:
+            own, ns = self.group.step(i)
+            out.append((own[self.index][0], ns))
+        return out
 
 
 def balance_step(b: AdpBalance, waiting_iters: int, batching_iters: int, *, ready: list[bool], decodes: list[int],
@@ -88,6 +140,12 @@ class Rank:
         assert self.group is not None
         self.group.wake()
 
+    def stop(self) -> None:
+        """The run stops now: the group books its fast-forward's begun steps (once), then this rank syncs."""
+        assert self.group is not None
+        self.group.stop()
+        super().stop()  # type: ignore[misc]
+
 
 class RankWorker(Rank, Worker):
     """One attention-DP rank of a colocated engine: its own scheduler, KV pool and ledger."""
@@ -99,7 +157,7 @@ class DPGroup:
     abort goes to the request's rank either way)."""
 
     def __init__(self, env: simpy.Environment, ranks: Sequence[Worker], balance: AdpBalance | None = None,
-                 balancer: str = "least_loaded") -> None:
+                 balancer: str = "least_loaded", fast_forward_steps: int = 0) -> None:
         if len(ranks) < 2:
             raise ValueError(f"an attention-DP group needs at least 2 ranks, got {len(ranks)}")
         self.env = env
@@ -110,6 +168,18 @@ class DPGroup:
         self.priority = ranks[0].priority
         self.balance = balance
         self.balancer = balancer
+        self.fast_forward_steps = fast_forward_steps if balancer != "vllm_stats" else 0
+        """Most decode steps planned in one jump (0 or 1: step by step)."""
+        for rank in ranks:
+            rank.priority = self.priority  # (the group's step ends are its ranks')
+        self._runs: list[tuple[Worker, DecodeRun]] = []
+        """While fast-forwarding: each stepping rank's run (their steps end together)."""
+        self._ff: simpy.Event | None = None
+        """What the fast-forwarding group waits for: the step after which it resumes (its value)."""
+        self._ff_end: StepEnd | None = None
+        self._ff_step = 0
+        """The step of the runs after which the group resumes (the one ``_ff_end`` ends)."""
+        """The armed end of that wait (the run's last step, or the step an outside event cut it after)."""
         self._next = 0
         """round_robin: the rank the next request goes to."""
         self._stats_tick = -1
@@ -165,9 +235,21 @@ class DPGroup:
         return self._rank_for(send=False).prefix_hit_tokens(req)
 
     def wake(self) -> None:
+        """An outside event: a sleeping group wakes now, a fast-forwarding one after the step in progress."""
         wake = self._wake
         if wake is not None and not wake.triggered:
             wake.succeed()
+            return
+        if self._runs and self._ff is not None and not self._ff.triggered:
+            run = self._runs[0][1]
+            # As Worker.wake: the step in progress is the first ending at or after now; one ending now is in
+            # progress only until the group's end-of-step slot of the instant has passed.
+            t = now_ns(self.env)
+            m = bisect_left(run.ends, t) + 1
+            if slot_passed(self.env, self.priority) and m <= len(run.ends) and run.ends[m - 1] == t:
+                m += 1
+            if m < self._ff_step:
+                self._arm(m)
 
     # ---------------------------------------------------------------------------------------- process
     def _admits(self, now: int) -> bool:
@@ -216,7 +298,101 @@ class DPGroup:
                 for w, _ in outs:
                     w.blocked = False
                 continue
+            if self.fast_forward_steps > 1:
+                runs = self._plan(now, stepping)
+                if runs is not None:
+                    yield from self._fast_forward(now, runs)
+                    continue
             yield from self._step(now, stepping)
+
+    # --------------------------------------------------------------------------------- fast-forward
+    def _plan(self, now: int, stepping: list[tuple[Worker, SchedulerOutput]]) -> list[tuple[Worker, DecodeRun]] | None:
+        """Every stepping rank's run over the same steps, or None when a step-by-step step is due."""
+        busy = {w.wid for w, _ in stepping}
+        if any(not w.quiet() or (w.wid not in busy and w.sched.has_work) for w in self.ranks):
+            return None
+        pricer = _GroupPricer([(w.prices, out.stats) for w, out in stepping])
+        runs = []
+        for i, (w, out) in enumerate(stepping):
+            run = plan_decode_run(w.sched, out, now, _RankPricer(pricer, i), self.fast_forward_steps)
+            if run is None:
+                return None
+            runs.append((w, run))
+        k = min(run.k for _, run in runs)
+        for _, run in runs:
+            run.truncate(k)
+            run.extend(k)
+        # Steps ending past the clock's range: step by step raises at the first (Worker._past_clock).
+        k = bisect_left(runs[0][1].ends, CLOCK_MAX_NS + 1)
+        if k < 2:
+            return None
+        for _, run in runs:
+            run.truncate(k)
+        return runs
+
+    def _arm(self, m: int) -> None:
+        """Resume the group at the end of step ``m`` of its runs (dropping any end armed before)."""
+        old = self._ff_end
+        if old is not None and old.callbacks is not None:
+            old.callbacks = []   # (processed, it does nothing and records no slot: Worker._disarm)
+        self._ff_step = m
+        end = self._ff_end = StepEnd(self.env, self._runs[0][1].ends[m - 1] - now_ns(self.env), self.priority)
+        ff = self._ff
+        assert ff is not None
+        end.callbacks.append(lambda _: fire(ff, m))  # type: ignore[union-attr]
+
+    def _fast_forward(self, now: int, runs: list[tuple[Worker, DecodeRun]]) -> ProcessGen:
+        """Sleep through the runs' planned steps, or to the end of the step an outside event arrived in; apply
+        the steps that elapsed to every rank, its ledger (own terms, the wait for the slowest) and the
+        attention-DP balance's counters."""
+        self._runs = runs
+        for w, run in runs:
+            w.run = run
+        self._ff = self.env.event()
+        self._arm(runs[0][1].k)
+        m = yield self._ff
+        self._ff = None
+        self._ff_end = None
+        self._end_runs(m)
+        if self.balance is not None:  # steps 2 .. m formed with no prompt anywhere
+            decodes = [len(w.sched.running) for w in self.ranks]
+            seats = [w.sched.limits.max_num_seqs for w in self.ranks]
+            for _ in range(m - 1):
+                _, self._waiting_iters, self._batching_iters = balance_step(
+                    self.balance, self._waiting_iters, self._batching_iters, ready=[False] * len(self.ranks),
+                    decodes=decodes, seats=seats)
+        for w, run in runs:
+            for req in run.update_upto(m):
+                w.on_done(req)
+
+    def _end_runs(self, m: int) -> None:
+        """The runs stop after step ``m``: each rank's ledger gets those steps as step-by-step simulation books
+        them (its own terms and its wait for the slowest rank; an idle rank waits each step out)."""
+        runs, self._runs = self._runs, []
+        busy = {w.wid for w, _ in runs}
+        pricer = runs[0][1].pricer
+        assert isinstance(pricer, _RankPricer)
+        steps = pricer.group.steps
+        group_ns = runs[0][1].ns
+        for i, (w, run) in enumerate(runs):
+            w.run = None
+            for j in range(m):
+                w.ledger.add(run.terms[j], group_ns[j], {"dp_wait": (group_ns[j] - steps[j][0][i][1]) / 1e9})
+        for w in self.ranks:
+            if w.wid not in busy:
+                for j in range(m):
+                    w.ledger.add(self._zeros, group_ns[j], {"dp_wait": group_ns[j] / 1e9})
+
+    def stop(self) -> None:
+        """The run stops now (``run.max_sim_s``): a fast-forward's steps that had begun enter the ledgers, as
+        step-by-step simulation charges each step when it begins (Worker.stop)."""
+        if self._runs:
+            for w, run in self._runs:
+                run.sync(now_ns(self.env))
+            ff_end = self._ff_end
+            if ff_end is not None and ff_end.callbacks is not None:
+                ff_end.callbacks = []
+            self._end_runs(self._runs[0][1].scheduled)
 
     def _step(self, now: int, stepping: list[tuple[Worker, SchedulerOutput]]) -> ProcessGen:
         """Run one lockstep step: it lasts as long as the slowest rank's part (host KV loads included)."""

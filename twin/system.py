@@ -285,7 +285,8 @@ class Colocated(SystemSpec):
         ranks = [RankWorker(env, wid, build_scheduler(config, blocks, dep, max_num_seqs=seqs, lazy=False), prices,
                             on_done)
                  for wid in range(self.replicas * dp)]
-        groups = [DPGroup(env, ranks[i:i + dp], balance, dep.engine.dp_balancer) for i in range(0, len(ranks), dp)]
+        groups = [DPGroup(env, ranks[i:i + dp], balance, dep.engine.dp_balancer, fast_forward_steps(config))
+                  for i in range(0, len(ranks), dp)]
         return ColocatedSystem(list(ranks), router, engines=groups)
 
 

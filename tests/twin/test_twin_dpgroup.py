@@ -182,3 +182,17 @@ def test_a_disaggregated_pool_of_attention_dp_engines_steps_each_engines_ranks_t
     for a, b in ((0, 1), (2, 3)):
         la, lb = res.ledger[f"worker{a}"], res.ledger[f"worker{b}"]
         assert la["steps"] == lb["steps"] > 0 and la["busy_s"] == lb["busy_s"]
+
+
+@pytest.mark.parametrize("overrides", [[], ["scheduler.attention_dp_balance=false", "engine.name=sglang"]])
+def test_a_fast_forwarded_group_gives_the_bytes_of_step_by_step_simulation(tmp_path, overrides):
+    """Every rank's run over the same steps, cut by arrivals: requests, ledgers and the time series alike."""
+    from twin.cli import example_path
+
+    out = {}
+    for ff in (True, False):
+        cfg = load_config(example_path("dp_attention"), ["workload.num_requests=200", f"run.fast_forward={ff}",
+                                                         *overrides])
+        path = Simulation(cfg).run().write(tmp_path / str(ff))
+        out[ff] = {name: (path / name).read_bytes() for name in ("requests.csv", "ledger.json", "timeseries.csv")}
+    assert out[True] == out[False]
