@@ -19,8 +19,8 @@ per-request state held in the KV pool (KVCacheManager.state_blocks: 128 / 32 / 8
 16); fresh searches passed 1,500 (seed 4301) and 5,000 examples twice (seeds 4302, 4303; 996 and 1,012 of
 them on gpt-oss-20b). Since stop 44 examples may run attention-DP engines (gpt-oss-20b, 2-4 lockstep ranks,
 TensorRT-LLM's balance drawn on colocated ones; pools of such engines on disaggregated ones); fresh searches
-of attention-DP examples only passed 150, 600 and 300 (seeds 4401-4403), and 300 more with the groups'
-fast-forward (seed 4404).
+of attention-DP examples only passed 150, 600 and 300 (seeds 4401-4403), and 300 and 800 more with the groups'
+fast-forward (seeds 4404, 4405).
 """
 
 from __future__ import annotations
