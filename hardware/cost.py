@@ -692,7 +692,9 @@ class CostModel:
     def price(self, shape: BatchShape) -> tuple[dict[str, float], int]:
         """:meth:`step` without the memo: a fresh term dict (``term_names`` order) and the total in integer
         nanoseconds (>= 1). For callers that memoise prices themselves (twin.worker.StepPrices)."""
-        terms = self._terms(shape)
+        return self._priced(self._terms(shape))
+
+    def _priced(self, terms: dict[str, float]) -> tuple[dict[str, float], int]:
         return terms, self._total_ns(terms.values(), terms)
 
     def price_in_group(self, shape: BatchShape, group_tokens: int) -> tuple[dict[str, float], int]:
@@ -703,8 +705,7 @@ class CostModel:
         if group_tokens < shape.new_tokens:
             raise ValueError(f"price_in_group: the group's {group_tokens} tokens are fewer than the rank's "
                              f"{shape.new_tokens}")
-        terms = self._terms(shape, max(1, group_tokens))
-        return terms, self._total_ns(terms.values(), terms)
+        return self._priced(self._terms(shape, max(1, group_tokens)))
 
     def step(self, shape: BatchShape) -> tuple[Mapping[str, float], int]:
         """The term breakdown and the total in integer nanoseconds (>= 1), memoised on the exact shape."""

@@ -23,8 +23,8 @@ import simpy
 
 from hardware import Deployment
 from hardware.engine import TRANSFER_BUFFER_BYTES
-from twin.dpgroup import DPGroup, Rank
 from twin.config import RouterSpec, SystemSpec, TransferConfig, TwinConfig, pool_blocks, positive
+from twin.dpgroup import Rank, group_ranks
 from twin.errors import ConfigError
 from twin.kv_cache import cdiv
 from twin.lifecycle import KVRecord, KVState
@@ -161,10 +161,9 @@ class DisaggSystem:
                    d_prices, self._decode_done)
             for i in range(spec.decode.workers * d_dp)]
         self.workers: list[Worker] = [*self.prefill, *self.decode]
-        self.groups = [DPGroup(env, pool[i:i + dp], balancer=dep.engine.dp_balancer,
-                               fast_forward_steps=fast_forward_steps(config))
-                       for pool, dp, dep in ((self.prefill, p_dp, self.p_dep), (self.decode, d_dp, self.d_dep))
-                       if dp > 1 for i in range(0, len(pool), dp)]
+        self.groups = [g for pool, dp, dep in ((self.prefill, p_dp, self.p_dep), (self.decode, d_dp, self.d_dep))
+                       if dp > 1 for g in group_ranks(env, pool, dp, dep.engine.dp_balancer,
+                                                      fast_forward_steps(config))]
         self.prefill_router: Router = config.router.build()  # type: ignore[attr-defined]
         self.decode_router: Router = spec.decode_router.build()  # type: ignore[attr-defined]
         self._place(spec)

@@ -35,17 +35,16 @@ elapsed. vLLM-balanced groups step one by one (their placement reads counts publ
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import TYPE_CHECKING, Sequence
 
 import attrs
 import numpy as np
 
-from bisect import bisect_left
-
 from hardware import BatchShape
 from twin.fastforward import DecodeRun, plan_decode_run
 from twin.request import Request
-from twin.sim import CLOCK_MAX_NS, ProcessGen, StepEnd, fire, now_ns, slot_passed, to_ns
+from twin.sim import CLOCK_MAX_NS, ProcessGen, StepEnd, disarm, fire, now_ns, to_ns
 from twin.worker import StepPrice, StepPrices, Worker
 
 if TYPE_CHECKING:
@@ -177,9 +176,9 @@ class DPGroup:
         self._ff: simpy.Event | None = None
         """What the fast-forwarding group waits for: the step after which it resumes (its value)."""
         self._ff_end: StepEnd | None = None
+        """The armed end of that wait (the run's last step, or the step an outside event cut it after)."""
         self._ff_step = 0
         """The step of the runs after which the group resumes (the one ``_ff_end`` ends)."""
-        """The armed end of that wait (the run's last step, or the step an outside event cut it after)."""
         self._next = 0
         """round_robin: the rank the next request goes to."""
         self._stats_tick = -1
@@ -241,12 +240,12 @@ class DPGroup:
             wake.succeed()
             return
         if self._runs and self._ff is not None and not self._ff.triggered:
-            run = self._runs[0][1]
+            rank, run = self._runs[0]
             # As Worker.wake: the step in progress is the first ending at or after now; one ending now is in
-            # progress only until the group's end-of-step slot of the instant has passed.
+            # progress only until the group's end-of-step slot of the instant has passed (the ranks' own).
             t = now_ns(self.env)
             m = bisect_left(run.ends, t) + 1
-            if slot_passed(self.env, self.priority) and m <= len(run.ends) and run.ends[m - 1] == t:
+            if rank._step_passed(run, t):
                 m += 1
             if m < self._ff_step:
                 self._arm(m)
@@ -254,12 +253,15 @@ class DPGroup:
     # ---------------------------------------------------------------------------------------- process
     def _admits(self, now: int) -> bool:
         """TensorRT-LLM's attention-DP balance: whether this step's ranks may admit prompts (and count)."""
+        return self._balance_step([w.sched.prompt_ready(now) for w in self.ranks])
+
+    def _balance_step(self, ready: list[bool]) -> bool:
+        """One step of the balance with each rank's ``ready`` given, its decodes and seats as they are now."""
         assert self.balance is not None
         scheds = [w.sched for w in self.ranks]
-        decodes = [sum(1 for r in s.running if r.num_computed_tokens >= r.prompt_tokens) for s in scheds]
         admit, self._waiting_iters, self._batching_iters = balance_step(
-            self.balance, self._waiting_iters, self._batching_iters,
-            ready=[s.prompt_ready(now) for s in scheds], decodes=decodes,
+            self.balance, self._waiting_iters, self._batching_iters, ready=ready,
+            decodes=[sum(1 for r in s.running if r.num_computed_tokens >= r.prompt_tokens) for s in scheds],
             seats=[s.limits.max_num_seqs for s in scheds])
         return admit
 
@@ -283,9 +285,7 @@ class DPGroup:
             outs: list[tuple[Worker, SchedulerOutput]] = []
             for w in ranks:
                 if w.sched.has_work:
-                    w.sched.admit_prompts = admit
-                    outs.append((w, w.sched.schedule(now)))
-                    w.sched.admit_prompts = True
+                    outs.append((w, w.sched.schedule(now, admit)))
             stepping = [(w, out) for w, out in outs if not out.empty]
             if not stepping:
                 # As a worker does (Worker._run): a rank that preempted itself steps again at once, else the
@@ -332,9 +332,7 @@ class DPGroup:
 
     def _arm(self, m: int) -> None:
         """Resume the group at the end of step ``m`` of its runs (dropping any end armed before)."""
-        old = self._ff_end
-        if old is not None and old.callbacks is not None:
-            old.callbacks = []   # (processed, it does nothing and records no slot: Worker._disarm)
+        disarm(self._ff_end)
         self._ff_step = m
         end = self._ff_end = StepEnd(self.env, self._runs[0][1].ends[m - 1] - now_ns(self.env), self.priority)
         ff = self._ff
@@ -354,13 +352,9 @@ class DPGroup:
         self._ff = None
         self._ff_end = None
         self._end_runs(m)
-        if self.balance is not None:  # steps 2 .. m formed with no prompt anywhere
-            decodes = [len(w.sched.running) for w in self.ranks]
-            seats = [w.sched.limits.max_num_seqs for w in self.ranks]
+        if self.balance is not None:  # steps 2 .. m were formed with no prompt on any rank
             for _ in range(m - 1):
-                _, self._waiting_iters, self._batching_iters = balance_step(
-                    self.balance, self._waiting_iters, self._batching_iters, ready=[False] * len(self.ranks),
-                    decodes=decodes, seats=seats)
+                self._balance_step([False] * len(self.ranks))
         for w, run in runs:
             for req in run.update_upto(m):
                 w.on_done(req)
@@ -369,19 +363,27 @@ class DPGroup:
         """The runs stop after step ``m``: each rank's ledger gets those steps as step-by-step simulation books
         them (its own terms and its wait for the slowest rank; an idle rank waits each step out)."""
         runs, self._runs = self._runs, []
-        busy = {w.wid for w, _ in runs}
         pricer = runs[0][1].pricer
         assert isinstance(pricer, _RankPricer)
-        steps = pricer.group.steps
-        group_ns = runs[0][1].ns
-        for i, (w, run) in enumerate(runs):
+        for w, _ in runs:
             w.run = None
-            for j in range(m):
-                w.ledger.add(run.terms[j], group_ns[j], {"dp_wait": (group_ns[j] - steps[j][0][i][1]) / 1e9})
+        for own, step_ns in pricer.group.steps[:m]:
+            self._book(step_ns, [(w, vector, ns, 0.0) for (w, _), (vector, ns) in zip(runs, own)])
+
+    def _book(self, step_ns: int, parts: list[tuple[Worker, np.ndarray, int, float]]) -> None:
+        """Book one group step of ``step_ns`` in every rank's ledger: a stepping rank's part (rank, its term
+        vector, its own ns with host KV loads, those loads in s) with the rest of the step as ``dp_wait``; an
+        idle rank, running a dummy batch to take part in the MoE layers, waits the whole step."""
+        busy = set()
+        for w, vector, ns, host_load_s in parts:
+            busy.add(w.wid)
+            extra = {"dp_wait": (step_ns - ns) / 1e9}
+            if host_load_s:
+                extra["kv_host_load"] = host_load_s
+            w.ledger.add(vector, step_ns, extra)
         for w in self.ranks:
             if w.wid not in busy:
-                for j in range(m):
-                    w.ledger.add(self._zeros, group_ns[j], {"dp_wait": group_ns[j] / 1e9})
+                w.ledger.add(self._zeros, step_ns, {"dp_wait": step_ns / 1e9})
 
     def stop(self) -> None:
         """The run stops now (``run.max_sim_s``): a fast-forward's steps that had begun enter the ledgers, as
@@ -389,9 +391,7 @@ class DPGroup:
         if self._runs:
             for w, run in self._runs:
                 run.sync(now_ns(self.env))
-            ff_end = self._ff_end
-            if ff_end is not None and ff_end.callbacks is not None:
-                ff_end.callbacks = []
+            disarm(self._ff_end)
             self._end_runs(self._runs[0][1].scheduled)
 
     def _step(self, now: int, stepping: list[tuple[Worker, SchedulerOutput]]) -> ProcessGen:
@@ -405,15 +405,7 @@ class DPGroup:
         if now + step_ns > CLOCK_MAX_NS:
             slowest = max(range(len(priced)), key=lambda i: priced[i][1])
             stepping[slowest][0]._past_clock(now, step_ns, stepping[slowest][1].host_load_s)
-        busy = {w.wid for w, _ in stepping}
-        for (w, out), (vector, ns) in zip(stepping, priced):
-            extra = {"dp_wait": (step_ns - ns) / 1e9}
-            if out.host_load_s:
-                extra["kv_host_load"] = out.host_load_s
-            w.ledger.add(vector, step_ns, extra)
-        for w in self.ranks:
-            if w.wid not in busy:  # a dummy batch, to take part in the MoE layers
-                w.ledger.add(self._zeros, step_ns, {"dp_wait": step_ns / 1e9})
+        self._book(step_ns, [(w, vector, ns, out.host_load_s) for (w, out), (vector, ns) in zip(stepping, priced)])
         decoding = all(out.stats.is_pure_decode for _, out in stepping)
         for w in self.ranks:
             w.decoding = decoding
@@ -431,4 +423,10 @@ class DPGroup:
         self._wake = None
 
 
-__all__ = ["AdpBalance", "DPGroup", "Rank", "RankWorker", "balance_step"]
+def group_ranks(env: simpy.Environment, ranks: Sequence[Worker], dp: int, balancer: str, fast_forward_steps: int,
+                balance: AdpBalance | None = None) -> list[DPGroup]:
+    """The engines of ``dp`` consecutive ranks each (engine i: ranks i x dp .. i x dp + dp - 1)."""
+    return [DPGroup(env, ranks[i:i + dp], balance, balancer, fast_forward_steps) for i in range(0, len(ranks), dp)]
+
+
+__all__ = ["AdpBalance", "DPGroup", "Rank", "RankWorker", "balance_step", "group_ranks"]

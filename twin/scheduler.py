@@ -287,8 +287,8 @@ class Scheduler:
         self.running: list[Request] = []
         self.held_seats = 0
         """Seats promised outside the queue (a decode worker's pulls in flight): admission leaves them."""
-        self.admit_prompts = True
-        """Whether steps may admit waiting requests (an attention-DP group's balance holds them back)."""
+        self._admitting = True
+        """Whether the step being formed may admit waiting requests (:meth:`schedule`'s admit_prompts)."""
         self.record_token_times = record_token_times
         self.retain_finished_kv = retain_finished_kv
         """A prefill worker keeps a finished request's blocks (staged KV) until the hand-off releases them."""
@@ -452,8 +452,11 @@ class Scheduler:
         return bool(self.running) or len(self.waiting) > 0 or bool(self._deferred)
 
     # --------------------------------------------------------------------------------------- schedule
-    def schedule(self, now: int) -> SchedulerOutput:
+    def schedule(self, now: int, admit_prompts: bool = True) -> SchedulerOutput:
+        """Form the step starting ``now``; with ``admit_prompts`` false it admits no waiting request (an
+        attention-DP group's balance holds them back: twin.dpgroup)."""
         self._step_start_ns = now
+        self._admitting = admit_prompts
         cutoff = self._cutoff(now)
         lookahead = cutoff != _NO_CUTOFF
         placeholders = lookahead and self.limits.async_output
@@ -714,8 +717,8 @@ class Scheduler:
 
     def _admit(self, scheduled: dict[Request, int], budget: int, now: int, cutoff: int) -> None:
         """Admit waiting requests in queue order while budget and seats last; with lookahead only those
-        queued before ``cutoff`` (when the step was formed). Nothing while :attr:`admit_prompts` is off."""
-        if not self.admit_prompts:
+        queued before ``cutoff`` (when the step was formed). None where the step may admit none."""
+        if not self._admitting:
             return
         limits = self.limits
         kv = self.kv

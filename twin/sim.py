@@ -59,6 +59,13 @@ def _record_slot(event: simpy.Event) -> None:
     event.env._twin_slot = event._slot  # type: ignore[attr-defined]
 
 
+def disarm(event: simpy.Event | None) -> None:
+    """Drop a queued step end's callbacks: SimPy cannot remove it from its queue, but processed it does
+    nothing and records no step slot, and :func:`next_live_event_ns` skips it."""
+    if event is not None and event.callbacks is not None:
+        event.callbacks = []
+
+
 def slot_passed(env: simpy.Environment, priority: int) -> bool:
     """Whether the step ends of this instant up to ``priority`` (a worker's ``LATE + id``) have been
     processed: the event being processed comes after them (a step end of that worker or of a later one,
@@ -86,8 +93,8 @@ def fire(event: simpy.Event, value: Any = None) -> None:
 def next_live_event_ns(env: simpy.Environment) -> int | None:
     """The time of the next queued event that can change anything, or None when none can.
 
-    An event that succeeded with no callbacks left (a worker's disarmed segment end,
-    ``Worker._disarm``) changes nothing when processed; a failed one still raises, so it counts. The heap's
+    An event that succeeded with no callbacks left (a worker's disarmed segment end, :func:`disarm`)
+    changes nothing when processed; a failed one still raises, so it counts. The heap's
     first entry answers unless it is such a dead event; only then is the queue scanned."""
     queue = env._queue  # type: ignore[attr-defined]  # SimPy's heap of (time, priority, id, event)
     if not queue:

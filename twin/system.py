@@ -18,7 +18,7 @@ from twin.scheduler import Drafter, Scheduler, SchedulerLimits
 if TYPE_CHECKING:
     import simpy
 
-    from twin.router import Router
+    from twin.router import RoutedWorker, Router
     from twin.worker import Worker
 
 
@@ -219,7 +219,8 @@ class ColocatedSystem:
     ``workers`` are what the run reports on (gauges, ledgers, stalls), in id order; ``engines`` what the
     router chooses among: the workers themselves, or attention-DP groups of them (twin.dpgroup)."""
 
-    def __init__(self, workers: Sequence[Worker], router: Router, engines: Sequence[Any] | None = None) -> None:
+    def __init__(self, workers: Sequence[Worker], router: Router,
+                 engines: Sequence[RoutedWorker] | None = None) -> None:
         self.workers = workers
         self.router = router
         self.engines = engines if engines is not None else workers
@@ -277,7 +278,7 @@ class Colocated(SystemSpec):
                               fast_forward_steps=fast_forward_steps(config))
                        for wid in range(self.replicas)]
             return ColocatedSystem(workers, router)
-        from twin.dpgroup import AdpBalance, DPGroup, RankWorker
+        from twin.dpgroup import AdpBalance, RankWorker, group_ranks
 
         s = config.scheduler
         balance = (AdpBalance(s.attention_dp_timeout_iters, s.attention_dp_batching_wait_iters)
@@ -285,8 +286,7 @@ class Colocated(SystemSpec):
         ranks = [RankWorker(env, wid, build_scheduler(config, blocks, dep, max_num_seqs=seqs, lazy=False), prices,
                             on_done)
                  for wid in range(self.replicas * dp)]
-        groups = [DPGroup(env, ranks[i:i + dp], balance, dep.engine.dp_balancer, fast_forward_steps(config))
-                  for i in range(0, len(ranks), dp)]
+        groups = group_ranks(env, ranks, dp, dep.engine.dp_balancer, fast_forward_steps(config), balance)
         return ColocatedSystem(list(ranks), router, engines=groups)
 
 

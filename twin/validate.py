@@ -557,7 +557,6 @@ def _inferencemax_trtllm(spec: "RowSpec", conc: int, spec_tokens: int = 0, measu
             budget = max(8192, budget)
         return {"max_num_batched_tokens": budget, **balance}
     if "llama-3.1-70b" in model:
-        assert spec.agg is not None
         wait = {"batch_wait_iters": 20, "batch_wait_max_tokens_ratio": 0.9} \
             if (spec.isl, spec.osl) == (1024, 1024) and spec.agg.tp < 8 else {}
         return {"max_num_batched_tokens": 16384, **wait}

@@ -9,7 +9,7 @@ by worker id among step ends), so a request that arrives exactly when a step end
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Any, Callable, Generator, Iterable, Mapping, Sequence
+from typing import Any, Callable, Generator, Mapping, Sequence
 
 import numpy as np
 import simpy
@@ -19,7 +19,7 @@ from twin.fastforward import DecodeRun, plan_decode_run, safe_steps
 from twin.request import Request
 from twin.scheduler import Scheduler
 from twin.errors import ConfigError
-from twin.sim import CLOCK_MAX_NS, CLOCK_RANGE, LATE, ProcessGen, StepEnd, fire, now_ns, slot_passed, to_ns
+from twin.sim import CLOCK_MAX_NS, CLOCK_RANGE, LATE, ProcessGen, StepEnd, disarm, fire, now_ns, slot_passed, to_ns
 
 
 class Ledger:
@@ -82,6 +82,15 @@ StepPrice = tuple[np.ndarray, int]
 _MEMO_LIMIT = 500_000
 
 
+def _remember(memo: dict[Any, StepPrice], key: Any, terms: Mapping[str, float], ns: int) -> StepPrice:
+    """Store a priced step in ``memo`` as a term vector and its ns (emptied when it reaches _MEMO_LIMIT)."""
+    price = np.fromiter(terms.values(), dtype=np.float64, count=len(terms)), ns
+    if len(memo) >= _MEMO_LIMIT:
+        memo.clear()
+    memo[key] = price
+    return price
+
+
 class StepPrices:
     """Step prices of one cost model, memoised: the workers built on the same cost model share them.
 
@@ -103,12 +112,8 @@ class StepPrices:
     def step_cost(self, shape: BatchShape) -> StepPrice:
         """The step's term vector and duration (a vector, since the ledger adds vectors)."""
         hit = self._prices.get(shape)
-        if hit is None:
-            terms, ns = self.cost_model.price(shape)  # this table is the memo: the model's own would miss too
-            hit = np.fromiter(terms.values(), dtype=np.float64, count=len(terms)), ns
-            if len(self._prices) >= _MEMO_LIMIT:
-                self._prices.clear()
-            self._prices[shape] = hit
+        if hit is None:  # this table is the memo: the model's own would miss too
+            hit = _remember(self._prices, shape, *self.cost_model.price(shape))
         return hit
 
     def group_cost(self, shape: BatchShape, group_tokens: int) -> StepPrice:
@@ -117,11 +122,7 @@ class StepPrices:
         key = (shape, group_tokens)
         hit = self._group_prices.get(key)
         if hit is None:
-            terms, ns = self.cost_model.price_in_group(shape, group_tokens)
-            hit = np.fromiter(terms.values(), dtype=np.float64, count=len(terms)), ns
-            if len(self._group_prices) >= _MEMO_LIMIT:
-                self._group_prices.clear()
-            self._group_prices[key] = hit
+            hit = _remember(self._group_prices, key, *self.cost_model.price_in_group(shape, group_tokens))
         return hit
 
     def decode_costs(self, n: int, sum_kv: int, max_kv: int, steps: range) -> list[StepPrice]:
@@ -393,13 +394,10 @@ class Worker:
                                  f"bandwidth or rate that small cannot be simulated")
 
     def _disarm(self) -> None:
-        """Drop the armed segment end. One still queued (a run shortened or cut before it) stays in SimPy's
-        queue, which cannot remove it, but loses its callbacks: processed, it does nothing and records no
-        step slot, as step-by-step simulation has no event there; and the monitor, which sleeps through
-        still stretches to the next event, skips it (:func:`~twin.sim.next_live_event_ns`)."""
-        end = self._armed
-        if end is not None and end.callbacks is not None:
-            end.callbacks = []
+        """Drop the armed segment end (:func:`~twin.sim.disarm`): one still queued (a run shortened or cut
+        before it) does nothing when processed, as step-by-step simulation has no event there; and the
+        monitor, which sleeps through still stretches to the next event, skips it."""
+        disarm(self._armed)
         self._armed = None
 
     def _on_segment_end(self, end: simpy.Event) -> None:
