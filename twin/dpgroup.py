@@ -30,7 +30,9 @@ run planned over the same steps: when every rank with work decodes its whole bat
 the others have no work at all, the group plans the steps no rank's batch can change in (the fewest any
 rank allows), each step lasting the slowest rank's decode, sleeps to their end, and is cut after the step
 in progress by an outside event (an arrival, an abort, a KV pull queued), applying exactly the steps that
-elapsed. vLLM-balanced groups step one by one (their placement reads counts published at step boundaries).
+elapsed. Under vLLM's balancer the counts the coordinator publishes at the step boundaries a fast-forward
+skips are taken when they are next read: no request enters or leaves a rank inside a run, so every skipped
+boundary would have published the counts the ranks hold then (:meth:`DPGroup._catch_up`).
 """
 
 from __future__ import annotations
@@ -167,7 +169,7 @@ class DPGroup:
         self.priority = ranks[0].priority
         self.balance = balance
         self.balancer = balancer
-        self.fast_forward_steps = fast_forward_steps if balancer != "vllm_stats" else 0
+        self.fast_forward_steps = fast_forward_steps
         """Most decode steps planned in one jump (0 or 1: step by step)."""
         for rank in ranks:
             rank.priority = self.priority  # (the group's step ends are its ranks')
@@ -208,6 +210,7 @@ class DPGroup:
                 self._next = (self._next + 1) % len(ranks)
             return rank
         if self.balancer == "vllm_stats":
+            self._catch_up()
             scores = [stat + 4 * sent for stat, sent in zip(self._stats, self._sent)]
             i = scores.index(min(scores))
             if send:
@@ -223,6 +226,24 @@ class DPGroup:
             self._stats_tick = tick
             self._stats = [4 * len(w.sched.waiting) + len(w.sched.running) for w in self.ranks]
             self._sent = [0] * len(self.ranks)
+
+    def _catch_up(self, passed: int | None = None) -> None:
+        """vllm_stats, while fast-forwarding: publish what the step boundaries of the runs that have passed
+        (``passed`` of them; None: those before now, and one ending now whose end-of-step slot has passed, as
+        :meth:`wake` counts them) would have published step by step. Inside a run no request enters or leaves a
+        rank (an arrival cuts it after the step in progress, and is placed before it is queued), so each such
+        boundary saw the counts the ranks hold now, and only the last one's 100 ms mark matters."""
+        if not self._runs or self.balancer != "vllm_stats":
+            return
+        rank, run = self._runs[0]
+        inner = run.ends[:self._ff_step - 1]   # (the run's last boundary is the group's own: _run publishes it)
+        if passed is None:
+            t = now_ns(self.env)
+            passed = bisect_left(inner, t)
+            if passed < len(inner) and inner[passed] == t and rank._step_passed(run, t):
+                passed += 1
+        if passed:
+            self._publish(inner[passed - 1])
 
     def load(self) -> int:
         return sum(w.load() for w in self.ranks)
@@ -349,6 +370,7 @@ class DPGroup:
         self._ff = self.env.event()
         self._arm(runs[0][1].k)
         m = yield self._ff
+        self._catch_up(m - 1)   # (the inner boundaries, before the runs' steps are applied)
         self._ff = None
         self._ff_end = None
         self._end_runs(m)

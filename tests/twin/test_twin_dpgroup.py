@@ -184,7 +184,8 @@ def test_a_disaggregated_pool_of_attention_dp_engines_steps_each_engines_ranks_t
         assert la["steps"] == lb["steps"] > 0 and la["busy_s"] == lb["busy_s"]
 
 
-@pytest.mark.parametrize("overrides", [[], ["scheduler.attention_dp_balance=false", "engine.name=sglang"]])
+@pytest.mark.parametrize("overrides", [[], ["scheduler.attention_dp_balance=false", "engine.name=sglang"],
+                                       ["scheduler.attention_dp_balance=false", "engine.name=vllm"]])
 def test_a_fast_forwarded_group_gives_the_bytes_of_step_by_step_simulation(tmp_path, overrides):
     """Every rank's run over the same steps, cut by arrivals: requests, ledgers and the time series alike."""
     from twin.cli import example_path
@@ -193,6 +194,25 @@ def test_a_fast_forwarded_group_gives_the_bytes_of_step_by_step_simulation(tmp_p
     for ff in (True, False):
         cfg = load_config(example_path("dp_attention"), ["workload.num_requests=200", f"run.fast_forward={ff}",
                                                          *overrides])
+        path = Simulation(cfg).run().write(tmp_path / str(ff))
+        out[ff] = {name: (path / name).read_bytes() for name in ("requests.csv", "ledger.json", "timeseries.csv")}
+    assert out[True] == out[False]
+
+
+def test_a_fast_forwarded_vllm_group_places_requests_on_the_counts_of_the_boundaries_it_skipped(tmp_path):
+    """vLLM's front end reads counts published at the first step boundary after each 100 ms mark; a
+    fast-forward skips those boundaries and publishes their counts when they are next read. Open-loop arrivals
+    of varied lengths land inside runs that cross 100 ms marks, so placing them on the counts of the run's start
+    instead would send some to other ranks."""
+    out = {}
+    for ff in (True, False):
+        cfg = load_config({"engine": {"name": "vllm"}, "model": MOE,
+                           "system": {"kind": "colocated", "tp": 1, "ep": 2, "attention_dp": 2},
+                           "workload": {"kind": "synthetic", "num_requests": 120,
+                                        "arrival": {"kind": "poisson", "rate_per_s": 5.0},
+                                        "input_tokens": {"low": 100, "high": 2000},
+                                        "output_tokens": {"low": 50, "high": 600}},
+                           "run": {"seed": 1, "fast_forward": ff}})
         path = Simulation(cfg).run().write(tmp_path / str(ff))
         out[ff] = {name: (path / name).read_bytes() for name in ("requests.csv", "ledger.json", "timeseries.csv")}
     assert out[True] == out[False]

@@ -20,7 +20,8 @@ per-request state held in the KV pool (KVCacheManager.state_blocks: 128 / 32 / 8
 them on gpt-oss-20b). Since stop 44 examples may run attention-DP engines (gpt-oss-20b, 2-4 lockstep ranks,
 TensorRT-LLM's balance drawn on colocated ones; pools of such engines on disaggregated ones); fresh searches
 of attention-DP examples only passed 150, 600 and 300 (seeds 4401-4403), and 300 and 800 more with the groups'
-fast-forward (seeds 4404, 4405).
+fast-forward (seeds 4404, 4405). Since stop 45 vLLM's groups fast-forward too; fresh searches of colocated
+vLLM attention-DP examples only passed 300 and 1,500 (seeds 4501, 4502).
 """
 
 from __future__ import annotations
