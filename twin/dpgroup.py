@@ -229,21 +229,18 @@ class DPGroup:
 
     def _catch_up(self, passed: int | None = None) -> None:
         """vllm_stats, while fast-forwarding: publish what the step boundaries of the runs that have passed
-        (``passed`` of them; None: those before now, and one ending now whose end-of-step slot has passed, as
-        :meth:`wake` counts them) would have published step by step. Inside a run no request enters or leaves a
+        (``passed`` of them; None: those step-by-step simulation has applied by now, Worker._steps_done) would
+        have published step by step. Inside a run no request enters or leaves a
         rank (an arrival cuts it after the step in progress, and is placed before it is queued), so each such
         boundary saw the counts the ranks hold now, and only the last one's 100 ms mark matters."""
         if not self._runs or self.balancer != "vllm_stats":
             return
         rank, run = self._runs[0]
-        inner = run.ends[:self._ff_step - 1]   # (the run's last boundary is the group's own: _run publishes it)
+        # (the runs' last boundary, step _ff_step's end, is the group's own: _run publishes it)
         if passed is None:
-            t = now_ns(self.env)
-            passed = bisect_left(inner, t)
-            if passed < len(inner) and inner[passed] == t and rank._step_passed(run, t):
-                passed += 1
+            passed = min(rank._steps_done(run, now_ns(self.env)), self._ff_step - 1)
         if passed:
-            self._publish(inner[passed - 1])
+            self._publish(run.ends[passed - 1])
 
     def load(self) -> int:
         return sum(w.load() for w in self.ranks)
@@ -262,12 +259,9 @@ class DPGroup:
             return
         if self._runs and self._ff is not None and not self._ff.triggered:
             rank, run = self._runs[0]
-            # As Worker.wake: the step in progress is the first ending at or after now; one ending now is in
-            # progress only until the group's end-of-step slot of the instant has passed (the ranks' own).
-            t = now_ns(self.env)
-            m = bisect_left(run.ends, t) + 1
-            if rank._step_passed(run, t):
-                m += 1
+            # As Worker.wake: the step in progress is the one after those step by step has applied (the
+            # group's end-of-step slot of an instant is its ranks').
+            m = rank._steps_done(run, now_ns(self.env)) + 1
             if m < self._ff_step:
                 self._arm(m)
 

@@ -242,11 +242,14 @@ class Worker:
         # increase), in its own end-of-step slot: after every event of that instant. A step ending now is
         # in progress only until that slot has passed (_step_passed); then the run stops at the end of the next.
         t = now_ns(self.env)
-        m = bisect_left(run.ends, t) + 1
-        if self._step_passed(run, t):
-            m += 1
+        m = self._steps_done(run, t) + 1
         cut = self._cut = StepEnd(self.env, run.ends[m - 1] - t, self.priority)
         cut.callbacks.append(lambda _: fire(wake, m))  # type: ignore[union-attr]
+
+    def _steps_done(self, run: DecodeRun, t: int) -> int:
+        """Steps of the fast-forwarded ``run`` that step-by-step simulation has applied when an event at ``t``
+        is processed: those ending before ``t``, and one ending at ``t`` once its end-of-step slot has passed."""
+        return bisect_left(run.ends, t) + self._step_passed(run, t)
 
     def _step_passed(self, run: DecodeRun, t: int) -> bool:
         """Whether a step of the fast-forwarded ``run`` ends at ``t`` and this worker's end-of-step slot of the
