@@ -32,7 +32,11 @@ rank allows), each step lasting the slowest rank's decode, sleeps to their end, 
 in progress by an outside event (an arrival, an abort, a KV pull queued), applying exactly the steps that
 elapsed. Under vLLM's balancer the counts the coordinator publishes at the step boundaries a fast-forward
 skips are taken when they are next read: no request enters or leaves a rank inside a run, so every skipped
-boundary would have published the counts the ranks hold then (:meth:`DPGroup._catch_up`).
+boundary would have published the counts the ranks hold then (:meth:`DPGroup._catch_up`). Under
+TensorRT-LLM's balance a run may also cross the steps for which the balance holds the waiting prompts back
+for certain (:meth:`DPGroup._held_steps`: until its timeout, unless every rank has a prompt and a free
+seat), ranks with waiting requests decoding as the others do. Speculative ranks plan their runs as
+:class:`~twin.fastforward.SpecRun` objects, each step as long as the slowest rank's.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ import attrs
 import numpy as np
 
 from hardware import BatchShape
-from twin.fastforward import DecodeRun, plan_decode_run
+from twin.fastforward import PlannedRun, plan_decode_run
 from twin.request import Request
 from twin.sim import CLOCK_MAX_NS, ProcessGen, StepEnd, disarm, fire, now_ns, to_ns
 from twin.worker import StepPrice, StepPrices, Worker
@@ -54,6 +58,9 @@ if TYPE_CHECKING:
 
     from twin.scheduler import SchedulerOutput
 
+
+_FIRST_SEGMENT = 4
+"""Steps costed when a group's runs are planned (then 16, 32 ... while they go on)."""
 
 STATS_INTERVAL_NS = 100_000_000
 """vLLM's DP coordinator publishes the engines' request counts every 100 ms (core_client.py)."""
@@ -69,31 +76,27 @@ class AdpBalance:
 
 class _GroupPricer:
     """The prices of a group's fast-forwarded decode steps: each stepping rank's own (term vector, ns) and the
-    group's step, as long as the slowest rank's, computed a step at a time for every rank together."""
+    group's step, as long as the slowest rank's, computed a step at a time for every rank together (every
+    rank's run gives the shape of each of its steps: PlannedRun.shape). The runs' requests, and so the tokens
+    the group computes a step, are the same at every step."""
 
-    def __init__(self, parts: list[tuple[StepPrices, BatchShape]]) -> None:
-        self.parts = parts
-        self.tokens = sum(shape.new_tokens for _, shape in parts)
+    def __init__(self) -> None:
+        self.parts: list[tuple[StepPrices, PlannedRun]] = []
+        self.tokens = 0
         self.steps: list[tuple[list[StepPrice], int]] = []
 
+    def add(self, prices: StepPrices, run: PlannedRun) -> None:
+        self.parts.append((prices, run))
+        self.tokens += run.first.new_tokens
+
     def step(self, i: int) -> tuple[list[StepPrice], int]:
-        """Step i + 1 of the runs (0-based): every request has i more tokens of context than at step 1."""
+        """Step i + 1 of the runs (0-based)."""
         steps = self.steps
         while len(steps) <= i:
             j = len(steps)
-            own = [prices.group_cost(_later(shape, j), self.tokens) for prices, shape in self.parts]
+            own = [prices.group_cost(run.shape(j), self.tokens) for prices, run in self.parts]
             steps.append((own, max(ns for _, ns in own)))
         return steps[i]
-
-
-def _later(shape: BatchShape, j: int) -> BatchShape:
-    """The pure-decode shape ``j`` steps after ``shape``, as the scheduler forms it."""
-    if not j:
-        return shape
-    n = shape.num_reqs
-    kv = shape.sum_kv + j * n
-    longest = shape.decode_max_kv + j if shape.decode_max_kv >= 0 else -1
-    return attrs.evolve(shape, sum_kv=kv, sum_q_kv=kv, decode_sum_kv=kv, decode_max_kv=longest)
 
 
 class _RankPricer:
@@ -103,12 +106,15 @@ class _RankPricer:
         self.group = group
         self.index = index
 
-    def decode_costs(self, n: int, sum_kv: int, max_kv: int, steps: range) -> list[tuple[np.ndarray, int]]:
+    def run_costs(self, run: PlannedRun, steps: range) -> list[tuple[np.ndarray, int]]:
         out = []
         for i in steps:
             own, ns = self.group.step(i)
             out.append((own[self.index][0], ns))
         return out
+
+    def decode_costs(self, n: int, sum_kv: int, max_kv: int, steps: range) -> list[tuple[np.ndarray, int]]:
+        return self.run_costs(self.group.parts[self.index][1], steps)
 
 
 def balance_step(b: AdpBalance, waiting_iters: int, batching_iters: int, *, ready: list[bool], decodes: list[int],
@@ -173,14 +179,18 @@ class DPGroup:
         """Most decode steps planned in one jump (0 or 1: step by step)."""
         for rank in ranks:
             rank.priority = self.priority  # (the group's step ends are its ranks')
-        self._runs: list[tuple[Worker, DecodeRun]] = []
+        self._runs: list[tuple[Worker, PlannedRun]] = []
         """While fast-forwarding: each stepping rank's run (their steps end together)."""
         self._ff: simpy.Event | None = None
         """What the fast-forwarding group waits for: the step after which it resumes (its value)."""
         self._ff_end: StepEnd | None = None
         """The armed end of that wait (the run's last step, or the step an outside event cut it after)."""
         self._ff_step = 0
-        """The step of the runs after which the group resumes (the one ``_ff_end`` ends)."""
+        """The step of the runs whose end ``_ff_end`` is."""
+        self._segment = 0
+        """Steps costed in the runs' latest segment (doubled for the next one)."""
+        self._cut = False
+        """An outside event cut the runs after the step in progress (``_ff_step``)."""
         self._next = 0
         """round_robin: the rank the next request goes to."""
         self._stats_tick = -1
@@ -264,20 +274,43 @@ class DPGroup:
             m = rank._steps_done(run, now_ns(self.env)) + 1
             if m < self._ff_step:
                 self._arm(m)
+            self._cut = True  # (the runs stop at step m even where it ends their costed segment)
 
     # ---------------------------------------------------------------------------------------- process
     def _admits(self, now: int) -> bool:
         """TensorRT-LLM's attention-DP balance: whether this step's ranks may admit prompts (and count)."""
         return self._balance_step([w.sched.prompt_ready(now) for w in self.ranks])
 
-    def _balance_step(self, ready: list[bool]) -> bool:
-        """One step of the balance with each rank's ``ready`` given, its decodes and seats as they are now."""
+    def _held_steps(self, now: int) -> int:
+        """After a step whose prompts the balance held for want of one on every rank (or of a free seat):
+        how many more steps it holds them for certain, as long as no request enters or leaves a rank (a
+        fast-forward's steps). Unless every rank has a prompt with every request queued now in view (with
+        lookahead the step formed now saw only those queued before the last one began; the next sees them
+        all) and a seat free, none of those steps has either (a rank without one gets none; the free blocks
+        only shrink; the seats stay taken), so each counts one more waiting step until the counter reaches
+        the timeout. 0 when the step was held for the batching wait instead (its counter then resets the
+        waiting one: PyExecutor._balance_adp_requests)."""
+        assert self.balance is not None
+        if not self._waiting_iters:
+            return 0
+        scheds = [w.sched for w in self.ranks]
+        if all(s.prompt_ready(now, every_queued=True) for s in scheds) and all(
+                sum(1 for r in s.running if r.num_computed_tokens >= r.prompt_tokens) < s.limits.max_num_seqs
+                for s in scheds):
+            return 0
+        return max(0, self.balance.timeout_iters - 1 - self._waiting_iters)
+
+    def _balance_step(self, ready: list[bool], steps: int = 1) -> bool:
+        """``steps`` steps of the balance with each rank's ``ready`` given, its decodes and seats as they are now
+        (the same at each: a fast-forward's steps); whether the last one admits."""
         assert self.balance is not None
         scheds = [w.sched for w in self.ranks]
-        admit, self._waiting_iters, self._batching_iters = balance_step(
-            self.balance, self._waiting_iters, self._batching_iters, ready=ready,
-            decodes=[sum(1 for r in s.running if r.num_computed_tokens >= r.prompt_tokens) for s in scheds],
-            seats=[s.limits.max_num_seqs for s in scheds])
+        decodes = [sum(1 for r in s.running if r.num_computed_tokens >= r.prompt_tokens) for s in scheds]
+        seats = [s.limits.max_num_seqs for s in scheds]
+        admit = False
+        for _ in range(steps):
+            admit, self._waiting_iters, self._batching_iters = balance_step(
+                self.balance, self._waiting_iters, self._batching_iters, ready=ready, decodes=decodes, seats=seats)
         return admit
 
     def _run(self) -> ProcessGen:
@@ -314,47 +347,78 @@ class DPGroup:
                     w.blocked = False
                 continue
             if self.fast_forward_steps > 1:
-                runs = self._plan(now, stepping)
+                held = 0 if admit or not any(len(w.sched.waiting) for w in ranks) else self._held_steps(now)
+                runs = self._plan(now, stepping, held)
                 if runs is not None:
                     yield from self._fast_forward(now, runs)
                     continue
             yield from self._step(now, stepping)
 
     # --------------------------------------------------------------------------------- fast-forward
-    def _plan(self, now: int, stepping: list[tuple[Worker, SchedulerOutput]]) -> list[tuple[Worker, DecodeRun]] | None:
-        """Every stepping rank's run over the same steps, or None when a step-by-step step is due."""
+    def _plan(self, now: int, stepping: list[tuple[Worker, SchedulerOutput]],
+              held: int) -> list[tuple[Worker, PlannedRun]] | None:
+        """Every stepping rank's run over the same steps, or None when a step-by-step step is due. ``held``:
+        the steps after this one whose prompts the balance holds back for certain (:meth:`_held_steps`), for
+        which ranks with waiting requests may run too."""
         busy = {w.wid for w, _ in stepping}
         if any(not w.quiet() or (w.wid not in busy and w.sched.has_work) for w in self.ranks):
             return None
-        pricer = _GroupPricer([(w.prices, out.stats) for w, out in stepping])
+        pricer = _GroupPricer()
         runs = []
+        max_steps = min(self.fast_forward_steps, 1 + held) if held else self.fast_forward_steps
         for i, (w, out) in enumerate(stepping):
-            run = plan_decode_run(w.sched, out, now, _RankPricer(pricer, i), self.fast_forward_steps)
+            run = plan_decode_run(w.sched, out, now, _RankPricer(pricer, i), max_steps, held=held > 0)
             if run is None:
                 return None
             runs.append((w, run))
+            pricer.add(w.prices, run)
+            max_steps = run.k  # (the group's runs end together: no rank plans past the shortest so far)
         k = min(run.k for _, run in runs)
         for _, run in runs:
             run.truncate(k)
-            run.extend(k)
-        # Steps ending past the clock's range: step by step raises at the first (Worker._past_clock).
-        k = bisect_left(runs[0][1].ends, CLOCK_MAX_NS + 1)
-        if k < 2:
+        self._segment = _FIRST_SEGMENT
+        if self._extend(runs, _FIRST_SEGMENT) < 2:
             return None
-        for _, run in runs:
-            run.truncate(k)
         return runs
 
+    @staticmethod
+    def _extend(runs: list[tuple[Worker, PlannedRun]], m: int) -> int:
+        """Cost the runs' steps up to ``m`` (at most their end), all ranks at once; returns the steps costed.
+        Steps ending past the clock's range are dropped from the runs: step by step raises at the first
+        (Worker._past_clock), which the step after the shortened runs then does."""
+        for _, run in runs:
+            run.extend(m)
+        ends = runs[0][1].ends
+        inside = bisect_left(ends, CLOCK_MAX_NS + 1)
+        if inside < len(ends):
+            for _, run in runs:
+                run.truncate(max(inside, run.updated))
+        return len(runs[0][1].ends)
+
     def _arm(self, m: int) -> None:
-        """Resume the group at the end of step ``m`` of its runs (dropping any end armed before)."""
+        """Wake the group at the end of step ``m`` of its runs (dropping any end armed before): the end of a
+        costed segment of the runs (:meth:`_on_segment_end`), or of the step an outside event cut them after."""
         disarm(self._ff_end)
         self._ff_step = m
         end = self._ff_end = StepEnd(self.env, self._runs[0][1].ends[m - 1] - now_ns(self.env), self.priority)
+        end.callbacks.append(lambda _: self._on_segment_end(m))  # type: ignore[union-attr]
+
+    def _on_segment_end(self, m: int) -> None:
+        """Step ``m`` of the runs ended: if it ended a costed segment of runs going on, and no outside event
+        cut them, cost the next segment (twice as long, as Worker._fast_forward does: a run cut early has
+        not paid for steps it never ran) and sleep on; otherwise resume the group (inside this callback, as
+        a wake event triggered here would: nothing runs between)."""
+        runs = self._runs
         ff = self._ff
         assert ff is not None
-        end.callbacks.append(lambda _: fire(ff, m))  # type: ignore[union-attr]
+        if not self._cut and m < runs[0][1].k:
+            self._segment *= 2
+            if self._extend(runs, m + self._segment) > m:
+                self._arm(len(runs[0][1].ends))
+                return
+        fire(ff, m)
 
-    def _fast_forward(self, now: int, runs: list[tuple[Worker, DecodeRun]]) -> ProcessGen:
+    def _fast_forward(self, now: int, runs: list[tuple[Worker, PlannedRun]]) -> ProcessGen:
         """Sleep through the runs' planned steps, or to the end of the step an outside event arrived in; apply
         the steps that elapsed to every rank, its ledger (own terms, the wait for the slowest) and the
         attention-DP balance's counters."""
@@ -362,15 +426,17 @@ class DPGroup:
         for w, run in runs:
             w.run = run
         self._ff = self.env.event()
-        self._arm(runs[0][1].k)
+        self._cut = False
+        self._arm(len(runs[0][1].ends))
         m = yield self._ff
         self._catch_up(m - 1)   # (the inner boundaries, before the runs' steps are applied)
         self._ff = None
         self._ff_end = None
         self._end_runs(m)
-        if self.balance is not None:  # steps 2 .. m were formed with no prompt on any rank
-            for _ in range(m - 1):
-                self._balance_step([False] * len(self.ranks))
+        if self.balance is not None:
+            # Steps 2 .. m were formed without a prompt on every rank with a seat free (none at all, or those
+            # held: _held_steps), which the balance counts as [False] * ranks does.
+            self._balance_step([False] * len(self.ranks), m - 1)
         for w, run in runs:
             for req in run.update_upto(m):
                 w.on_done(req)

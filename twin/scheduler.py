@@ -219,7 +219,9 @@ class Drafter:
 
     Draft i is accepted with probability ``rates[i]`` given drafts 1 .. i-1 were (a chain: the first
     rejection ends it). Each request draws from its own stream, seeded from the run seed and the request
-    id, so a request's draws do not depend on what else ran (same seed, same results).
+    id, so a request's draws do not depend on what else ran (same seed, same results), nor on when they are
+    drawn: a fast-forwarded run (twin.fastforward.SpecRun) draws its later steps' ahead (:meth:`ahead`), and
+    its steps, or the steps after it, use them up in order.
     """
 
     def __init__(self, rates: tuple[float, ...], seed: int) -> None:
@@ -229,9 +231,33 @@ class Drafter:
         self.k = len(rates)
         self.seed = seed & 0xFFFF_FFFF_FFFF_FFFF
         self._streams: dict[int, random.Random] = {}
+        self._ahead: dict[int, deque[int]] = {}
+        """Per request: the draws of its next steps, drawn ahead and not used yet."""
 
     def accepted(self, req: Request) -> int:
         """The number of leading drafts the target accepts in this step of ``req``."""
+        ahead = self._ahead.get(req.id)
+        if ahead:
+            return ahead.popleft()
+        return self._draw(req)
+
+    def ahead(self, req: Request, first: int, last: int) -> list[int]:
+        """What :meth:`accepted` will return for the steps ``first`` .. ``last`` - 1 of ``req`` after the next
+        one (0: the next), drawn now if not yet."""
+        ahead = self._ahead.get(req.id)
+        if ahead is None:
+            ahead = self._ahead[req.id] = deque()
+        while len(ahead) < last:
+            ahead.append(self._draw(req))
+        return list(itertools.islice(ahead, first, last))
+
+    def use(self, req: Request, steps: int) -> None:
+        """The next ``steps`` steps of ``req`` were scheduled with the draws :meth:`ahead` gave."""
+        ahead = self._ahead[req.id]
+        for _ in range(steps):
+            ahead.popleft()
+
+    def _draw(self, req: Request) -> int:
         rng = self._streams.get(req.id)
         if rng is None:
             state = np.random.SeedSequence([self.seed, req.id]).generate_state(2, np.uint64)
@@ -245,6 +271,7 @@ class Drafter:
 
     def forget(self, req: Request) -> None:
         self._streams.pop(req.id, None)
+        self._ahead.pop(req.id, None)
 _NO_CUTOFF = CLOCK_MAX_NS
 _GAP_RUN_BATCH = 4096
 """Gaps handed in bulk (:meth:`Scheduler.add_gap_run`) that are packed into arrays at once."""
@@ -605,17 +632,19 @@ class Scheduler:
         lookahead = self.limits.lookahead and now == self._last_step_end_ns and now != self._idle_turn_ns
         return self._last_step_start_ns if lookahead else _NO_CUTOFF
 
-    def prompt_ready(self, now: int) -> bool:
+    def prompt_ready(self, now: int, every_queued: bool = False) -> bool:
         """Whether a step formed ``now`` would carry prompt work: a running request still prefilling, or a
         waiting one :meth:`_admit` would take (found without allocating; every running request is taken to
         use a token of the budget). An attention-DP group asks each rank before it lets them admit
-        (twin.dpgroup, TensorRT-LLM's attention-DP balance)."""
+        (twin.dpgroup, TensorRT-LLM's attention-DP balance). ``every_queued``: every waiting request seen,
+        as by any step formed after now (with lookahead, one formed now sees only those queued before the
+        last step began)."""
         if any(r.num_computed_tokens < r.prompt_tokens for r in self.running):
             return True
         if not len(self.waiting):
             return False
         budget = self.limits.max_num_batched_tokens - len(self.running)
-        return self._admissible_tokens(budget, self._cutoff(now)) > 0
+        return self._admissible_tokens(budget, _NO_CUTOFF if every_queued else self._cutoff(now)) > 0
 
     def _schedule_cohort(self, budget: int, placeholders: bool) -> int:
         """The cohort's part of a step: running decodes join it, and its block events of this step are

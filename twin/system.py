@@ -191,9 +191,8 @@ def host_tier(config: TwinConfig, dep: Deployment) -> HostTier | None:
 
 
 def fast_forward_steps(config: TwinConfig) -> int:
-    """Most decode steps a worker jumps at once; speculative workers go step by step (their tokens per
-    step are drawn, so a stretch's steps are not known ahead)."""
-    if not config.run.fast_forward or config.engine.speculative.enabled:
+    """Most decode steps a worker jumps at once (0: step by step)."""
+    if not config.run.fast_forward:
         return 0
     return config.run.fast_forward_max_steps
 

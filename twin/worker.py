@@ -15,7 +15,7 @@ import numpy as np
 import simpy
 
 from hardware import BatchShape, CostModel
-from twin.fastforward import DecodeRun, plan_decode_run, safe_steps
+from twin.fastforward import PlannedRun, plan_decode_run
 from twin.request import Request
 from twin.scheduler import Scheduler
 from twin.errors import ConfigError
@@ -116,6 +116,10 @@ class StepPrices:
             hit = _remember(self._prices, shape, *self.cost_model.price(shape))
         return hit
 
+    def run_costs(self, run: PlannedRun, steps: range) -> list[StepPrice]:
+        """Steps ``steps`` (0-based) of a fast-forwarded run, each priced by its shape (fastforward.Pricer)."""
+        return [self.step_cost(run.shape(i)) for i in steps]
+
     def group_cost(self, shape: BatchShape, group_tokens: int) -> StepPrice:
         """:meth:`step_cost` for one rank of a lockstep attention-DP group whose ranks compute
         ``group_tokens`` new tokens together (CostModel.price_in_group)."""
@@ -185,7 +189,7 @@ class Worker:
         self.ledger = Ledger(tuple(prices.cost_model.term_names))
         self.blocked = False
         """True while the worker has work but could schedule none of it (reported by the stall detector)."""
-        self.run: DecodeRun | None = None
+        self.run: PlannedRun | None = None
         self.decoding = False
         """True during a pure-decode step run on its own (not fast-forwarded): the monitor treats it as it
         treats a fast-forward run (:attr:`run`), which step-by-step simulation runs as such steps."""
@@ -246,12 +250,12 @@ class Worker:
         cut = self._cut = StepEnd(self.env, run.ends[m - 1] - t, self.priority)
         cut.callbacks.append(lambda _: fire(wake, m))  # type: ignore[union-attr]
 
-    def _steps_done(self, run: DecodeRun, t: int) -> int:
+    def _steps_done(self, run: PlannedRun, t: int) -> int:
         """Steps of the fast-forwarded ``run`` that step-by-step simulation has applied when an event at ``t``
         is processed: those ending before ``t``, and one ending at ``t`` once its end-of-step slot has passed."""
         return bisect_left(run.ends, t) + self._step_passed(run, t)
 
-    def _step_passed(self, run: DecodeRun, t: int) -> bool:
+    def _step_passed(self, run: PlannedRun, t: int) -> bool:
         """Whether a step of the fast-forwarded ``run`` ends at ``t`` and this worker's end-of-step slot of the
         instant has passed (the event being processed came after it: another worker's step end, or what one
         triggered): step by step, that step was applied and the next one formed before this event."""
@@ -336,7 +340,7 @@ class Worker:
             for req in finished:
                 self.on_done(req)
 
-    def _fast_forward(self, run: DecodeRun) -> Generator[simpy.Event, Any, tuple[list[Request], bool]]:
+    def _fast_forward(self, run: PlannedRun) -> Generator[simpy.Event, Any, tuple[list[Request], bool]]:
         """Sleep through the planned steps; an outside event cuts the run after the step in progress
         (:meth:`wake`), unless the batch survives that step boundary (:meth:`_resumable`).
 
@@ -370,7 +374,7 @@ class Worker:
         self._end_run(run, run.k)
         return run.update_upto(run.k), False
 
-    def _cost_segment(self, run: DecodeRun, now: int) -> None:
+    def _cost_segment(self, run: PlannedRun, now: int) -> None:
         """Cost the run's next ``_segment`` steps (at most to its end) and arm the end of the last one."""
         self._costed = run.extend(len(run.ends) + self._segment)
         self._segment_end(run.ends[self._costed - 1] - now)
@@ -422,7 +426,7 @@ class Worker:
             assert self._wake is not None
             fire(self._wake, None)
 
-    def _resumable(self, run: DecodeRun, m: int) -> bool:
+    def _resumable(self, run: PlannedRun, m: int) -> bool:
         """At the boundary after step ``m`` of a run woken by an outside event, do what step-by-step
         simulation does there before scheduling (``before_schedule``: a decode worker starts its pulls)
         and tell whether the next ``schedule`` would give the same pure-decode batch, with at least one
@@ -434,13 +438,13 @@ class Worker:
         # (Requests compare by identity, so list equality is "the same requests in the same order".)
         if not self.quiet() or len(sched.waiting) or sched.running != run.reqs:
             return False
-        further = safe_steps(sched, run.reqs, run.k - m)
+        further = run.safe_further(run.k - m)
         if further < 1:
             return False
         run.truncate(m + further)
         return True
 
-    def _end_run(self, run: DecodeRun, m: int) -> None:
+    def _end_run(self, run: PlannedRun, m: int) -> None:
         """The run stops after step ``m``: its steps enter the ledger."""
         self.run = None
         self._disarm()

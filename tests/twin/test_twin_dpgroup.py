@@ -184,10 +184,18 @@ def test_a_disaggregated_pool_of_attention_dp_engines_steps_each_engines_ranks_t
         assert la["steps"] == lb["steps"] > 0 and la["busy_s"] == lb["busy_s"]
 
 
+MTP = ["engine.speculative.method=mtp", "engine.speculative.num_speculative_tokens=3",
+       "engine.speculative.acceptance=[0.8,0.6,0.4]"]
+
+
 @pytest.mark.parametrize("overrides", [[], ["scheduler.attention_dp_balance=false", "engine.name=sglang"],
-                                       ["scheduler.attention_dp_balance=false", "engine.name=vllm"]])
+                                       ["scheduler.attention_dp_balance=false", "engine.name=vllm"],
+                                       MTP, ["scheduler.attention_dp_balance=false", "engine.name=vllm", *MTP],
+                                       ["scheduler.attention_dp_balance=false", "engine.name=sglang", *MTP,
+                                        "workload.arrival.concurrency=16"]])
 def test_a_fast_forwarded_group_gives_the_bytes_of_step_by_step_simulation(tmp_path, overrides):
-    """Every rank's run over the same steps, cut by arrivals: requests, ledgers and the time series alike."""
+    """Every rank's run over the same steps, cut by arrivals: requests, ledgers and the time series alike
+    (with MTP, each rank's run draws its requests' acceptances ahead: twin.fastforward.SpecRun)."""
     from twin.cli import example_path
 
     out = {}
@@ -215,4 +223,33 @@ def test_a_fast_forwarded_vllm_group_places_requests_on_the_counts_of_the_bounda
                            "run": {"seed": 1, "fast_forward": ff}})
         path = Simulation(cfg).run().write(tmp_path / str(ff))
         out[ff] = {name: (path / name).read_bytes() for name in ("requests.csv", "ledger.json", "timeseries.csv")}
+    assert out[True] == out[False]
+
+
+@pytest.mark.parametrize("overrides", [[], MTP])
+def test_a_group_fast_forwards_through_the_steps_its_balance_holds_a_prompt(tmp_path, monkeypatch, overrides):
+    """TensorRT-LLM's balance holds a prompt until every rank has one or its timeout: runs cross the steps it
+    holds one for certain, with the waiting requests on their ranks, and stop before the step that admits
+    (with lookahead that step may see requests the held step did not: DPGroup._held_steps counts them)."""
+    from twin.cli import example_path
+    from twin.dpgroup import DPGroup
+
+    held_runs = []
+    plan = DPGroup._plan
+
+    def counting(self, now, stepping, held):
+        runs = plan(self, now, stepping, held)
+        if runs is not None and held:
+            held_runs.append(runs[0][1].k)
+            assert runs[0][1].k <= 1 + held
+        return runs
+
+    monkeypatch.setattr(DPGroup, "_plan", counting)
+    out = {}
+    for ff in (True, False):
+        cfg = load_config(example_path("dp_attention"), ["workload.num_requests=200", f"run.fast_forward={ff}",
+                                                         *overrides])
+        path = Simulation(cfg).run().write(tmp_path / str(ff))
+        out[ff] = {name: (path / name).read_bytes() for name in ("requests.csv", "ledger.json", "timeseries.csv")}
+    assert len(held_runs) > 20 and max(held_runs) > 5
     assert out[True] == out[False]

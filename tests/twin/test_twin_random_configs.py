@@ -142,6 +142,13 @@ def _more_knobs(draw: st.DrawFn, cfg: dict) -> None:
         for side in ("prefill", "decode"):
             dp = draw(st.sampled_from([1, 2, 4]))
             cfg["system"][side].update(attention_dp=dp, ep=draw(st.sampled_from([1, dp])))
+    if cfg["model"]["name"] == "Qwen/Qwen3-0.6B" and draw(st.booleans()):
+        # MTP speculative decoding: every decode step verifies 1 + k tokens and emits a drawn number of them
+        k = draw(st.integers(1, 3))
+        cfg["model"] = {"name": "XiaomiMiMo/MiMo-7B-Base"}
+        engine["speculative"] = {"method": "mtp", "num_speculative_tokens": k,
+                                 "acceptance": draw(st.sampled_from([0.0, 0.6, 1.0]))}
+        sched["max_num_batched_tokens"] = max(sched["max_num_batched_tokens"], 1 + k)
 
 
 def _run(cfg: dict, fast_forward: bool) -> tuple[Simulation, object]:

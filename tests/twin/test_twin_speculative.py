@@ -288,3 +288,112 @@ def test_a_request_whose_last_verify_step_cannot_fit_fails_at_the_door(tmp_path,
     assert list(t["status"]) == ["finished", "failed"]
     assert t["fail_reason"][1] == ("needs 11 KV blocks (100 prompt + 59 output tokens and 2 more for the drafts "
                                    "of its last verify step) but worker 0 holds only 10")
+
+
+# ------------------------------------------------------------------------------------------ fast-forward
+def _count_spec_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The planned lengths of the speculative runs a simulation fast-forwards (k >= 2)."""
+    import twin.fastforward as ff
+
+    lengths: list[int] = []
+    plan = ff._plan_spec_run
+
+    def counting(*args, **kwargs):
+        run = plan(*args, **kwargs)
+        if run is not None:
+            lengths.append(run.k)
+        return run
+
+    monkeypatch.setattr(ff, "_plan_spec_run", counting)
+    return lengths
+
+
+@pytest.mark.parametrize("sections", [
+    # vLLM's blocks of 16 and its prefix cache (shared prefixes: registrations of decoded blocks), open loop
+    {"workload": {"kind": "synthetic", "num_requests": 40, "arrival": {"kind": "poisson", "rate_per_s": 6.0},
+                  "input_tokens": {"low": 60, "high": 300}, "output_tokens": {"low": 20, "high": 400},
+                  "prefix_group": "sys", "prefix_tokens": 48}},
+    # too few blocks for the batch: runs end before the step that would preempt, preemptions step by step
+    {"kv_cache": {"num_blocks": 100, "block_size": 4},
+     "workload": {"kind": "synthetic", "num_requests": 30, "arrival": {"kind": "concurrency", "concurrency": 4},
+                  "input_tokens": {"low": 30, "high": 120}, "output_tokens": {"low": 40, "high": 300}}},
+    # SGLang: page size 1, decoded blocks cached at the finish, its admission reserve
+    {"engine": {"name": "sglang"}, "kv_cache": {"num_blocks": 3000},
+     "workload": {"kind": "synthetic", "num_requests": 30, "arrival": {"kind": "concurrency", "concurrency": 8},
+                  "input_tokens": {"low": 30, "high": 200}, "output_tokens": {"low": 40, "high": 300}}},
+    # TensorRT-LLM: blocks of 32, full-need admission
+    {"engine": {"name": "trtllm"},
+     "workload": {"kind": "synthetic", "num_requests": 30, "arrival": {"kind": "poisson", "rate_per_s": 4.0},
+                  "input_tokens": {"low": 30, "high": 200}, "output_tokens": {"low": 40, "high": 300}}},
+])
+def test_fast_forwarded_speculative_runs_give_the_bytes_of_step_by_step_simulation(tmp_path, monkeypatch, sections):
+    """Speculative decodes emit a drawn number of tokens a step; a run draws its steps' acceptances ahead from
+    each request's own stream, so its tokens, block events and end times are those of step-by-step
+    simulation: requests (token times recorded), time series, ledger and inter-token gaps all equal."""
+    lengths = _count_spec_runs(monkeypatch)
+    engine = {**sections.get("engine", {}), **spec(3, [0.8, 0.6, 0.4])}
+    res = {}
+    for ff in (True, False):
+        cfg = {**sections, "model": {"name": MIMO}, "engine": engine,
+               "metrics": {"sample_interval_s": 0.05, "record_token_times": True},
+               "run": {"seed": 3, "fast_forward": ff}}
+        res[ff] = Simulation(load_config(cfg)).run()
+        res[ff].write(tmp_path / str(ff))
+    assert len(lengths) >= 5 and max(lengths) > 4   # (runs were planned, and some were long)
+    for name in ("requests.csv", "timeseries.csv", "ledger.json"):
+        assert (tmp_path / "True" / name).read_bytes() == (tmp_path / "False" / name).read_bytes(), name
+    assert res[True].summary["itl_s"] == res[False].summary["itl_s"]
+    if "block_size" in str(sections):
+        assert res[True].summary["preemptions"] > 0
+
+
+class _FlatPrices:
+    """Every step 10 ns, no terms (fastforward.Pricer)."""
+
+    def run_costs(self, run, steps):
+        import numpy as np
+        return [(np.zeros(1), 10) for _ in steps]
+
+
+@pytest.mark.parametrize("num_blocks, k", [(12, 3), (8, 2)])
+def test_a_speculative_run_is_planned_to_the_first_finish_or_the_blocks_it_would_lack(num_blocks, k) -> None:
+    """Acceptance 1, k = 2: every verify step emits 3 tokens. A (prompt 8, 12 outputs) and B (prompt 4, 8
+    outputs) after their prefill: B has 7 outputs left, so its third step emits 1 and finishes (k = 3).
+    Contexts before the steps: A 8 / 11 / 14, B 4 / 7 / 10; with blocks of 4 a step needs cdiv(context + 3, 4):
+    A 3 / 4 / 5, B 2 / 3 / 4. The first step took 5 of the pool's blocks; the next two need 2 more each, so
+    with 3 free the run stops before the third step (k = 2)."""
+    from twin.fastforward import SpecRun, plan_decode_run
+
+    def start(blocks: int):
+        sched = make_scheduler(num_blocks=blocks, drafter=Drafter((1.0, 1.0), seed=0))
+        reqs = [make_request(1, 8, 12), make_request(2, 4, 8)]
+        for r in reqs:
+            sched.add_request(r, 0)
+        sched.update(sched.schedule(0), 1)
+        return sched, reqs, sched.schedule(1)
+
+    sched, (a, b), out = start(num_blocks)
+    assert out.stats == verify_shape([11, 7], 3) and sched.kv.pool.num_free == num_blocks - 5
+    run = plan_decode_run(sched, out, 1, _FlatPrices(), 128)
+    assert isinstance(run, SpecRun) and run.k == k
+    assert [run.shape(i) for i in range(k)] == [verify_shape([11, 7], 3), verify_shape([14, 10], 3),
+                                                 verify_shape([17, 13], 3)][:k]
+    assert run.tokens.tolist() == [[3, 3], [3, 3], [3, 1]][:k]
+    run.extend(k)
+    assert run.ends == [11, 21, 31][:k]
+    finished = run.update_upto(k)
+    # Step by step from the same start: the same tokens, blocks (ids), registrations and finish.
+    ref, (ra, rb), ref_out = start(num_blocks)
+    for t in range(1, k + 1):
+        ref_finished = ref.update(ref_out, 1 + 10 * t)
+        if t < k:
+            ref_out = ref.schedule(1 + 10 * t)
+    assert [r.id for r in finished] == [r.id for r in ref_finished] == ([2] if k == 3 else [])
+    for x, y in ((a, ra), (b, rb)):
+        assert (x.num_computed_tokens, x.num_output_tokens, x.last_token_ns) == \
+            (y.num_computed_tokens, y.num_output_tokens, y.last_token_ns)
+        assert sched.kv.req_blocks.get(x.id) == ref.kv.req_blocks.get(y.id)
+        assert sched.kv._num_hashed.get(x.id) == ref.kv._num_hashed.get(y.id)
+    assert (a.num_computed_tokens, a.num_output_tokens) == (8 + 3 * k, 1 + 3 * k)
+    assert sched.kv.pool.num_free == ref.kv.pool.num_free
+    assert sched.output_tokens == ref.output_tokens and sched.steps == ref.steps
