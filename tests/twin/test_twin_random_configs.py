@@ -21,7 +21,10 @@ them on gpt-oss-20b). Since stop 44 examples may run attention-DP engines (gpt-o
 TensorRT-LLM's balance drawn on colocated ones; pools of such engines on disaggregated ones); fresh searches
 of attention-DP examples only passed 150, 600 and 300 (seeds 4401-4403), and 300 and 800 more with the groups'
 fast-forward (seeds 4404, 4405). Since stop 45 vLLM's groups fast-forward too; fresh searches of colocated
-vLLM attention-DP examples only passed 300 and 1,500 (seeds 4501, 4502).
+vLLM attention-DP examples only passed 300 and 1,500 (seeds 4501, 4502). Since stop 46 examples may run MTP
+speculative decoding (MiMo-7B, 1-3 drafts), which fast-forwards; fresh searches with it in every example passed
+400 and 600 (seeds 4601, 4603), and 150 of the dp_attention example with MTP, its engine, balance, loads and
+lengths drawn (seed 4602).
 """
 
 from __future__ import annotations
