@@ -56,11 +56,11 @@ from twin.worker import StepPrice, StepPrices, Worker
 if TYPE_CHECKING:
     import simpy
 
-    from twin.scheduler import SchedulerOutput
+    from twin.scheduler import Scheduler, SchedulerOutput
 
 
 _FIRST_SEGMENT = 4
-"""Steps costed when a group's runs are planned (then 16, 32 ... while they go on)."""
+"""Steps costed when a group's runs are planned (then 8, 16 ... while they go on)."""
 
 STATS_INTERVAL_NS = 100_000_000
 """vLLM's DP coordinator publishes the engines' request counts every 100 ms (core_client.py)."""
@@ -131,6 +131,11 @@ def balance_step(b: AdpBalance, waiting_iters: int, batching_iters: int, *, read
     if waiting_iters >= b.timeout_iters or not every_rank_decodes:
         return True, 0, batching_iters
     return False, waiting_iters, batching_iters
+
+
+def _decodes(sched: Scheduler) -> int:
+    """A rank's decoding requests, as the balance counts them (its running requests past their prompts)."""
+    return sum(1 for r in sched.running if r.num_computed_tokens >= r.prompt_tokens)
 
 
 class Rank:
@@ -294,9 +299,7 @@ class DPGroup:
         if not self._waiting_iters:
             return 0
         scheds = [w.sched for w in self.ranks]
-        if all(s.prompt_ready(now, every_queued=True) for s in scheds) and all(
-                sum(1 for r in s.running if r.num_computed_tokens >= r.prompt_tokens) < s.limits.max_num_seqs
-                for s in scheds):
+        if all(s.prompt_ready(now, every_queued=True) and _decodes(s) < s.limits.max_num_seqs for s in scheds):
             return 0
         return max(0, self.balance.timeout_iters - 1 - self._waiting_iters)
 
@@ -305,7 +308,7 @@ class DPGroup:
         (the same at each: a fast-forward's steps); whether the last one admits."""
         assert self.balance is not None
         scheds = [w.sched for w in self.ranks]
-        decodes = [sum(1 for r in s.running if r.num_computed_tokens >= r.prompt_tokens) for s in scheds]
+        decodes = [_decodes(s) for s in scheds]
         seats = [s.limits.max_num_seqs for s in scheds]
         admit = False
         for _ in range(steps):

@@ -220,8 +220,8 @@ class Drafter:
     Draft i is accepted with probability ``rates[i]`` given drafts 1 .. i-1 were (a chain: the first
     rejection ends it). Each request draws from its own stream, seeded from the run seed and the request
     id, so a request's draws do not depend on what else ran (same seed, same results), nor on when they are
-    drawn: a fast-forwarded run (twin.fastforward.SpecRun) draws its later steps' ahead (:meth:`ahead`), and
-    its steps, or the steps after it, use them up in order.
+    drawn: a fast-forwarded run (twin.fastforward.SpecRun) draws the acceptances of its later steps ahead
+    (:meth:`ahead`), and its steps, or the steps after it, use them up in order.
     """
 
     def __init__(self, rates: tuple[float, ...], seed: int) -> None:
