@@ -186,6 +186,9 @@ class CostModel:
         self._cache: dict[BatchShape, tuple[Mapping[str, float], int]] = {}
         self._token_cache: dict[tuple[int, int, int, int, int], dict[str, float]] = {}
         self._draft_cache: dict[tuple[int, int, int, bool], float] = {}
+        self._mla_proj_cache: dict[tuple[int, MixerSpec, int, int], float] = {}
+        """MLA decode's W_UK / W_UV projections by (calibration, mixer, heads, query tokens): they do not
+        depend on the context, which every decode step changes (_mla_s)."""
         self._decode_bases: dict[int, tuple[bool, float, dict[str, float]]] = {}
         self._batch_bases: dict[tuple[int, int, int, int, int], dict[str, float]] = {}
         self._rate_bounds: dict[bool, tuple[tuple[float, int, float, float, float, float, float], ...] | None] = {}
@@ -458,10 +461,6 @@ class CostModel:
         the 576-wide latent); MHA form for prefill (kv_b up-projection of the context, then attention)."""
         d = self.dep
         lat, rope, nope, v = mx.kv_lora_rank, mx.qk_rope_head_dim, mx.qk_nope_head_dim, mx.vdim
-        quant = d.model.quant_scope == "all"
-        kv_b_bytes = d.mla_kv_b_elems(mx) * d.linear_bytes_per_elem(quant)
-        proj_fmt = d.linear_curve_dtype(quant)
-        proj, proj_peak = cal.gemm_for(proj_fmt), d.gpu.flops_for(COMPUTE_DTYPE[proj_fmt])
         t = 0.0
         idx_flops, idx_bytes = 0.0, 0.0
         dk, pk, pp, dm = d_kv, p_kv, p_pairs, d_max
@@ -473,12 +472,22 @@ class CostModel:
             dm = min(dm, mx.index_topk)
         if D:
             Dq = D * dq  # decode query tokens
-            t += proj.time_s(Dq * heads * 2.0 * (nope * lat + lat * v),
-                             kv_b_bytes + Dq * heads * (nope + lat + lat + v) * ACT_BYTES, Dq, proj_peak, bw)
+            key = (id(cal), mx, heads, Dq)
+            projections = self._mla_proj_cache.get(key)
+            if projections is None:
+                proj, proj_peak, kv_b_bytes = self._mla_proj(mx, cal)
+                projections = proj.time_s(Dq * heads * 2.0 * (nope * lat + lat * v),
+                                          kv_b_bytes + Dq * heads * (nope + lat + lat + v) * ACT_BYTES, Dq,
+                                          proj_peak, bw)
+                if len(self._mla_proj_cache) >= _CACHE_LIMIT:
+                    self._mla_proj_cache.clear()
+                self._mla_proj_cache[key] = projections
+            t += projections
             t += kernels.mla_decode_s(cal.mla_decode, reqs=D, sum_kv=dk, heads=heads * dq, kv_lora_rank=lat,
                                       rope_dim=rope, kv_bytes=d.kv_bytes_per_elem, peak_flops=peak, bw_Bps=bw,
                                       rate_rows=decode_rate_rows(D, dk, dm))
         if p_tokens:
+            proj, proj_peak, kv_b_bytes = self._mla_proj(mx, cal)
             t += proj.time_s(2.0 * pk * lat * heads * (nope + v),
                              kv_b_bytes + pk * (lat + heads * (nope + v)) * ACT_BYTES, pk, proj_peak, bw)
             t += kernels.mla_prefill_s(cal.mla_prefill, tokens=p_tokens, sum_kv=pk, pairs=pp, heads=heads,
@@ -486,6 +495,14 @@ class CostModel:
         if idx_flops:
             t += cal.attn_decode.time_s(idx_flops, idx_bytes, D * dq + p_tokens, d.gpu.flops_for("fp8"), bw)
         return t
+
+    def _mla_proj(self, mx: MixerSpec, cal: Calibration) -> tuple[Roofline, float, float]:
+        """The GEMM curve, its peak rate and the kv_b weight bytes of MLA's projections."""
+        d = self.dep
+        quant = d.model.quant_scope == "all"
+        fmt = d.linear_curve_dtype(quant)
+        weights = d.mla_kv_b_elems(mx) * d.linear_bytes_per_elem(quant)
+        return cal.gemm_for(fmt), d.gpu.flops_for(COMPUTE_DTYPE[fmt]), weights
 
     def _csa_s(self, mx: MixerSpec, heads: int, D: int, d_kv: int, p_tokens: int, p_reqs: int, p_kv: int,
                p_pairs: int, cal: Calibration, dq: int = 1, d_max: int = -1) -> float:

@@ -62,6 +62,12 @@ if TYPE_CHECKING:
 _FIRST_SEGMENT = 4
 """Steps costed when a group's runs are planned (then 8, 16 ... while they go on)."""
 
+_WORTH = 8.0
+"""Mean run length (steps) below which a speculative group plans runs only every _PROBE_EVERY steps: planning
+every rank's SpecRun costs about what 5 of its steps stepped one by one cost (stop 46), and where outside
+events cut runs every few steps (a decode pool's KV pulls) it costs more than it saves."""
+_PROBE_EVERY = 8
+
 STATS_INTERVAL_NS = 100_000_000
 """vLLM's DP coordinator publishes the engines' request counts every 100 ms (core_client.py)."""
 
@@ -196,6 +202,12 @@ class DPGroup:
         """Steps costed in the runs' latest segment (doubled for the next one)."""
         self._cut = False
         """An outside event cut the runs after the step in progress (``_ff_step``)."""
+        self._speculative = ranks[0].sched.drafter is not None
+        self._run_steps = _WORTH
+        """A moving mean of the steps the group's runs lasted (speculative groups: :data:`_WORTH`). A matter of
+        speed alone: a step is the same stepped or fast-forwarded."""
+        self._probe = 0
+        """Steps since a run was last planned while runs were short."""
         self._next = 0
         """round_robin: the rank the next request goes to."""
         self._stats_tick = -1
@@ -349,7 +361,7 @@ class DPGroup:
                 for w, _ in outs:
                     w.blocked = False
                 continue
-            if self.fast_forward_steps > 1:
+            if self.fast_forward_steps > 1 and self._worth_planning():
                 held = 0 if admit or not any(len(w.sched.waiting) for w in ranks) else self._held_steps(now)
                 runs = self._plan(now, stepping, held)
                 if runs is not None:
@@ -358,6 +370,14 @@ class DPGroup:
             yield from self._step(now, stepping)
 
     # --------------------------------------------------------------------------------- fast-forward
+    def _worth_planning(self) -> bool:
+        """Whether to plan runs at this step: always, unless the group is speculative and its runs have lately
+        been short (:data:`_WORTH`), then every :data:`_PROBE_EVERY` th step (which keeps the mean current)."""
+        if not self._speculative or self._run_steps >= _WORTH:
+            return True
+        self._probe = (self._probe + 1) % _PROBE_EVERY
+        return self._probe == 0
+
     def _plan(self, now: int, stepping: list[tuple[Worker, SchedulerOutput]],
               held: int) -> list[tuple[Worker, PlannedRun]] | None:
         """Every stepping rank's run over the same steps, or None when a step-by-step step is due. ``held``:
@@ -432,6 +452,7 @@ class DPGroup:
         self._cut = False
         self._arm(len(runs[0][1].ends))
         m = yield self._ff
+        self._run_steps += (m - self._run_steps) / 4
         self._catch_up(m - 1)   # (the inner boundaries, before the runs' steps are applied)
         self._ff = None
         self._ff_end = None

@@ -413,17 +413,25 @@ class SpecRun(PlannedRun):
         super().__init__(sched, reqs, start_ns, k, first, pricer)
         self._sum = self.computed.sum(axis=1).tolist()
         self._max = self.computed.max(axis=1).tolist() if k else []
-        # The schedule phase of each step after the first, request by request in running order: the blocks
-        # its allocation takes, then the blocks it registers (full up to the step's known token).
-        grow = np.diff(holds[:k], axis=0)
-        fills = np.diff((self.computed + 1) // size, axis=0) > 0
-        fills &= registers
-        steps, idx = np.nonzero((grow > 0) | fills)
-        self._events = list(zip((steps + 2).tolist(), idx.tolist(), grow[steps, idx].tolist(),
-                                fills[steps, idx].tolist()))
-        """(step, request index, blocks allocated, whether it registers blocks) in step-by-step order."""
+        self._holds = holds[:k]
+        self._registers = registers.astype(bool) if caching else None
+        self._events: list[tuple[int, int, int, bool]] | None = None
+        """(step, request index, blocks allocated, whether it registers blocks) in step-by-step order, found
+        when a step after the first is first scheduled (:meth:`_block_events`)."""
         self._next = 0
         """The first event not replayed."""
+
+    def _block_events(self) -> list[tuple[int, int, int, bool]]:
+        """The schedule phase of each step after the first, request by request in running order: the blocks
+        its allocation takes, then whether it registers blocks (full up to the step's known token)."""
+        grow = np.diff(self._holds, axis=0)
+        if self._registers is None:
+            fills = np.zeros_like(grow, dtype=bool)
+        else:
+            fills = np.diff((self.computed + 1) // self.sched.kv.block_size, axis=0) > 0
+            fills &= self._registers
+        steps, idx = np.nonzero((grow > 0) | fills)
+        return list(zip((steps + 2).tolist(), idx.tolist(), grow[steps, idx].tolist(), fills[steps, idx].tolist()))
 
     def shape(self, i: int) -> BatchShape:
         """_verify_stats of the step: every request a decode of q tokens over its context."""
@@ -440,6 +448,8 @@ class SpecRun(PlannedRun):
         pool = kv.pool
         reqs = self.reqs
         events = self._events
+        if events is None:
+            events = self._events = self._block_events()
         i = self._next
         while i < len(events) and events[i][0] <= m:
             step, idx, grow, fills = events[i]
