@@ -202,7 +202,6 @@ class DPGroup:
         """Steps costed in the runs' latest segment (doubled for the next one)."""
         self._cut = False
         """An outside event cut the runs after the step in progress (``_ff_step``)."""
-        self._speculative = ranks[0].sched.drafter is not None
         self._run_steps = _WORTH
         """A moving mean of the steps the group's runs lasted (speculative groups: :data:`_WORTH`). A matter of
         speed alone: a step is the same stepped or fast-forwarded."""
@@ -373,7 +372,7 @@ class DPGroup:
     def _worth_planning(self) -> bool:
         """Whether to plan runs at this step: always, unless the group is speculative and its runs have lately
         been short (:data:`_WORTH`), then every :data:`_PROBE_EVERY` th step (which keeps the mean current)."""
-        if not self._speculative or self._run_steps >= _WORTH:
+        if self.ranks[0].sched.drafter is None or self._run_steps >= _WORTH:
             return True
         self._probe = (self._probe + 1) % _PROBE_EVERY
         return self._probe == 0

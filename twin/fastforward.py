@@ -364,7 +364,7 @@ class SpecRun(PlannedRun):
         assert drafter is not None
         kv = sched.kv
         size = kv.block_size
-        q = self.q = 1 + drafter.k
+        self.q = 1 + drafter.k
         n = len(reqs)
         req_blocks = kv.req_blocks
         caching = kv.enable_prefix_caching
@@ -374,7 +374,7 @@ class SpecRun(PlannedRun):
         """Per request: tokens computed and outputs left before step 1, blocks held after its allocation, and
         whether its decoded blocks enter the prefix cache as they fill (KVCacheManager.registers_now)."""
         free = kv.pool.num_free
-        emitted = np.empty((min(k_max, 8), n), dtype=np.int64)
+        emitted = np.empty((k_max, n), dtype=np.int64)   # tokens emitted per step and request, uncapped
         emitted[0] = first_drafts
         emitted[0] += 1
         drawn = 1
@@ -382,8 +382,6 @@ class SpecRun(PlannedRun):
             # Draw in chunks, up to the first step that finishes a request or cannot get its blocks.
             want = min(k_max, 8 * drawn)
             if want > drawn:
-                if want > len(emitted):
-                    emitted = np.concatenate([emitted, np.empty((want - len(emitted), n), dtype=np.int64)])
                 emitted[drawn:want] = np.array([drafter.ahead(r, drawn - 1, want - 1) for r in reqs]).T
                 emitted[drawn:want] += 1
                 drawn = want
@@ -394,26 +392,22 @@ class SpecRun(PlannedRun):
             computed = np.empty((k, n), dtype=np.int64)
             computed[0] = c0
             computed[1:] = outputs[:k - 1] + c0
-            # Blocks each request holds after each step's allocation: room for its q tokens of that step.
-            holds = np.maximum.accumulate(np.maximum(-(-(computed + q) // size), held), axis=0)
-            short = (holds - held).sum(axis=1) > free
-            if short.any():
-                k = int(short.argmax())
+            beyond = self._blocks_beyond(computed, held, size)
+            fits = self._fitting(beyond, free)
+            if fits < k:
+                k = fits
                 ends = True
             if ends or drawn == k_max:
                 break
         tokens = self.tokens = emitted[:k].copy()
         """Tokens each request emits at each step (rows: steps; the last step's capped at the outputs left)."""
-        if k >= 2:
-            np.minimum(tokens[k - 1], left - outputs[k - 2], out=tokens[k - 1])
-        elif k:
-            np.minimum(tokens[0], left, out=tokens[0])
+        np.minimum(tokens[k - 1], left - (outputs[k - 2] if k >= 2 else 0), out=tokens[k - 1])
         self.computed = computed[:k]
         """Tokens each request has computed before each step."""
         super().__init__(sched, reqs, start_ns, k, first, pricer)
         self._sum = self.computed.sum(axis=1).tolist()
-        self._max = self.computed.max(axis=1).tolist() if k else []
-        self._holds = holds[:k]
+        self._max = self.computed.max(axis=1).tolist()
+        self._beyond = beyond[:k]
         self._registers = registers.astype(bool) if caching else None
         self._events: list[tuple[int, int, int, bool]] | None = None
         """(step, request index, blocks allocated, whether it registers blocks) in step-by-step order, found
@@ -421,10 +415,21 @@ class SpecRun(PlannedRun):
         self._next = 0
         """The first event not replayed."""
 
+    def _blocks_beyond(self, computed: np.ndarray, held: np.ndarray, size: int) -> np.ndarray:
+        """Per step (rows of ``computed``, the tokens before it) and request: the blocks beyond the ``held``
+        ones its allocation leaves the request with, room for the step's q tokens (non-decreasing by step)."""
+        return np.maximum(-(-(computed + self.q) // size) - held, 0)
+
+    @staticmethod
+    def _fitting(beyond: np.ndarray, free: int) -> int:
+        """How many of the steps (rows of :meth:`_blocks_beyond`) the ``free`` blocks cover, from the first."""
+        short = beyond.sum(axis=1) > free
+        return int(short.argmax()) if short.any() else len(beyond)
+
     def _block_events(self) -> list[tuple[int, int, int, bool]]:
         """The schedule phase of each step after the first, request by request in running order: the blocks
         its allocation takes, then whether it registers blocks (full up to the step's known token)."""
-        grow = np.diff(self._holds, axis=0)
+        grow = np.diff(self._beyond, axis=0)
         if self._registers is None:
             fills = np.zeros_like(grow, dtype=bool)
         else:
@@ -489,14 +494,10 @@ class SpecRun(PlannedRun):
         return self._finish_update(a, m, int(per_req.sum()))
 
     def safe_further(self, steps: int) -> int:
-        m = self.updated
-        if steps <= 0:
-            return 0
         kv = self.sched.kv
         held = np.array([len(kv.req_blocks[r.id]) for r in self.reqs], dtype=np.int64)
-        need = np.maximum(-(-(self.computed[m:m + steps] + self.q) // kv.block_size) - held, 0).sum(axis=1)
-        short = need > kv.pool.num_free
-        return int(short.argmax()) if short.any() else steps
+        rows = self.computed[self.updated:self.updated + max(steps, 0)]
+        return self._fitting(self._blocks_beyond(rows, held, kv.block_size), kv.pool.num_free)
 
 
 def safe_steps(sched: Scheduler, reqs: list[Request], k: int) -> int:
