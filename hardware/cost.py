@@ -186,7 +186,10 @@ class CostModel:
         self._cache: dict[BatchShape, tuple[Mapping[str, float], int]] = {}
         self._token_cache: dict[tuple[int, int, int, int, int], dict[str, float]] = {}
         self._draft_cache: dict[tuple[int, int, int, bool], float] = {}
-        self._mla_proj_cache: dict[tuple[int, MixerSpec, int, int], float] = {}
+        self._draft_fixed: dict[tuple[int, int, int], tuple[float, int]] = {}
+        """The draft passes' token-dependent part by (tokens, requests, decodes): their layers and LM head
+        (_draft_s), the context-free part of every speculative step."""
+        self._mla_proj_cache: dict[tuple[int, int, int, int], float] = {}
         """MLA decode's W_UK / W_UV projections by (calibration, mixer, heads, query tokens): they do not
         depend on the context, which every decode step changes (_mla_s)."""
         self._decode_bases: dict[int, tuple[bool, float, dict[str, float]]] = {}
@@ -247,9 +250,14 @@ class CostModel:
             n_kernels += len(gemms) + ew_k + ar
             groups.append(_Group(count, mixer, ffn, tuple(gemms), ar, moe_ar, ew, ew_k, n_kernels))
         self.draft: _Group | None = None
+        self._draft_attention: tuple[tuple[int, MixerSpec, int, int], ...] | None = None
+        """The MTP layer's attention as an attention group (_attention_time), if it has attention."""
         if d.spec_tokens:
             g = groups.pop()
             self.draft = attrs.evolve(g, gemms=(*g.gemms, self._gemm(d.draft_proj, "spec_draft")))
+            mx = self.draft.mixer
+            if mx is not None and mx.is_attention:
+                self._draft_attention = ((1, mx, d.mixer_heads(mx), d.mixer_kv_heads(mx)),)
         self.groups = tuple(groups)
         self.lm_head = self._gemm(Linear("lm_head", -(-m.vocab_size // d.tp), h, False), "lm_head")
         self.kernels_per_step = sum(g.count * g.kernels for g in self.groups) + 2
@@ -472,7 +480,7 @@ class CostModel:
             dm = min(dm, mx.index_topk)
         if D:
             Dq = D * dq  # decode query tokens
-            key = (id(cal), mx, heads, Dq)
+            key = (id(cal), id(mx), heads, Dq)  # (both held by this model: the ids stay theirs)
             projections = self._mla_proj_cache.get(key)
             if projections is None:
                 proj, proj_peak, kv_b_bytes = self._mla_proj(mx, cal)
@@ -551,13 +559,18 @@ class CostModel:
         Attention runs over the MTP layer's own KV cache, whose context is the request's. A decode batch
         padded for its CUDA graph drafts for the real requests only (the padding is priced on the target)."""
         M, R, D = s.new_tokens, s.num_reqs, s.num_decode
-        graph = self._graphed(M, R, D)
-        k = self.spec_tokens
-        t = self._draft_tokens_s(M, R, D, graph) + (k - 1) * self._draft_tokens_s(R, R, R, graph)
-        t += k * self.lm_head.time_s(R, graph)
-        mx = self.draft.mixer if self.draft is not None else None
-        if mx is not None and mx.is_attention:
-            one = ((1, mx, self.dep.mixer_heads(mx), self.dep.mixer_kv_heads(mx)),)
+        fixed = self._draft_fixed.get((M, R, D))
+        if fixed is None:
+            graph = self._graphed(M, R, D)
+            k = self.spec_tokens
+            t = self._draft_tokens_s(M, R, D, graph) + (k - 1) * self._draft_tokens_s(R, R, R, graph)
+            t += k * self.lm_head.time_s(R, graph)
+            if len(self._draft_fixed) >= _CACHE_LIMIT:
+                self._draft_fixed.clear()
+            fixed = self._draft_fixed[M, R, D] = (t, k)
+        t, k = fixed
+        one = self._draft_attention
+        if one is not None:
             t += self._attention_s(s, one)
             if k > 1:  # the later passes: one query per request over its context
                 t += (k - 1) * self._attention_time(self._attention_graphed(s), R, s.sum_kv, 0, 0, 0, 0, 1, one)

@@ -469,7 +469,7 @@ class DisaggSystem:
         req.num_computed_tokens = known
         req.status = Status.RUNNING
         req.queued_ns = req.queued_ns if req.queued_ns != NO_TIME else now
-        decode.sched.running.append(req)
+        decode.sched.join_running(req)
         decode.wake()
         if self._aborting:
             reason = self._aborting.pop(req.id, None)

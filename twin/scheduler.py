@@ -312,6 +312,11 @@ class Scheduler:
         # manager to that rule, the one place it is decided.
         kv.decode_cached_at_finish = kv.enable_prefix_caching and limits.preemption == "sglang"
         self.running: list[Request] = []
+        """The batch, in running order; requests join and leave it through :meth:`join_running` and
+        :meth:`_leave_running`, which keep :attr:`_life_blocks` with it."""
+        self._life_blocks = 0
+        """Blocks the running requests' whole lives take (prompt + all output, state included), summed as
+        they join and leave: TRT-LLM's capacity scheduler checks it at every admission (reserve_full_kv)."""
         self.held_seats = 0
         """Seats promised outside the queue (a decode worker's pulls in flight): admission leaves them."""
         self._admitting = True
@@ -454,7 +459,7 @@ class Scheduler:
             if self.cohort is not None and len(self.cohort):
                 # (the next step forms it again from the requests left running)
                 self._disband(self.limits.async_output)
-            self.running.remove(req)
+            self._leave_running(req)
             if self.drafter is not None:
                 self.drafter.forget(req)
         else:
@@ -563,7 +568,7 @@ class Scheduler:
                 # A priority or SGLang victim may sit ahead of `req` (vLLM steps back if it was scheduled).
                 if victim in scheduled if limits.async_output else running.index(victim) < i:
                     i -= 1
-                running.remove(victim)
+                self._leave_running(victim)
                 n_running -= 1
                 if victim in scheduled:
                     budget += scheduled.pop(victim)
@@ -801,7 +806,7 @@ class Scheduler:
                 req.first_scheduled_ns = now
             req.num_computed_tokens = num_computed
             req.status = Status.RUNNING
-            self.running.append(req)
+            self.join_running(req)
             scheduled[req] = num_new
             budget -= num_new
 
@@ -830,10 +835,20 @@ class Scheduler:
         self._ratio_base = min(1.0, decoded / (sum(r.max_output_tokens for r in running) + 1))
         self._ratio_steps = 0
 
+    def join_running(self, req: Request) -> None:
+        """``req`` joins the end of the batch (admitted here, or its KV pulled by a decode worker)."""
+        self.running.append(req)
+        self._life_blocks += self.kv.life_blocks(req.total_tokens)
+
+    def _leave_running(self, req: Request) -> None:
+        """``req`` leaves the batch (finished, preempted or aborted)."""
+        self.running.remove(req)
+        self._life_blocks -= self.kv.life_blocks(req.total_tokens)
+
     def _reserved_blocks(self) -> int:
         """Blocks the running requests' whole lives take (prompt + all output: reserve_full_kv), their
         per-request state included."""
-        return sum(self.kv.life_blocks(r.total_tokens) for r in self.running)
+        return self._life_blocks
 
     def _prompt_chunk(self, num_new: int, budget: int) -> int | None:
         """Tokens an admitted request computes this step out of its ``num_new`` uncached ones, or None when
@@ -1062,9 +1077,8 @@ class Scheduler:
         deferred = self._deferred
         if deferred:
             self._deferred = []
-            running = self.running
             for req in deferred:
-                running.remove(req)
+                self._leave_running(req)
                 if not self.retain_finished_kv:
                     self._release(req)
 
@@ -1174,7 +1188,7 @@ class Scheduler:
     def finish(self, finished: list[Request], now: int) -> None:
         """Requests that sampled their last token leave the batch; their blocks go (or stay staged)."""
         for req in finished:
-            self.running.remove(req)
+            self._leave_running(req)
             self._release(req)
             req.status = Status.FINISHED
             req.finish_ns = now

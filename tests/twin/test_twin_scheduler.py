@@ -83,12 +83,14 @@ def test_reserving_the_full_need_admits_later_and_never_preempts():
         sched.add_request(r, 0)
     assert step(sched) == ([(1, 4)], [], [])
     assert [r.id for r in sched.waiting] == [2, 3]
+    assert sched._reserved_blocks() == 3
     for _ in range(6):
         assert step(sched) == ([(1, 1)], [], [])
     assert sched.kv.blocks_of(a) == [0, 1, 2]  # allocated as tokens arrive, never beyond the reservation
     assert step(sched) == ([(1, 1)], [], [1])
     # a is done: b takes 3 blocks' worth of reservation and c the fourth
     assert step(sched) == ([(2, 4), (3, 2)], [], [3])
+    assert sched._reserved_blocks() == 3  # b's 3 blocks (c finished in that step)
     while sched.has_work:
         assert step(sched)[1] == []
     assert sched.preemptions == 0 and b.status is Status.FINISHED
@@ -453,3 +455,58 @@ def test_every_steps_shape_is_that_of_its_requests_decodes_counted_exactly():
         sched.update(out, now + 1)
         now += 1
     assert mixed >= 5
+
+
+@pytest.mark.parametrize("system", ["colocated", "disaggregated"])
+def test_the_reservation_follows_the_batch_through_admissions_preemptions_aborts_and_pulls(system, monkeypatch):
+    """The running requests' whole-life blocks (TRT-LLM's reservation) are summed as requests join and leave
+    the batch, not recounted at each admission: at every step formed, the sum kept equals the recount, in
+    runs with preemptions (vLLM's rule, tight KV), clients' aborts and, disaggregated, KV pulls joining the
+    decode workers' batches; each of those paths is taken."""
+    import numpy as np
+
+    from twin.config import load_config
+    from twin.runner import Simulation
+
+    seen = {"steps": 0, "preempted": 0, "pulled": 0}
+    real = Scheduler.schedule
+
+    def checked(self, now, admit_prompts=True):
+        recount = sum(self.kv.life_blocks(r.total_tokens) for r in self.running)
+        assert self._reserved_blocks() == recount, (now, self._reserved_blocks(), recount)
+        seen["steps"] += 1
+        seen["pulled"] += id(self) in decoders and bool(self.running)
+        out = real(self, now, admit_prompts)
+        seen["preempted"] += len(out.preempted)
+        return out
+
+    monkeypatch.setattr(Scheduler, "schedule", checked)
+    layout = ({"kind": "colocated"} if system == "colocated" else
+              {"kind": "disaggregated", "prefill": {"workers": 1}, "decode": {"workers": 2}})
+    cfg = load_config({"system": layout, "kv_cache": {"num_blocks": 150, "block_size": 4},
+                       "scheduler": {"max_num_batched_tokens": 256},
+                       "workload": {"kind": "synthetic", "num_requests": 80,
+                                    "arrival": {"kind": "poisson", "rate_per_s": 60.0},
+                                    "input_tokens": {"low": 30, "high": 300},
+                                    "output_tokens": {"low": 2, "high": 60}}})
+    sim = Simulation(cfg)
+    decoders = {id(w.sched) for w in getattr(sim.system, "decode", ())}
+    rng = np.random.default_rng(7)
+    aborted = []
+
+    def aborter():
+        for t in sorted(rng.uniform(0, 1.5, 20)):
+            yield sim.env.timeout(max(0, round(t * 1e9) - sim.env.now))
+            live = [r for r in sim.driver.requests if not r.is_done]
+            if live:
+                req = live[int(rng.integers(len(live)))]
+                aborted.append(req)
+                sim.system.abort(req, "gone")
+
+    sim.env.process(aborter())
+    res = sim.run()
+    assert res.summary["requests"]["failed"] == len({r.id for r in aborted}) > 0
+    assert seen["steps"] > 100 and seen["preempted"] > 0
+    assert (seen["pulled"] > 0) == (system == "disaggregated")
+    for w in sim.workers:
+        assert w.sched._reserved_blocks() == 0
