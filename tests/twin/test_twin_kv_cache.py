@@ -428,3 +428,49 @@ def test_state_blocks_limit_how_many_run() -> None:
     assert sched.kv.pool.num_free == 8 and not sched.kv.req_state
     scheduled, _, _ = step(sched, 10)
     assert [rid for rid, _ in scheduled] == [3]
+
+
+def _pool_with_copies(pool_cls: type[PyBlockPool]) -> PyBlockPool:
+    """Blocks 0-3 held; 0 and 1 cached as "a" and "b", 2 a further copy of "a"; 4-5 freed with "c" cached
+    on 4; 6-7 never allocated."""
+    pool = pool_cls(8, keep_duplicates=True)
+    pool.allocate(6)
+    pool.cache_run(["a", "b"], [0, 1])
+    pool.cache(2, "a")
+    pool.cache(4, "c")
+    pool.release([5, 4])
+    pool.check()
+    return pool
+
+
+@pytest.mark.parametrize("fault, message", [
+    (lambda p: p.block_key.__setitem__(7, "z"), "a never-allocated block is referenced or cached"),
+    (lambda p: p.cached.__setitem__("b", 3), "cached key b points at block 3 holding None"),
+    (lambda p: p.cached.__setitem__("d", 1), "cached key d points at block 1 holding b"),
+    (lambda p: p.block_key.__setitem__(3, "q"),
+     r"5 blocks hold a key, but 3 keys are cached with 1 further copies \(num_cached 4\)"),
+    (lambda p: p.dups.__setitem__("b", [3]), r"the further copies \[2, 3\] are not the blocks flagged \[2\]"),
+    (lambda p: p.dups.__setitem__("a", [2, 2]), r"the further copies \[2, 2\] are not the blocks flagged \[2\]"),
+    (lambda p: p.dups.__setitem__("c", []), "key c: further copies"),
+    (lambda p: p.dups.pop("a"), r"the further copies \[\] are not the blocks flagged \[2\]"),
+])
+def test_check_names_the_fault_in_either_pool(pool_cls: type[PyBlockPool], fault, message) -> None:
+    """A corrupted pool fails its end-of-run check with check_pool's message, in the Python pool and in the
+    compiled one (whose own C check decides, then check_pool names the fault)."""
+    pool = _pool_with_copies(pool_cls)
+    fault(pool)
+    with pytest.raises(InvariantError, match=message):
+        pool.check()
+
+
+def test_check_finds_a_free_queue_fault_in_the_python_pool() -> None:
+    """The reference counts against the free queue (the compiled pool keeps both in C arrays, out of reach):
+    a freed block referenced again, and a held block whose count dropped to zero."""
+    pool = _pool_with_copies(PyBlockPool)
+    pool.ref_cnt[4] = 1
+    with pytest.raises(InvariantError, match="block 4: ref_cnt=1 but in_free_queue=True"):
+        pool.check()
+    pool = _pool_with_copies(PyBlockPool)
+    pool.ref_cnt[3] = 0
+    with pytest.raises(InvariantError, match="block 3: ref_cnt=0 but in_free_queue=False"):
+        pool.check()
