@@ -557,6 +557,18 @@ class Scheduler:
                 if num_new > budget:
                     i += 1
                     continue
+                if computed + num_new <= len(req_blocks[req.id]) * size:
+                    # Room for all of them in its blocks: allocate_slots would take no block, only register
+                    # the full blocks among its computed + 1 real tokens (its last step may have filled more
+                    # than one: the call, not a boundary test as above).
+                    if caching:
+                        kv.cache_computed(req, computed + 1)
+                    scheduled[req] = num_new
+                    others.append((req, num_new))
+                    budget -= num_new
+                    i += 1
+                    drafts[req] = drafter.accepted(req)
+                    continue
             elif 0 < threshold < num_new:
                 num_new = threshold
             num_new = min(num_new, budget)
