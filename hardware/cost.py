@@ -283,6 +283,10 @@ class CostModel:
         self._attn_groups = tuple((g.count, g.mixer, d.mixer_heads(g.mixer), d.mixer_kv_heads(g.mixer))
                                   for g in self.groups if g.mixer is not None and g.mixer.is_attention)
         """(layers, mixer, heads per GPU, KV heads per GPU) of each attention layer kind."""
+        self._layer_key: tuple[bool | int, ...] = ()
+        self._layer_times: dict[tuple[int, int, int], float] = {}
+        """One attention layer's time by (mixer id, heads, KV heads), for the arguments ``_layer_key`` of the
+        last :meth:`_attention_time` call."""
         self._routing_mean, self._routing_busiest = d.moe_routing, BUSIEST_RANK[d.moe_routing]
         self._kv_bytes = d.kv_bytes_per_elem
         self._peak_bf16 = d.gpu.flops_for("bf16")
@@ -436,8 +440,21 @@ class CostModel:
         reads at most that many keys per request, so its longest request reads min(d_max, window)."""
         cal = self.gcal if graph else self.ecal
         kvb, peak, bw = self._kv_bytes, self._peak_bf16, self._hbm_Bps
+        # A layer kind's time depends on these arguments and on (mixer, heads, KV heads) alone: groups of the
+        # same kind (dense-first and MoE layers, the MTP layer) share it, within a call and with the call
+        # before when its arguments were the same (a speculative step's draft pass after the target's).
+        key = (graph, D, d_kv, p_tokens, p_reqs, p_kv, p_pairs, dq, d_max)
+        if key != self._layer_key:
+            self._layer_key = key
+            self._layer_times = {}
+        layer_times = self._layer_times
         total = 0.0
         for count, mx, heads, kvh in self._attn_groups if groups is None else groups:
+            kind = (id(mx), heads, kvh)  # (the mixers are this model's: their ids stay theirs)
+            t = layer_times.get(kind)
+            if t is not None:
+                total += count * t
+                continue
             if mx.kind == "gqa":
                 dk, pk, pp, dm = d_kv, p_kv, p_pairs, d_max
                 if mx.window:
@@ -460,6 +477,7 @@ class CostModel:
                 t = self._csa_s(mx, heads, D, d_kv, p_tokens, p_reqs, p_kv, p_pairs, cal, dq, d_max)
             else:
                 t = self._mla_s(mx, heads, D, d_kv, p_tokens, p_kv, p_pairs, peak, bw, cal, dq, d_max)
+            layer_times[kind] = t
             total += count * t
         return total
 
