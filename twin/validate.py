@@ -655,6 +655,29 @@ GENERATION_CONFIG_ENGINES = ("vllm",)
 releases before 0.12; the option came with vllm-project/vllm#11164, defaulting to none at first)."""
 
 
+def harness_prefix_caching(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> bool | None:
+    """Whether the row's engine ran with its prefix cache, where the harness set it (None: the engine's
+    default). InferenceMAX's aggregated scripts (experiments/harness/inferencemax_flags.md, item 6, and
+    ``flags.prefix_caching`` in inferencemax_flags.json) pass --no-enable-prefix-caching (vLLM),
+    --disable-radix-cache (SGLang) or ``enable_block_reuse: false`` (TRT-LLM), except GLM-5 (glm5_fp8_h200.sh
+    sets only mem-fraction-static: SGLang's default, radix cache on), Kimi-K2.5 before 79a42e20a
+    (2026-03-27T22:21Z: the rows measured 2026-03-02) and MiniMax-M2.5 before 0f78cf4eb (2026-03-28T02:17Z:
+    the rows measured 2026-03-01 and 2026-03-27), which leave vLLM's default (on). The undated Kimi-K2.5
+    gap-analysis rows may come from either Kimi script, so they keep the default. The rows' prompts are
+    unique, so no prompt hits the cache either way; what the cache changes is a preempted request's
+    resumption, which finds its own blocks still cached only when the cache is on."""
+    if proto is not INFERENCEMAX or spec.mode != "agg":
+        return None
+    model, day = spec.model.lower(), _measured(row)
+    if "glm-5" in model:
+        return None
+    if "kimi-k2" in model and (not day or day < "2026-03-27"):
+        return None
+    if "minimax-m2" in model and day < "2026-03-28":
+        return None
+    return False
+
+
 def harness_sampling(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> str:
     """What the row's requests asked the sampler for (engine.sampling).
 
@@ -991,11 +1014,14 @@ def row_config(row: dict[str, str], *, waves: int | None = None, prompt_pool: st
     if drafts:
         cfg["engine"]["speculative"] = {"method": "mtp", "num_speculative_tokens": drafts,
                                         "acceptance": mtp_acceptance(drafts)}
+    caching = harness_prefix_caching(row, spec, proto)
+    if caching is not None:
+        cfg["kv_cache"] = {"prefix_caching": caching}
     kv = harness_kv(row, spec, proto)
     if "kv_dtype" in kv:
         cfg["model"]["kv_dtype"] = kv["kv_dtype"]
     if "gpu_memory_utilization" in kv:
-        cfg["kv_cache"] = {"gpu_memory_utilization": kv["gpu_memory_utilization"]}
+        cfg["kv_cache"] = {**cfg.get("kv_cache", {}), "gpu_memory_utilization": kv["gpu_memory_utilization"]}
     if prompt_pool is not None and proto is GENAI_PERF:
         how, per_slot_entries = parse_prompt_pool(prompt_pool)
         cfg["workload"].update(prompt_pool=per_slot_entries * conc, pool_sampling=how)

@@ -231,10 +231,11 @@ def test_harness_kv_settings_and_skips_follow_the_rows_scripts() -> None:
     im = dict(system="h200_sxm", isl="1024", osl="1024", batch_size="16",
               silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=16; measured=2026-03-25T16:34:14Z")
     r1 = row_config(row(model_path="deepseek-ai/DeepSeek-R1", backend="sglang", gemm_quant_mode="fp8", tp_size="8", **im))
-    assert r1["kv_cache"] == {"gpu_memory_utilization": 0.82} and "kv_dtype" not in r1["model"]
+    assert r1["kv_cache"] == {"prefix_caching": False, "gpu_memory_utilization": 0.82} and "kv_dtype" not in r1["model"]
     assert r1["scheduler"] == {"max_num_batched_tokens": 32768, "max_num_seqs": 512}
     trt = row_config(row(model_path="deepseek-ai/DeepSeek-R1", backend="trtllm", gemm_quant_mode="fp8", tp_size="8", **im))
-    assert trt["kv_cache"] == {"gpu_memory_utilization": 0.75} and trt["model"]["kv_dtype"] == "fp8"
+    assert trt["kv_cache"] == {"prefix_caching": False, "gpu_memory_utilization": 0.75}
+    assert trt["model"]["kv_dtype"] == "fp8"
     # the 2026-01-14 DeepSeek TRT-LLM runs were the MTP configurations (dsr1_fp8_h200_trt_mtp_slurm.sh): 3 drafts,
     # --max_batch_size CONC, --max_num_tokens 4 x 16 + 1024 + 64 = 1152; 1 draft with attention DP, where one
     # rank's batch is 64 / 8 and its tokens 2 x 8 + 1024 + 64 = 1104 -> 1152. The Dec-2025 gpt-oss H100 ones ran 512 clients
@@ -278,6 +279,31 @@ def test_harness_kv_settings_and_skips_follow_the_rows_scripts() -> None:
                                backend_version="0.5.1.post1", **gap))
     assert s051_b200["kv_cache"] == {"gpu_memory_utilization": round((184320 - 32 * 1024) / 184320, 3)} == \
         {"gpu_memory_utilization": 0.822}
+
+
+def test_inferencemax_rows_run_the_prefix_cache_as_their_scripts_set_it() -> None:
+    """Off wherever the script disables it (--no-enable-prefix-caching, --disable-radix-cache, enable_block_reuse
+    false); the engine's default (on) for GLM-5, Kimi-K2.5 before 79a42e20a (2026-03-27T22:21Z) and MiniMax-M2.5
+    before 0f78cf4eb (2026-03-28T02:17Z), and for undated Kimi rows, which either script may have run. Rows of
+    other harnesses keep the engine's default."""
+    def caching(model: str, backend: str, day: str, **kw: str) -> object:
+        when = f"; measured={day}" if day else ""
+        cfg = row_config(row(model_path=model, backend=backend, system="h200_sxm", isl="1024", osl="1024",
+                             batch_size="16", silicon_data_source=f"source_file=2026_04_06.csv; "
+                                                                  f"silicon_concurrency=16{when}", **kw))
+        return cfg.get("kv_cache", {}).get("prefix_caching")
+
+    assert caching("meta-llama/Llama-3.1-70B", "vllm", "2025-10-29", tp_size="8") is False
+    assert caching("meta-llama/Llama-3.1-70B", "trtllm", "2025-10-29", tp_size="8") is False
+    assert caching("zai-org/GLM-5-FP8", "sglang", "2026-03-19", tp_size="8", gemm_quant_mode="fp8") is None
+    assert caching("moonshotai/Kimi-K2.5", "vllm", "2026-03-02", tp_size="8") is None
+    assert caching("moonshotai/Kimi-K2.5", "vllm", "2026-03-27", tp_size="8") is False
+    assert caching("moonshotai/Kimi-K2.5", "vllm", "", tp_size="8") is None
+    assert caching("MiniMaxAI/MiniMax-M2.5", "vllm", "2026-03-27", tp_size="8") is None
+    assert caching("MiniMaxAI/MiniMax-M2.5", "vllm", "2026-03-28", tp_size="8") is False
+    gap = row(model_path="Qwen/Qwen3-32B", silicon_data_source="source_file=/x/aic-auto-gap-analysis/data/h100_sxm/"
+                                                               "vllm/0.12.0/q.csv; silicon_concurrency=4")
+    assert "prefix_caching" not in row_config(gap).get("kv_cache", {})
 
 
 def test_genai_perf_rows_on_vllm_sample_with_the_models_generation_config() -> None:
