@@ -665,7 +665,14 @@ def harness_prefix_caching(row: dict[str, str], spec: "RowSpec", proto: Protocol
     the rows measured 2026-03-01 and 2026-03-27), which leave vLLM's default (on). The undated Kimi-K2.5
     gap-analysis rows may come from either Kimi script, so they keep the default. The rows' prompts are
     unique, so no prompt hits the cache either way; what the cache changes is a preempted request's
-    resumption, which finds its own blocks still cached only when the cache is on."""
+    resumption, which finds its own blocks still cached only when the cache is on.
+
+    aiconfigurator's gap analysis (genai-perf): its TRT-LLM templates set ``enable_block_reuse: {{ ... |
+    default(false) }}``, off; its vLLM and SGLang templates leave the engines' prefix caches on (no
+    --no-enable-prefix-caching / --disable-radix-cache unless ``disable_prefix_cache`` is set, which no rule
+    sets without a prefix)."""
+    if proto is GENAI_PERF and spec.mode == "agg" and spec.backend == "trtllm":
+        return False
     if proto is not INFERENCEMAX or spec.mode != "agg":
         return None
     model, day = spec.model.lower(), _measured(row)
@@ -1025,11 +1032,6 @@ def row_config(row: dict[str, str], *, waves: int | None = None, prompt_pool: st
     if prompt_pool is not None and proto is GENAI_PERF:
         how, per_slot_entries = parse_prompt_pool(prompt_pool)
         cfg["workload"].update(prompt_pool=per_slot_entries * conc, pool_sampling=how)
-        if spec.backend == "trtllm":
-            # aiconfigurator's TRT-LLM templates: enable_block_reuse: {{ ... | default(false) }}; its vLLM and
-            # SGLang templates leave the engines' prefix caches on (no --no-enable-prefix-caching /
-            # --disable-radix-cache unless disable_prefix_cache is set, which no rule does without a prefix)
-            cfg["kv_cache"] = {**cfg.get("kv_cache", {}), "prefix_caching": False}
     if spec.mode == "agg":
         assert spec.agg is not None
         cfg["system"] = {"kind": "colocated", "tp": spec.agg.tp, "ep": spec.agg.ep, "attention_dp": spec.agg.dp}

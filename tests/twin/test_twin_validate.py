@@ -231,7 +231,8 @@ def test_harness_kv_settings_and_skips_follow_the_rows_scripts() -> None:
     im = dict(system="h200_sxm", isl="1024", osl="1024", batch_size="16",
               silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=16; measured=2026-03-25T16:34:14Z")
     r1 = row_config(row(model_path="deepseek-ai/DeepSeek-R1", backend="sglang", gemm_quant_mode="fp8", tp_size="8", **im))
-    assert r1["kv_cache"] == {"prefix_caching": False, "gpu_memory_utilization": 0.82} and "kv_dtype" not in r1["model"]
+    assert r1["kv_cache"] == {"prefix_caching": False, "gpu_memory_utilization": 0.82}
+    assert "kv_dtype" not in r1["model"]
     assert r1["scheduler"] == {"max_num_batched_tokens": 32768, "max_num_seqs": 512}
     trt = row_config(row(model_path="deepseek-ai/DeepSeek-R1", backend="trtllm", gemm_quant_mode="fp8", tp_size="8", **im))
     assert trt["kv_cache"] == {"prefix_caching": False, "gpu_memory_utilization": 0.75}
@@ -260,7 +261,8 @@ def test_harness_kv_settings_and_skips_follow_the_rows_scripts() -> None:
     gap = dict(silicon_data_source="source_file=/x/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/q.csv; "
                                    "silicon_concurrency=4")
     q = row_config(row(model_path="Qwen/Qwen3-32B", backend="trtllm", precision="fp8", gemm_quant_mode="fp8", **gap))
-    assert q["kv_cache"] == {"gpu_memory_utilization": 0.8} and q["model"]["kv_dtype"] == "fp8"
+    assert q["kv_cache"] == {"prefix_caching": False, "gpu_memory_utilization": 0.8}
+    assert q["model"]["kv_dtype"] == "fp8"
     bf = row_config(row(model_path="meta-llama/Llama-3.1-8B", backend="trtllm", **gap))
     assert "kv_dtype" not in bf["model"]
     # SGLang gap rows: 0.5.6 runs with mixed chunks (the generator's benchmark rule), 0.5.1 prefill first
@@ -301,9 +303,12 @@ def test_inferencemax_rows_run_the_prefix_cache_as_their_scripts_set_it() -> Non
     assert caching("moonshotai/Kimi-K2.5", "vllm", "", tp_size="8") is None
     assert caching("MiniMaxAI/MiniMax-M2.5", "vllm", "2026-03-27", tp_size="8") is None
     assert caching("MiniMaxAI/MiniMax-M2.5", "vllm", "2026-03-28", tp_size="8") is False
-    gap = row(model_path="Qwen/Qwen3-32B", silicon_data_source="source_file=/x/aic-auto-gap-analysis/data/h100_sxm/"
-                                                               "vllm/0.12.0/q.csv; silicon_concurrency=4")
+    # aiconfigurator's gap analysis: its TRT-LLM template turns block reuse off, its vLLM / SGLang ones leave it on
+    source = "source_file=/x/aic-auto-gap-analysis/data/h100_sxm/{}/q.csv; silicon_concurrency=4"
+    gap = row(model_path="Qwen/Qwen3-32B", silicon_data_source=source.format("vllm/0.12.0"))
     assert "prefix_caching" not in row_config(gap).get("kv_cache", {})
+    gap_trt = row(model_path="Qwen/Qwen3-32B", backend="trtllm", silicon_data_source=source.format("trtllm/1.0.0rc3"))
+    assert row_config(gap_trt)["kv_cache"]["prefix_caching"] is False
 
 
 def test_genai_perf_rows_on_vllm_sample_with_the_models_generation_config() -> None:
