@@ -149,7 +149,7 @@ class DisaggSystem:
         self.prefill = [
             p_kind(env, i, build_scheduler(config, p_blocks, self.p_dep, max_num_seqs=p_seqs,
                                            max_num_batched_tokens=spec.prefill.max_num_batched_tokens,
-                                           retain_finished_kv=True, lazy=p_dp == 1), p_prices, self._prefill_done,
+                                           retain_finished_kv=True), p_prices, self._prefill_done,
                    fast_forward_steps=fast_forward_steps(config))
             for i in range(spec.prefill.workers * p_dp)]
         base = len(self.prefill)
@@ -157,7 +157,7 @@ class DisaggSystem:
         self.decode = [
             d_kind(self, env, base + i,
                    build_scheduler(config, d_blocks, self.d_dep, max_num_seqs=d_seqs,
-                                   max_num_batched_tokens=spec.decode.max_num_batched_tokens, lazy=d_dp == 1),
+                                   max_num_batched_tokens=spec.decode.max_num_batched_tokens),
                    d_prices, self._decode_done)
             for i in range(spec.decode.workers * d_dp)]
         self.workers: list[Worker] = [*self.prefill, *self.decode]

@@ -628,8 +628,9 @@ class Scheduler:
                      else self._verify_stats(others, drafts))
         if stats.new_tokens > limits.max_num_batched_tokens or len(running) > limits.max_num_seqs:
             raise InvariantError(f"step over limits: {stats.new_tokens} tokens, {len(running)} running")
-        if lazy and not scheduled and not len(self.waiting):
-            # Pure decode with nothing waiting: listed in full, so that fast-forward can plan from it.
+        if lazy and not scheduled and (not len(self.waiting) or not admit_prompts):
+            # Pure decode with nothing waiting, or whatever waits held back by an attention-DP group's balance:
+            # listed in full, so that fast-forward can plan from it.
             assert self.cohort is not None
             scheduled = dict.fromkeys(self.cohort.disband(), 1)
             lazy = 0

@@ -138,9 +138,9 @@ def worker_max_num_seqs(config: TwinConfig, dep: Deployment, num_blocks: int,
 
 
 def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max_num_seqs: int | None = None,
-                    max_num_batched_tokens: int | None = None, retain_finished_kv: bool = False,
-                    lazy: bool = True) -> Scheduler:
-    """A worker's scheduler; ``lazy``: its decodes may form a cohort (for fast-forward, where the run has it)."""
+                    max_num_batched_tokens: int | None = None, retain_finished_kv: bool = False) -> Scheduler:
+    """A worker's (or an attention-DP rank's) scheduler; with fast-forward on and no speculative decoding its
+    decodes may form a lazy cohort (twin.cohort)."""
     s = config.scheduler
     assert s.max_num_batched_tokens is not None and s.mixed_prefill is not None
     assert s.reserve_full_kv is not None
@@ -171,7 +171,7 @@ def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max
                           f"(1 + num_speculative_tokens = {1 + spec.num_speculative_tokens} tokens)")
     drafter = Drafter(spec.acceptance_rates, config.run.seed) if spec.enabled else None
     return Scheduler(limits, kv, s.policy, record_token_times=config.metrics.record_token_times,
-                     retain_finished_kv=retain_finished_kv, lazy_decodes=lazy and config.run.fast_forward and drafter is None,
+                     retain_finished_kv=retain_finished_kv, lazy_decodes=config.run.fast_forward and drafter is None,
                      drafter=drafter)
 
 
@@ -282,7 +282,7 @@ class Colocated(SystemSpec):
         s = config.scheduler
         balance = (AdpBalance(s.attention_dp_timeout_iters, s.attention_dp_batching_wait_iters)
                    if s.attention_dp_balance else None)
-        ranks = [RankWorker(env, wid, build_scheduler(config, blocks, dep, max_num_seqs=seqs, lazy=False), prices,
+        ranks = [RankWorker(env, wid, build_scheduler(config, blocks, dep, max_num_seqs=seqs), prices,
                             on_done)
                  for wid in range(self.replicas * dp)]
         groups = group_ranks(env, ranks, dp, dep.engine.dp_balancer, fast_forward_steps(config), balance)

@@ -226,6 +226,40 @@ def test_a_fast_forwarded_vllm_group_places_requests_on_the_counts_of_the_bounda
     assert out[True] == out[False]
 
 
+def test_a_groups_ranks_advance_their_decodes_as_lazy_cohorts_in_mixed_steps(tmp_path, monkeypatch):
+    """A rank's running decodes form a lazy cohort (twin.cohort), as a worker's do: in the mixed steps of an
+    open-loop load of varied lengths most of a rank's decodes are advanced as a group, and the requests, ledgers
+    and time series are those of step-by-step simulation (fast-forward, and with it the cohort, off)."""
+    import twin.scheduler
+
+    lazy = []
+    real = twin.scheduler.Scheduler.update
+
+    def counting(self, out, now):
+        lazy.append(out.lazy)
+        return real(self, out, now)
+
+    monkeypatch.setattr(twin.scheduler.Scheduler, "update", counting)
+    out = {}
+    for ff in (True, False):
+        lazy.clear()
+        cfg = load_config({"engine": {"name": "vllm"}, "model": MOE,
+                           "system": {"kind": "colocated", "tp": 1, "ep": 2, "attention_dp": 2},
+                           "scheduler": {"max_num_batched_tokens": 512},
+                           "workload": {"kind": "synthetic", "num_requests": 120,
+                                        "arrival": {"kind": "poisson", "rate_per_s": 8.0},
+                                        "input_tokens": {"low": 100, "high": 2000},
+                                        "output_tokens": {"low": 50, "high": 600}},
+                           "run": {"seed": 2, "fast_forward": ff}})
+        path = Simulation(cfg).run().write(tmp_path / str(ff))
+        out[ff] = {name: (path / name).read_bytes() for name in ("requests.csv", "ledger.json", "timeseries.csv")}
+        if ff:
+            assert sum(n > 0 for n in lazy) > 100 and sum(lazy) > 1000, (sum(n > 0 for n in lazy), sum(lazy))
+        else:
+            assert not any(lazy)
+    assert out[True] == out[False]
+
+
 @pytest.mark.parametrize("overrides", [[], MTP])
 def test_a_group_fast_forwards_through_the_steps_its_balance_holds_a_prompt(tmp_path, monkeypatch, overrides):
     """TensorRT-LLM's balance holds a prompt until every rank has one or its timeout: runs cross the steps it
