@@ -207,23 +207,25 @@ def test_a_fast_forwarded_group_gives_the_bytes_of_step_by_step_simulation(tmp_p
     assert out[True] == out[False]
 
 
+def _open_loop_vllm_group(tmp_path, ff: bool, rate_per_s: float, seed: int, **scheduler) -> dict[str, bytes]:
+    """A vLLM engine of 2 attention-DP ranks under 120 Poisson arrivals of varied lengths: its output files."""
+    cfg = load_config({"engine": {"name": "vllm"}, "model": MOE,
+                       "system": {"kind": "colocated", "tp": 1, "ep": 2, "attention_dp": 2}, "scheduler": scheduler,
+                       "workload": {"kind": "synthetic", "num_requests": 120,
+                                    "arrival": {"kind": "poisson", "rate_per_s": rate_per_s},
+                                    "input_tokens": {"low": 100, "high": 2000},
+                                    "output_tokens": {"low": 50, "high": 600}},
+                       "run": {"seed": seed, "fast_forward": ff}})
+    path = Simulation(cfg).run().write(tmp_path / str(ff))
+    return {name: (path / name).read_bytes() for name in ("requests.csv", "ledger.json", "timeseries.csv")}
+
+
 def test_a_fast_forwarded_vllm_group_places_requests_on_the_counts_of_the_boundaries_it_skipped(tmp_path):
     """vLLM's front end reads counts published at the first step boundary after each 100 ms mark; a
     fast-forward skips those boundaries and publishes their counts when they are next read. Open-loop arrivals
     of varied lengths land inside runs that cross 100 ms marks, so placing them on the counts of the run's start
     instead would send some to other ranks."""
-    out = {}
-    for ff in (True, False):
-        cfg = load_config({"engine": {"name": "vllm"}, "model": MOE,
-                           "system": {"kind": "colocated", "tp": 1, "ep": 2, "attention_dp": 2},
-                           "workload": {"kind": "synthetic", "num_requests": 120,
-                                        "arrival": {"kind": "poisson", "rate_per_s": 5.0},
-                                        "input_tokens": {"low": 100, "high": 2000},
-                                        "output_tokens": {"low": 50, "high": 600}},
-                           "run": {"seed": 1, "fast_forward": ff}})
-        path = Simulation(cfg).run().write(tmp_path / str(ff))
-        out[ff] = {name: (path / name).read_bytes() for name in ("requests.csv", "ledger.json", "timeseries.csv")}
-    assert out[True] == out[False]
+    assert _open_loop_vllm_group(tmp_path, True, 5.0, 1) == _open_loop_vllm_group(tmp_path, False, 5.0, 1)
 
 
 def test_a_groups_ranks_advance_their_decodes_as_lazy_cohorts_in_mixed_steps(tmp_path, monkeypatch):
@@ -240,24 +242,11 @@ def test_a_groups_ranks_advance_their_decodes_as_lazy_cohorts_in_mixed_steps(tmp
         return real(self, out, now)
 
     monkeypatch.setattr(twin.scheduler.Scheduler, "update", counting)
-    out = {}
-    for ff in (True, False):
-        lazy.clear()
-        cfg = load_config({"engine": {"name": "vllm"}, "model": MOE,
-                           "system": {"kind": "colocated", "tp": 1, "ep": 2, "attention_dp": 2},
-                           "scheduler": {"max_num_batched_tokens": 512},
-                           "workload": {"kind": "synthetic", "num_requests": 120,
-                                        "arrival": {"kind": "poisson", "rate_per_s": 8.0},
-                                        "input_tokens": {"low": 100, "high": 2000},
-                                        "output_tokens": {"low": 50, "high": 600}},
-                           "run": {"seed": 2, "fast_forward": ff}})
-        path = Simulation(cfg).run().write(tmp_path / str(ff))
-        out[ff] = {name: (path / name).read_bytes() for name in ("requests.csv", "ledger.json", "timeseries.csv")}
-        if ff:
-            assert sum(n > 0 for n in lazy) > 100 and sum(lazy) > 1000, (sum(n > 0 for n in lazy), sum(lazy))
-        else:
-            assert not any(lazy)
-    assert out[True] == out[False]
+    on = _open_loop_vllm_group(tmp_path, True, 8.0, 2, max_num_batched_tokens=512)
+    assert sum(n > 0 for n in lazy) > 100 and sum(lazy) > 1000, (sum(n > 0 for n in lazy), sum(lazy))
+    lazy.clear()
+    assert on == _open_loop_vllm_group(tmp_path, False, 8.0, 2, max_num_batched_tokens=512)
+    assert not any(lazy)
 
 
 @pytest.mark.parametrize("overrides", [[], MTP])
