@@ -192,7 +192,7 @@ class CostModel:
         self._mla_proj_cache: dict[tuple[int, int, int, int], float] = {}
         """MLA decode's W_UK / W_UV projections by (calibration, mixer, heads, query tokens): they do not
         depend on the context, which every decode step changes (_mla_s)."""
-        self._decode_bases: dict[int, tuple[bool, float, dict[str, float]]] = {}
+        self._decode_bases: dict[tuple[int, int], tuple[bool, float, dict[str, float]]] = {}
         self._batch_bases: dict[tuple[int, int, int, int, int], dict[str, float]] = {}
         self._rate_bounds: dict[bool, tuple[tuple[float, int, float, float, float, float, float], ...] | None] = {}
         """decode_max_kv_bound's per-layer constants, by whether the decode attention replays a graph."""
@@ -767,21 +767,25 @@ class CostModel:
         self._cache[shape] = out
         return out
 
-    def decode_step(self, n: int, sum_kv: int, max_kv: int = -1) -> tuple[list[float], int]:
+    def decode_step(self, n: int, sum_kv: int, max_kv: int = -1,
+                    group_tokens: int = 0) -> tuple[list[float], int]:
         """A pure-decode step of ``n`` requests attending ``sum_kv`` tokens in all, the longest ``max_kv``
         (-1: unknown, taken as equal): the values of ``term_names`` and the total in ns, the very floats
-        ``step`` gives for that batch's shape.
+        ``step`` gives for that batch's shape (with ``group_tokens`` > 0: those :meth:`price_in_group` gives
+        for one rank of an attention-DP group computing that many tokens in the step).
 
-        The fast path of decode stretches, whose context grows every step: what depends on ``n`` alone is
-        prepared once per ``n``; only attention and the context terms are computed per call, by the same
-        code as ``step``'s, with no shape built and nothing memoised.
+        The fast path of decode stretches, whose context grows every step: what depends on ``n`` (and the
+        group's tokens) alone is prepared once; only attention and the context terms are computed per call, by
+        the same code as ``step``'s, with no shape built and nothing memoised.
         """
-        base = self._decode_bases.get(n)
+        if group_tokens and group_tokens < n:
+            raise ValueError(f"decode_step: the group's {group_tokens} tokens are fewer than the rank's {n}")
+        base = self._decode_bases.get((n, group_tokens))
         if base is None:
             if self.draft is not None:
                 raise ValueError("decode_step prices plain one-token decodes; with speculative decoding a decode "
                                  "verifies 1 + spec_tokens tokens: price its shape with step()")
-            base = self._decode_base(n)
+            base = self._decode_base(n, group_tokens)
         graph, eager, fixed = base
         if self.kv_bucket_tokens > 0:
             b = self.kv_bucket_tokens
@@ -792,7 +796,7 @@ class CostModel:
         # BatchShape(n, n, n, sum_kv, sum_kv, n, decode_sum_kv=sum_kv, decode_max_kv=max_kv): every request
         # decodes, so no prefill part.
         t["attention"] = attn = self._attention_time(graph, n, sum_kv, 0, 0, 0, 0, d_max=max_kv)
-        self._fill_context_terms(t, sum_kv, n, attn, eager)
+        self._fill_context_terms(t, sum_kv, n, attn, eager, lockstep=group_tokens > 0)
         out = [t[name] for name in self._enabled]
         return out, self._total_ns(out, t)
 
@@ -810,7 +814,7 @@ class CostModel:
         context from its key where it does not matter (twin.worker.StepPrices)."""
         if n <= 0 or sum_kv <= 0 or self.kv_bucket_tokens > 0:
             return -1
-        base = self._decode_bases.get(n)
+        base = self._decode_bases.get((n, 0))
         graph = base[0] if base is not None else self._decode_attention_graphed(n, n)
         layers = self._rate_bounds.get(graph)
         if layers is None:
@@ -854,17 +858,18 @@ class CostModel:
                         bw * roof.mem_eff, roof.m_half))
         return tuple(out)
 
-    def _decode_base(self, n: int) -> tuple[bool, float, dict[str, float]]:
+    def _decode_base(self, n: int, G: int = 0) -> tuple[bool, float, dict[str, float]]:
         """Whether a pure-decode batch of ``n`` replays a graph for attention, its eager host time (0.0 when
-        its other kernels replay graphs) and its batch terms, as :meth:`_terms` decides them."""
+        its other kernels replay graphs) and its batch terms (in an attention-DP group computing G tokens in
+        the step; 0: none), as :meth:`_terms` decides them."""
         s = BatchShape(num_reqs=n, num_decode=n, new_tokens=n, sum_kv=n, sum_q_kv=n, sum_q_sq=n)
         t = dict.fromkeys(self._terms_all, 0.0)
-        self._fill_batch_terms(t, s)
+        self._fill_batch_terms(t, s, G)
         graph = self._decode_attention_graphed(n, n)  # as _attention_s decides it for a pure-decode batch
         eager = self._eager_s(n, n, n)
         if len(self._decode_bases) >= _CACHE_LIMIT:
             self._decode_bases.clear()
-        self._decode_bases[n] = (graph, eager, t)
+        self._decode_bases[n, G] = (graph, eager, t)
         return graph, eager, t
 
     def _total_ns(self, values: Iterable[float], terms: Mapping[str, float]) -> int:

@@ -102,6 +102,8 @@ class StepPrices:
         self.cost_model = cost_model
         self._prices: dict[BatchShape, StepPrice] = {}
         self._group_prices: dict[tuple[BatchShape, int], StepPrice] = {}
+        self._group_decode_prices: dict[tuple[int, int, int, int], StepPrice] = {}
+        """Pure-decode steps in an attention-DP group by (requests, context, longest, group tokens)."""
         self._decode_prices: dict[int, dict[tuple[int, int], StepPrice]] = {}
         """Decode step prices by batch size, then by (context tokens, longest context) (:meth:`decode_costs`)."""
         self._decode_free: dict[int, dict[int, tuple[int, StepPrice]]] = {}
@@ -127,6 +129,19 @@ class StepPrices:
         hit = self._group_prices.get(key)
         if hit is None:
             hit = _remember(self._group_prices, key, *self.cost_model.price_in_group(shape, group_tokens))
+        return hit
+
+    def group_decode_cost(self, n: int, sum_kv: int, max_kv: int, group_tokens: int) -> StepPrice:
+        """:meth:`group_cost` of a pure-decode step of ``n`` requests attending ``sum_kv`` tokens, the longest
+        ``max_kv`` (CostModel.decode_step in its group: the same floats, no shape built)."""
+        key = (n, sum_kv, max_kv, group_tokens)
+        hit = self._group_decode_prices.get(key)
+        if hit is None:
+            terms, ns = self.cost_model.decode_step(n, sum_kv, max_kv, group_tokens)
+            hit = (np.array(terms, dtype=np.float64), ns)
+            if len(self._group_decode_prices) >= _MEMO_LIMIT:
+                self._group_decode_prices.clear()
+            self._group_decode_prices[key] = hit
         return hit
 
     def decode_costs(self, n: int, sum_kv: int, max_kv: int, steps: range) -> list[StepPrice]:

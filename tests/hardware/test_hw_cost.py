@@ -478,6 +478,34 @@ def test_decode_step_is_step_of_the_pure_decode_shape(model: str, gpu: str, engi
                 assert [t.hex() for t in terms] == [t.hex() for t in ref_terms.values()]
 
 
+@pytest.mark.parametrize("model, gpu, engine, parallel, kw", [
+    ("Qwen/Qwen3-30B-A3B", "h100_sxm", "vllm", {"attn_dp": 2, "ep": 2}, {}),
+    ("deepseek-ai/DeepSeek-V3", "h200_sxm", "trtllm", {"tp": 1, "attn_dp": 8, "ep": 8}, {}),
+    ("deepseek-ai/DeepSeek-V3", "h200_sxm", "trtllm", {"tp": 1, "attn_dp": 8, "ep": 8}, {"cuda_graph": False}),
+    ("openai/gpt-oss-20b", "h100_sxm", "sglang", {"attn_dp": 4}, {"kv_bucket_tokens": 256}),
+])
+def test_decode_step_in_a_group_is_price_in_group_of_the_pure_decode_shape(model: str, gpu: str, engine: str,
+                                                                           parallel: dict[str, int],
+                                                                           kw: dict[str, object]) -> None:
+    """With the attention-DP group's tokens, the decode fast path gives bit for bit what price_in_group gives
+    for the rank's batch (its routed experts and collectives over the group's tokens, no dp_imbalance)."""
+    d = Deployment(gpu=load_gpu(gpu), model=load_model(model), engine=load_engine(engine), **parallel)
+    model_ = CostModel(d, **kw)  # type: ignore[arg-type]
+    for n in (1, 3, 8, 64, 257):
+        for group in (n, 2 * n + 1, 8 * n):
+            for sum_kv in (n, 17 * n, 1000 * n + 13):
+                for max_kv in {-1, -(-sum_kv // n), sum_kv - (n - 1)}:
+                    terms, ns = model_.decode_step(n, sum_kv, max_kv, group)
+                    ref_terms, ref_ns = model_.price_in_group(BatchShape(
+                        num_reqs=n, num_decode=n, new_tokens=n, sum_kv=sum_kv, sum_q_kv=sum_kv, sum_q_sq=n,
+                        decode_sum_kv=sum_kv if max_kv >= 0 else -1, decode_max_kv=max_kv), group)
+                    assert [t.hex() for t in terms] == [t.hex() for t in ref_terms.values()], (n, group, sum_kv)
+                    assert ns == ref_ns
+    assert model_.decode_step(8, 800, -1, 16) != model_.decode_step(8, 800, -1, 64)  # (the group's tokens count)
+    with pytest.raises(ValueError, match="the group's 4 tokens are fewer than the rank's 8"):
+        model_.decode_step(8, 800, -1, 4)
+
+
 DECODE_CASES = [
     ("meta-llama/Llama-3.1-8B", "h100_sxm", "vllm", {}, {}),
     ("meta-llama/Llama-3.1-8B", "h100_sxm", "vllm", {"kv_dtype": "fp8"}, {}),       # rate-sensitive curve
