@@ -25,7 +25,8 @@ vLLM attention-DP examples only passed 300 and 1,500 (seeds 4501, 4502). Since s
 speculative decoding (MiMo-7B, 1-3 drafts), which fast-forwards; fresh searches with it in every example passed
 400 and 600 (seeds 4601, 4603), and 150 of the dp_attention example with MTP, its engine, balance, loads and
 lengths drawn (seed 4602). Since stop 47 attention-DP ranks advance their decodes as lazy cohorts (fast-forward
-on) as workers do; a fresh search of 300 attention-DP examples of the whole strategy passed (seed 4703).
+on) as workers do, and their decode runs are priced on the decode fast path; fresh searches of 300 and 200
+attention-DP examples of the whole strategy passed (seeds 4703, 4704).
 """
 
 from __future__ import annotations
