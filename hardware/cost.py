@@ -186,7 +186,7 @@ class CostModel:
         self._cache: dict[BatchShape, tuple[Mapping[str, float], int]] = {}
         self._token_cache: dict[tuple[int, int, int, int, int], dict[str, float]] = {}
         self._draft_cache: dict[tuple[int, int, int, bool], float] = {}
-        self._draft_fixed: dict[tuple[int, int, int], tuple[float, int]] = {}
+        self._draft_fixed: dict[tuple[int, int, int], float] = {}
         """The draft passes' token-dependent part by (tokens, requests, decodes): their layers and LM head
         (_draft_s), the context-free part of every speculative step."""
         self._mla_proj_cache: dict[tuple[int, int, int, int], float] = {}
@@ -577,16 +577,16 @@ class CostModel:
         Attention runs over the MTP layer's own KV cache, whose context is the request's. A decode batch
         padded for its CUDA graph drafts for the real requests only (the padding is priced on the target)."""
         M, R, D = s.new_tokens, s.num_reqs, s.num_decode
+        k = self.spec_tokens
         fixed = self._draft_fixed.get((M, R, D))
         if fixed is None:
             graph = self._graphed(M, R, D)
-            k = self.spec_tokens
-            t = self._draft_tokens_s(M, R, D, graph) + (k - 1) * self._draft_tokens_s(R, R, R, graph)
-            t += k * self.lm_head.time_s(R, graph)
+            fixed = self._draft_tokens_s(M, R, D, graph) + (k - 1) * self._draft_tokens_s(R, R, R, graph)
+            fixed += k * self.lm_head.time_s(R, graph)
             if len(self._draft_fixed) >= _CACHE_LIMIT:
                 self._draft_fixed.clear()
-            fixed = self._draft_fixed[M, R, D] = (t, k)
-        t, k = fixed
+            self._draft_fixed[M, R, D] = fixed
+        t = fixed
         one = self._draft_attention
         if one is not None:
             t += self._attention_s(s, one)

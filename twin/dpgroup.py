@@ -48,7 +48,7 @@ import attrs
 import numpy as np
 
 from hardware import BatchShape
-from twin.fastforward import DecodeRun, PlannedRun, plan_decode_run
+from twin.fastforward import PlannedRun, plan_decode_run
 from twin.request import Request
 from twin.sim import CLOCK_MAX_NS, ProcessGen, StepEnd, disarm, fire, now_ns, to_ns
 from twin.worker import StepPrice, StepPrices, Worker
@@ -101,14 +101,7 @@ class _GroupPricer:
         tokens = self.tokens
         while len(steps) <= i:
             j = len(steps)
-            own = []
-            for prices, run in self.parts:
-                if isinstance(run, DecodeRun):  # (DecodeRun.shape(j), priced without building it)
-                    first, n = run.first, len(run.reqs)
-                    own.append(prices.group_decode_cost(n, first.sum_kv + j * n, first.decode_max_kv + j
-                                                        if first.decode_max_kv >= 0 else -1, tokens))
-                else:
-                    own.append(prices.group_cost(run.shape(j), tokens))
+            own = [run.group_price(prices, j, tokens) for prices, run in self.parts]
             steps.append((own, max(ns for _, ns in own)))
         return steps[i]
 

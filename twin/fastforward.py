@@ -49,6 +49,16 @@ class Pricer(Protocol):
         ...
 
 
+class GroupPrices(Protocol):
+    """The step prices of one rank of an attention-DP group (twin.worker.StepPrices)."""
+
+    def group_cost(self, shape: BatchShape, group_tokens: int) -> tuple[np.ndarray, int]:
+        ...
+
+    def group_decode_cost(self, n: int, sum_kv: int, max_kv: int, group_tokens: int) -> tuple[np.ndarray, int]:
+        ...
+
+
 class PlannedRun:
     """k planned steps of one worker, the first scheduled by the regular ``schedule``: their costs and end
     times (computed on demand, :meth:`extend`), and their schedule and update phases, applied lazily."""
@@ -78,6 +88,10 @@ class PlannedRun:
 
     def _prices(self, steps: range) -> list[tuple[np.ndarray, int]]:
         return self.pricer.run_costs(self, steps)
+
+    def group_price(self, prices: GroupPrices, i: int, group_tokens: int) -> tuple[np.ndarray, int]:
+        """Step i + 1 (0-based i) priced for a rank of an attention-DP group computing ``group_tokens`` in it."""
+        return prices.group_cost(self.shape(i), group_tokens)
 
     def extend(self, m: int) -> int:
         """Cost steps up to ``m`` (at most k); returns how many are costed."""
@@ -231,6 +245,12 @@ class DecodeRun(PlannedRun):
         kv = first.sum_kv + i * n
         longest = first.decode_max_kv + i if first.decode_max_kv >= 0 else -1
         return attrs.evolve(first, sum_kv=kv, sum_q_kv=kv, decode_sum_kv=kv, decode_max_kv=longest)
+
+    def group_price(self, prices: GroupPrices, i: int, group_tokens: int) -> tuple[np.ndarray, int]:
+        # :meth:`shape` (i), priced on the decode fast path without building it.
+        first, n = self.first, len(self.reqs)
+        longest = first.decode_max_kv + i if first.decode_max_kv >= 0 else -1
+        return prices.group_decode_cost(n, first.sum_kv + i * n, longest, group_tokens)
 
     def _prices(self, steps: range) -> list[tuple[np.ndarray, int]]:
         # Step i + 1 (i from 0) attends sum_kv + i * n tokens, the longest request max_kv + i. Step 1 too is

@@ -147,9 +147,9 @@ class Simulation:
                 raise InvariantError(f"{req!r} failed without a reason")
         if self.driver.all_done.triggered:
             for w in self.workers:
-                if w.sched.running or w.sched._reserved_blocks():
+                if w.sched.running or w.sched.reserved_blocks:
                     raise InvariantError(f"worker {w.wid}: {len(w.sched.running)} requests still running, "
-                                         f"{w.sched._reserved_blocks()} blocks reserved for them after the run")
+                                         f"{w.sched.reserved_blocks} blocks reserved for them after the run")
                 pool = w.sched.kv.pool
                 pool.check()
                 if pool.num_used:

@@ -313,8 +313,8 @@ class Scheduler:
         kv.decode_cached_at_finish = kv.enable_prefix_caching and limits.preemption == "sglang"
         self.running: list[Request] = []
         """The batch, in running order; requests join and leave it through :meth:`join_running` and
-        :meth:`_leave_running`, which keep :attr:`_life_blocks` with it."""
-        self._life_blocks = 0
+        :meth:`_leave_running`, which keep :attr:`reserved_blocks` with it."""
+        self.reserved_blocks = 0
         """Blocks the running requests' whole lives take (prompt + all output, state included), summed as
         they join and leave: TRT-LLM's capacity scheduler checks it at every admission (reserve_full_kv)."""
         self.held_seats = 0
@@ -770,19 +770,15 @@ class Scheduler:
         limits = self.limits
         kv = self.kv
         waiting = self.waiting
-        reserved = -1  # blocks set aside for the running requests' whole lives (reserve_full_kv), summed once
         sglang = limits.admission_reserve == "sglang"
         room: float | None = None  # tokens SGLang's admission still sees free (found at the first candidate)
         while len(waiting) and budget > 0 and len(self.running) + self.held_seats < limits.max_num_seqs:
             req = waiting.peek()
             if req.enqueued_ns >= cutoff and self._after(req, cutoff):
                 break  # arrived after this step was formed
-            if limits.reserve_full_kv:
-                if reserved < 0:
-                    reserved = self._reserved_blocks()
-                reserved += kv.life_blocks(req.total_tokens)
-                if reserved > kv.num_blocks:
-                    break  # FCFS: the head waits, and so does everyone behind it
+            if limits.reserve_full_kv and (self.reserved_blocks + kv.life_blocks(req.total_tokens)
+                                           > kv.num_blocks):
+                break  # FCFS: the head waits, and so does everyone behind it (those admitted joined the sum)
             hits = kv.get_computed_blocks(req)
             host = kv.host_hits(req, len(hits))
             num_computed = (len(hits) + host) * kv.block_size
@@ -851,17 +847,12 @@ class Scheduler:
     def join_running(self, req: Request) -> None:
         """``req`` joins the end of the batch (admitted here, or its KV pulled by a decode worker)."""
         self.running.append(req)
-        self._life_blocks += self.kv.life_blocks(req.total_tokens)
+        self.reserved_blocks += self.kv.life_blocks(req.total_tokens)
 
     def _leave_running(self, req: Request) -> None:
         """``req`` leaves the batch (finished, preempted or aborted)."""
         self.running.remove(req)
-        self._life_blocks -= self.kv.life_blocks(req.total_tokens)
-
-    def _reserved_blocks(self) -> int:
-        """Blocks the running requests' whole lives take (prompt + all output: reserve_full_kv), their
-        per-request state included."""
-        return self._life_blocks
+        self.reserved_blocks -= self.kv.life_blocks(req.total_tokens)
 
     def _prompt_chunk(self, num_new: int, budget: int) -> int | None:
         """Tokens an admitted request computes this step out of its ``num_new`` uncached ones, or None when
@@ -900,7 +891,7 @@ class Scheduler:
         limits = self.limits
         kv = self.kv
         seats = limits.max_num_seqs - len(self.running) - self.held_seats
-        reserved = self._reserved_blocks() if limits.reserve_full_kv else 0
+        reserved = self.reserved_blocks
         total = 0
         for req in self.waiting:
             if seats <= 0 or budget <= 0 or (req.enqueued_ns >= cutoff and self._after(req, cutoff)):

@@ -83,14 +83,14 @@ def test_reserving_the_full_need_admits_later_and_never_preempts():
         sched.add_request(r, 0)
     assert step(sched) == ([(1, 4)], [], [])
     assert [r.id for r in sched.waiting] == [2, 3]
-    assert sched._reserved_blocks() == 3
+    assert sched.reserved_blocks == 3
     for _ in range(6):
         assert step(sched) == ([(1, 1)], [], [])
     assert sched.kv.blocks_of(a) == [0, 1, 2]  # allocated as tokens arrive, never beyond the reservation
     assert step(sched) == ([(1, 1)], [], [1])
     # a is done: b takes 3 blocks' worth of reservation and c the fourth
     assert step(sched) == ([(2, 4), (3, 2)], [], [3])
-    assert sched._reserved_blocks() == 3  # b's 3 blocks (c finished in that step)
+    assert sched.reserved_blocks == 3  # b's 3 blocks (c finished in that step)
     while sched.has_work:
         assert step(sched)[1] == []
     assert sched.preemptions == 0 and b.status is Status.FINISHED
@@ -473,7 +473,7 @@ def test_the_reservation_follows_the_batch_through_admissions_preemptions_aborts
 
     def checked(self, now, admit_prompts=True):
         recount = sum(self.kv.life_blocks(r.total_tokens) for r in self.running)
-        assert self._reserved_blocks() == recount, (now, self._reserved_blocks(), recount)
+        assert self.reserved_blocks == recount, (now, self.reserved_blocks, recount)
         seen["steps"] += 1
         seen["pulled"] += id(self) in decoders and bool(self.running)
         out = real(self, now, admit_prompts)
@@ -509,4 +509,4 @@ def test_the_reservation_follows_the_batch_through_admissions_preemptions_aborts
     assert seen["steps"] > 100 and seen["preempted"] > 0
     assert (seen["pulled"] > 0) == (system == "disaggregated")
     for w in sim.workers:
-        assert w.sched._reserved_blocks() == 0
+        assert w.sched.reserved_blocks == 0
