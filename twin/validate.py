@@ -125,6 +125,8 @@ class RowSpec:
     prefill_batch: int = 0              # per-rank max batch the row reports (0: engine default)
     decode_batch: int = 0
     spec_tokens: int = 0                # MTP draft tokens of a disaggregated row's matched config (0: none)
+    max_batch: int = 0                  # aggregated: the engine's batch cap the row gives (0: the harness rule)
+    max_tokens: int = 0                 # aggregated: the engine's step token budget the row gives (0: as above)
     notes: tuple[str, ...] = ()
 
     @property
@@ -132,6 +134,32 @@ class RowSpec:
         """Requests one attention-DP rank serves (the whole concurrency when dp = 1)."""
         assert self.agg is not None
         return max(1, cdiv(self.concurrency, self.agg.dp))
+
+    @property
+    def harness_batch(self) -> int:
+        """The batch a config generator sized an aggregated engine for: the row's ``max_batch_size`` where it
+        gives one, else the concurrency per rank, which stands for it (:func:`deployment_limits`)."""
+        return self.max_batch or self.per_rank_concurrency
+
+
+ENGINE_LIMIT_COLUMNS = ("max_batch_size", "max_num_tokens")
+"""Optional columns of a validation CSV: engine limits the harness launched an aggregated row's engine with,
+where they are known. ``max_batch_size``: the running requests one engine rank schedules at most
+(TensorRT-LLM --max_batch_size, vLLM --max-num-seqs, SGLang --max-running-requests; each attention-DP rank
+has its own); ``max_num_tokens``: the new tokens one step computes at most (--max_num_tokens,
+--max-num-batched-tokens, SGLang's chunk size). A blank or absent cell keeps the limit the row's harness rule
+gives (:func:`deployment_limits`). silicon_h100_h200.csv has neither column: its rows do not record the
+batch caps aiconfigurator's generator chose (hardware/STATUS.md, stop 48)."""
+
+
+def _engine_limit(row: dict[str, str], key: str) -> int:
+    """A limit column of :data:`ENGINE_LIMIT_COLUMNS`: an integer >= 1, or 0 where the cell is blank."""
+    if not (row.get(key) or "").strip():
+        return 0
+    value = _int(row, key)
+    if value < 1:
+        raise Skip(f"column {key}={row[key].strip()!r}: expected an integer >= 1 (blank: the harness's limit)")
+    return value
 
 
 def _id_gpus(row: dict[str, str]) -> int | None:
@@ -396,8 +424,16 @@ def row_spec(row: dict[str, str]) -> RowSpec:
             par = _inferencemax_parallel(row, par, isl, osl, conc, notes)
         if par.dp > 1 and silicon_concurrency(row) is None and per_rank:
             conc = per_rank * par.dp
-        return RowSpec(mode=mode, concurrency=conc, agg=par, notes=tuple(notes), **common)  # type: ignore[arg-type]
+        max_batch, max_tokens = (_engine_limit(row, key) for key in ENGINE_LIMIT_COLUMNS)
+        notes += [f"{key} {value} from the row" for key, value in zip(ENGINE_LIMIT_COLUMNS, (max_batch, max_tokens))
+                  if value]
+        return RowSpec(mode=mode, concurrency=conc, agg=par, max_batch=max_batch, max_tokens=max_tokens,
+                       notes=tuple(notes), **common)  # type: ignore[arg-type]
     if mode == "disagg":
+        given = [key for key in ENGINE_LIMIT_COLUMNS if (row.get(key) or "").strip()]
+        if given:
+            raise Skip(f"column {given[0]}={row[given[0]].strip()!r}: an aggregated engine's limit; a "
+                       f"disaggregated row gives its pools' batch caps as prefill_batch_size / decode_batch_size")
         sides: dict[str, Parallel] = {}
         for side in ("prefill", "decode"):
             if _int(row, f"{side}_pp_size", 1) > 1:
@@ -468,8 +504,9 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
     genai-perf call is this protocol; the gap-analysis scripts themselves are not public) sets the same
     TRT-LLM agg values from the generator's chosen batch bs (max_batch_size bs, max_num_tokens bs + ISL + 1500,
     chunked prefill off, overlap on, CUDA graphs 1..bs), serves through Dynamo (dynamo.frontend +
-    dynamo.trtllm) and runs every concurrency of its list against that one service; bs is not in the rows, so
-    c stands for it. The rule file also turns on SGLang's
+    dynamo.trtllm) and runs every concurrency of its list against that one service; bs is not in the rows of
+    silicon_h100_h200.csv, so c stands for it (a row's ``max_batch_size`` column, where a CSV has one, gives
+    it; :data:`ENGINE_LIMIT_COLUMNS`). The rule file also turns on SGLang's
     mixed chunks (--enable-mixed-chunk, rule added 2026-01-30): the SGLang 0.5.1 rows (2025) behave
     prefill-first (TTFT of 4096x512 within 5 % prefill-first, half the measured value mixed) and keep the
     engine's default; the 0.5.6 rows (H200 Llama-3.1-8B, Qwen3-235B; measurement date not in the rows, the
@@ -478,7 +515,8 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
     which rule those runs had is the doubt recorded here; the 0.5.8 rows (6, KV-bound) were not re-examined. InferenceMAX
     launches vLLM with --max-num-seqs CONC and --max-num-batched-tokens 8192 (its MiniMax-M2.5 scripts: --max-num-seqs
     256 on H100, neither flag on H200); its SGLang / TRT-LLM settings are below. An engine whose profile has
-    chunked prefill off by default (TRT-LLM) gets it off here.
+    chunked prefill off by default (TRT-LLM) gets it off here. A row's own ``max_batch_size`` /
+    ``max_num_tokens`` (:data:`ENGINE_LIMIT_COLUMNS`) replace the batch cap / token budget of any rule.
     """
     import hardware
 
@@ -487,15 +525,16 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
     if not hardware.load_engine(spec.backend).chunked_prefill:
         out["chunked_prefill"] = False
     if proto is GENAI_PERF and spec.mode == "agg":
+        bs = spec.harness_batch
         if spec.backend == "trtllm":
-            out.update(max_num_seqs=conc, max_num_batched_tokens=cdiv(conc + spec.isl + 1500, 32) * 32,
+            out.update(max_num_seqs=bs, max_num_batched_tokens=cdiv(bs + spec.isl + 1500, 32) * 32,
                        chunked_prefill=False)
         elif spec.backend == "sglang":
-            out.update(max_num_seqs=conc, max_num_batched_tokens=spec.isl + 1500)
+            out.update(max_num_seqs=bs, max_num_batched_tokens=spec.isl + 1500)
             if row.get("backend_version", "").startswith("0.5.6"):
                 out["mixed_prefill"] = True
         elif spec.backend == "vllm":
-            out.update(max_num_seqs=conc, max_num_batched_tokens=conc + spec.isl + 1500)
+            out.update(max_num_seqs=bs, max_num_batched_tokens=bs + spec.isl + 1500)
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "vllm":
         if "minimax" in spec.model.lower():
             # minimaxm2.5_fp8_h100.sh: --max-num-seqs 256; minimaxm2.5_fp8_h200.sh: neither flag (a36346339,
@@ -508,6 +547,10 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
         out.update(_inferencemax_trtllm(spec, conc, harness_speculative(row, spec, proto), _measured(row)))
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "sglang":
         out.update(_inferencemax_sglang(spec))
+    if spec.max_batch:
+        out["max_num_seqs"] = spec.max_batch
+    if spec.max_tokens:
+        out["max_num_batched_tokens"] = spec.max_tokens
     return out
 
 
@@ -809,14 +852,14 @@ def harness_graphs(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> dic
 
     aiconfigurator's gap analysis (genai-perf): its TRT-LLM agg configs capture every batch size up to the
     batch limit (961028348 cli/backends/trtllm.py: cuda_graph_batch_sizes = 1 .. bs, bs standing for c as in
-    :func:`deployment_limits`), so no decode batch is padded.
+    :func:`deployment_limits`; the row's ``max_batch_size`` where it gives one), so no decode batch is padded.
     TRT-LLM disaggregated rows: the decode workers capture up to their batch limit (the Dynamo recipes name
     it, e.g. ``..._batch128_...yaml``); prefill workers run no pure-decode step.
     """
     if spec.backend == "trtllm" and spec.mode == "disagg":
         return {"cuda_graph_max_size": spec.decode_batch} if spec.decode_batch else {}
     if proto is GENAI_PERF and spec.mode == "agg" and spec.backend == "trtllm":
-        return {"cuda_graph_sizes": list(range(1, spec.per_rank_concurrency + 1))}
+        return {"cuda_graph_sizes": list(range(1, spec.harness_batch + 1))}
     if proto is not INFERENCEMAX or spec.mode != "agg":
         return {}
     model, day = spec.model.lower(), _measured(row)

@@ -613,6 +613,36 @@ def test_lone_prompt_step_is_the_ttft_of_one_request_on_an_idle_engine() -> None
     assert res.requests["ttft_s"][0] * 1e3 == pytest.approx(lone_prompt_step_ms(gap), abs=1e-6)
 
 
+def test_a_rows_engine_limits_replace_the_harness_rule() -> None:
+    """A CSV may give the engine limits its harness launched with (max_batch_size, max_num_tokens): the batch a
+    config generator chose replaces c in aiconfigurator's rule (token budget bs + ISL + 1500, CUDA graphs
+    1..bs), and overrides any other rule's cap; a blank cell keeps the rule, a bad one skips the row naming
+    the column, and a disaggregated row is told where its pools' caps go."""
+    src = "source_file=/x/aic-auto-gap-analysis/data.csv; silicon_concurrency=8"
+    gp = row(silicon_data_source=src, backend="trtllm", batch_size="8")
+    assert row_config(gp)["scheduler"] == {"max_num_seqs": 8, "max_num_batched_tokens": 1664,
+                                           "chunked_prefill": False}
+    capped = row_config({**gp, "max_batch_size": "7"})
+    assert capped["scheduler"] == {"max_num_seqs": 7, "max_num_batched_tokens": (7 + 128 + 1500 + 31) // 32 * 32,
+                                   "chunked_prefill": False}
+    assert capped["engine"]["cuda_graph_sizes"] == [1, 2, 3, 4, 5, 6, 7]
+    assert capped["workload"]["arrival"] == {"kind": "concurrency", "concurrency": 8}   # the client is unchanged
+    assert row_spec({**gp, "max_batch_size": "7"}).notes == ("max_batch_size 7 from the row",)
+    assert row_config({**gp, "max_batch_size": "7", "max_num_tokens": "4096"})["scheduler"] == \
+        {"max_num_seqs": 7, "max_num_batched_tokens": 4096, "chunked_prefill": False}
+    vllm = row_config(row(silicon_data_source=src, backend="vllm", batch_size="8", max_batch_size="6"))
+    assert vllm["scheduler"] == {"max_num_seqs": 6, "max_num_batched_tokens": 6 + 128 + 1500}
+    # InferenceMAX: the script's token rule stays, the cap is the row's
+    assert row_config(row(max_batch_size="3"))["scheduler"] == {"max_num_seqs": 3, "max_num_batched_tokens": 8192}
+    assert row_config({**gp, "max_batch_size": " ", "max_num_tokens": ""}) == row_config(gp)
+    for bad, why in (("0", "expected an integer >= 1"), ("2.5", "is not a non-negative integer"),
+                     ("many", "is not a number")):
+        with pytest.raises(Skip, match=f"column max_batch_size={bad!r}.*{why}"):
+            row_config({**gp, "max_batch_size": bad})
+    with pytest.raises(Skip, match="column max_num_tokens='8192': an aggregated engine's limit; .*decode_batch_size"):
+        row_spec(row(mode="disagg", batch_size="", max_num_tokens="8192"))
+
+
 def test_bad_cells_and_ragged_rows_are_skipped_with_their_line_and_column(tmp_path: Path) -> None:
     """Found by fuzzing the command: a measured value that is not a positive number crashed the run after
     simulating (or divided by zero, or counted a NaN row as represented); a short row crashed, a long one
