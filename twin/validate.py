@@ -415,6 +415,7 @@ def row_spec(row: dict[str, str]) -> RowSpec:
     notes: list[str] = []
     mode = row["mode"].strip()
     common = dict(gpu=gpu, model=row["model_path"], backend=backend, weight_dtype=fmt, isl=isl, osl=osl)
+    limits = {key: _engine_limit(row, key) for key in ENGINE_LIMIT_COLUMNS}
     if mode == "agg":
         if _int(row, "pp_size", 1) > 1:
             raise Skip("pipeline parallelism (pp_size > 1) is not modelled")
@@ -424,13 +425,11 @@ def row_spec(row: dict[str, str]) -> RowSpec:
             par = _inferencemax_parallel(row, par, isl, osl, conc, notes)
         if par.dp > 1 and silicon_concurrency(row) is None and per_rank:
             conc = per_rank * par.dp
-        max_batch, max_tokens = (_engine_limit(row, key) for key in ENGINE_LIMIT_COLUMNS)
-        notes += [f"{key} {value} from the row" for key, value in zip(ENGINE_LIMIT_COLUMNS, (max_batch, max_tokens))
-                  if value]
-        return RowSpec(mode=mode, concurrency=conc, agg=par, max_batch=max_batch, max_tokens=max_tokens,
-                       notes=tuple(notes), **common)  # type: ignore[arg-type]
+        notes += [f"{key} {value} from the row" for key, value in limits.items() if value]
+        return RowSpec(mode=mode, concurrency=conc, agg=par, max_batch=limits["max_batch_size"],
+                       max_tokens=limits["max_num_tokens"], notes=tuple(notes), **common)  # type: ignore[arg-type]
     if mode == "disagg":
-        given = [key for key in ENGINE_LIMIT_COLUMNS if (row.get(key) or "").strip()]
+        given = [key for key, value in limits.items() if value]
         if given:
             raise Skip(f"column {given[0]}={row[given[0]].strip()!r}: an aggregated engine's limit; a "
                        f"disaggregated row gives its pools' batch caps as prefill_batch_size / decode_batch_size")

@@ -9,7 +9,7 @@ by worker id among step ends), so a request that arrives exactly when a step end
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Any, Callable, Generator, Mapping, Sequence
+from typing import Any, Callable, Collection, Generator, Mapping, Sequence
 
 import numpy as np
 import simpy
@@ -82,9 +82,10 @@ StepPrice = tuple[np.ndarray, int]
 _MEMO_LIMIT = 500_000
 
 
-def _remember(memo: dict[Any, StepPrice], key: Any, terms: Mapping[str, float], ns: int) -> StepPrice:
-    """Store a priced step in ``memo`` as a term vector and its ns (emptied when it reaches _MEMO_LIMIT)."""
-    price = np.fromiter(terms.values(), dtype=np.float64, count=len(terms)), ns
+def _remember(memo: dict[Any, StepPrice], key: Any, values: Collection[float], ns: int) -> StepPrice:
+    """Store a priced step, its term values and ns, in ``memo`` as a vector and the ns (the memo is emptied
+    when it reaches _MEMO_LIMIT)."""
+    price = np.fromiter(values, dtype=np.float64, count=len(values)), ns
     if len(memo) >= _MEMO_LIMIT:
         memo.clear()
     memo[key] = price
@@ -115,7 +116,8 @@ class StepPrices:
         """The step's term vector and duration (a vector, since the ledger adds vectors)."""
         hit = self._prices.get(shape)
         if hit is None:  # this table is the memo: the model's own would miss too
-            hit = _remember(self._prices, shape, *self.cost_model.price(shape))
+            terms, ns = self.cost_model.price(shape)
+            hit = _remember(self._prices, shape, terms.values(), ns)
         return hit
 
     def run_costs(self, run: PlannedRun, steps: range) -> list[StepPrice]:
@@ -128,7 +130,8 @@ class StepPrices:
         key = (shape, group_tokens)
         hit = self._group_prices.get(key)
         if hit is None:
-            hit = _remember(self._group_prices, key, *self.cost_model.price_in_group(shape, group_tokens))
+            terms, ns = self.cost_model.price_in_group(shape, group_tokens)
+            hit = _remember(self._group_prices, key, terms.values(), ns)
         return hit
 
     def group_decode_cost(self, n: int, sum_kv: int, max_kv: int, group_tokens: int) -> StepPrice:
@@ -137,11 +140,8 @@ class StepPrices:
         key = (n, sum_kv, max_kv, group_tokens)
         hit = self._group_decode_prices.get(key)
         if hit is None:
-            terms, ns = self.cost_model.decode_step(n, sum_kv, max_kv, group_tokens)
-            hit = (np.array(terms, dtype=np.float64), ns)
-            if len(self._group_decode_prices) >= _MEMO_LIMIT:
-                self._group_decode_prices.clear()
-            self._group_decode_prices[key] = hit
+            hit = _remember(self._group_decode_prices, key, *self.cost_model.decode_step(n, sum_kv, max_kv,
+                                                                                       group_tokens))
         return hit
 
     def decode_costs(self, n: int, sum_kv: int, max_kv: int, steps: range) -> list[StepPrice]:
