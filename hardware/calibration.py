@@ -192,7 +192,7 @@ class Calibration:
         Inside a replayed graph every kernel costs an engine-level ``kernel_floor_s`` (its launch slot in
         the graph, the dependency wait and the tail of a nearly empty grid) times the kernels the op launches
         (``OP_KERNELS``); elementwise kernels pay it too. ``kernel_floor_s`` is fitted on serving rows
-        (experiments/validation_report.py fit-host, H100 TRAIN rows), not on the tables.
+        (validation/report.py fit-host, H100 TRAIN rows), not on the tables.
 
         This was first written as "the opdb tables time each op eagerly". That is not how they were made.
         aiconfigurator's collectors replay each op in a captured CUDA graph (collector/helper.py

@@ -7,13 +7,15 @@ import json
 import os
 import re
 import sys
-from importlib import resources
+from importlib import metadata, resources
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from twin.errors import TwinError
 
 EXAMPLES_PACKAGE = "twin.examples"
+COMMANDS_GROUP = "servetwin.commands"
+"""Entry-point group of sub-command registrars: callables taking argparse's sub-parsers."""
 
 
 def list_examples() -> dict[str, str]:
@@ -115,16 +117,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
-    from twin.validate import format_summary, validate_silicon
-
-    summary = validate_silicon(args.csv, args.out, jobs=args.jobs, limit=args.limit, match=args.match,
-                               waves=args.waves, resume=args.resume, prompt_pool=args.prompt_pool)
-    print(format_summary(summary))
-    print(f"wrote {args.out}/rows.csv and {args.out}/summary.json")
-    return 0
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     from twin.config import load_config
     from twin.serve import serve
@@ -214,31 +206,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a swept field and its values (repeat for a grid)")
     p.add_argument("--set", action="append", metavar="PATH=VALUE", help="override a field in every run")
     p.add_argument("--out", required=True)
-    p.add_argument("--jobs", type=_at_least_one, default=1, help="local worker processes")
+    p.add_argument("--jobs", type=at_least_one, default=1, help="local worker processes")
     p.add_argument("--dask", metavar="ADDRESS", help="run on a Dask distributed scheduler instead")
     p.add_argument("--keep-runs", action="store_true", help="also write every run's results folder, OUT/runs/runNNNN in grid order "
                    "(an earlier sweep's runNNNN folders there are removed first)")
     p.add_argument("--resume", action="store_true",
                    help="reuse the points already run in OUT/sweep.jsonl (an interrupted sweep) and run the rest")
     p.set_defaults(func=cmd_sweep)
-
-    p = sub.add_parser("validate", help="compare predictions with measured benchmarks")
-    vsub = p.add_subparsers(dest="validate_command", required=True)
-    v = vsub.add_parser("silicon", help="simulate each row of a silicon-sample CSV (TTFT / TPOT)")
-    v.add_argument("csv")
-    v.add_argument("--out", required=True)
-    v.add_argument("--jobs", type=_at_least_one, default=1, help="worker processes")
-    v.add_argument("--limit", type=_at_least_one, help="only the first N rows")
-    v.add_argument("--match", help="only rows whose id matches this regular expression")
-    v.add_argument("--waves", type=_at_least_one, default=None,
-                   help="override the row's protocol: measured requests per client slot (default: as the benchmark ran)")
-    v.add_argument("--prompt-pool", metavar="SAMPLING:K", default=None,
-                   help="what-if for genai-perf rows: their requests draw prompts from K x c dataset entries, "
-                        "SAMPLING sequential | random | shuffle (aiperf's --num-dataset-entries and "
-                        "--dataset-sampling-strategy), so repeats hit the prefix cache (default: every prompt unique)")
-    v.add_argument("--resume", action="store_true",
-                   help="reuse the rows already simulated in OUT/rows.jsonl (an interrupted run) and do the rest")
-    v.set_defaults(func=cmd_validate)
 
     for register in _optional_commands():
         register(sub)
@@ -258,10 +232,17 @@ def _optional_commands() -> list[Callable[[Any], None]]:
             register_workload(p.add_subparsers(dest="workload_command", required=True))
 
         out.append(add_workload)
+    # Packages beside the simulator (the measured-benchmark harnesses) add their commands through this
+    # entry-point group, so the simulator never imports them.
+    for entry in sorted(metadata.entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+        try:
+            out.append(entry.load())
+        except ImportError:
+            pass
     return out
 
 
-def _at_least_one(text: str) -> int:
+def at_least_one(text: str) -> int:
     """argparse type: a whole number >= 1 (0 or -2 workers, or -1 rows, used to be taken as something else)."""
     try:
         value = int(text)

@@ -1,24 +1,24 @@
 """End-to-end validation report on the measured serving rows, and the engine host-term fit.
 
-    python -m experiments.validation_report run --csv /work/shared/data/measured/silicon_h100_h200.csv \
-        --out /tmp/validation --jobs 2            # simulate every row (twin.validate), then print the tables
-    python -m experiments.validation_report report --out /tmp/validation   # tables from an earlier run
-    python -m experiments.validation_report fit-host --csv .../silicon_h100_h200.csv   # engine host terms
-    python -m experiments.validation_report fit-eager --csv .../silicon_h100_h200.csv \
+    python -m validation.report run --csv /work/shared/data/measured/silicon_h100_h200.csv \
+        --out /tmp/validation --jobs 2            # simulate every row (validation.silicon), then print the tables
+    python -m validation.report report --out /tmp/validation   # tables from an earlier run
+    python -m validation.report fit-host --csv .../silicon_h100_h200.csv   # engine host terms
+    python -m validation.report fit-eager --csv .../silicon_h100_h200.csv \
         --journal /work/valruns/zero_c16/rows.jsonl [--engines trtllm vllm]   # eager-step host terms
-    python -m experiments.validation_report fit-eager --csv .../silicon_h100_h200.csv \
+    python -m validation.report fit-eager --csv .../silicon_h100_h200.csv \
         --journal /work/valruns/zero_c16/rows.jsonl --engines sglang --train-models deepseek [--by-group]
-    python -m experiments.validation_report implied-rate --csv .../silicon_h100_h200.csv \
+    python -m validation.report implied-rate --csv .../silicon_h100_h200.csv \
         [--opdb /work/shared/data/measured/opdb] [--top 30]   # FLOP rate each row's measurement implies
-    python -m experiments.validation_report ttft-steps --csv .../silicon_h100_h200.csv \
+    python -m validation.report ttft-steps --csv .../silicon_h100_h200.csv \
         --journal /work/valruns/eager/rows.jsonl [--engine trtllm]   # genai-perf TTFT in prompt steps
-    python -m experiments.validation_report points --out /tmp/validation [--metric tpot] \
+    python -m validation.report points --out /tmp/validation [--metric tpot] \
         [--by backend,backend_version,system,model] [--top 20]   # where the file's MAPE comes from
-    python -m experiments.validation_report seat-wait --out /tmp/validation [--by backend,backend_version,model] \
+    python -m validation.report seat-wait --out /tmp/validation [--by backend,backend_version,model] \
         [--max-conc 32] [--detail]   # closed-loop TTFT excess against one inter-completion interval
-    python -m experiments.validation_report gpu-pairs --out /tmp/validation [--by backend,model]
+    python -m validation.report gpu-pairs --out /tmp/validation [--by backend,model]
                                      # the same benchmark on both GPUs: measured vs predicted H200 / H100
-    python -m experiments.validation_report repeats --csv .../silicon_h100_h200.csv [--out /tmp/validation] \
+    python -m validation.report repeats --csv .../silicon_h100_h200.csv [--out /tmp/validation] \
         [--spread 0.2]   # configurations measured more than once: how far apart, and what that costs
 
 Tables: MAPE of TPOT and TTFT per backend, per model and per benchmark protocol, for the aggregated rows the
@@ -151,9 +151,9 @@ def _journal_ttft_ms(journal: Path) -> dict[str, float]:
 
 
 def _warmup_labels(out: Path) -> dict[str, str]:
-    """Row id -> client warm-up label (twin.validate.client_warmup) for the rows of the CSV a run's journal
+    """Row id -> client warm-up label (validation.silicon.client_warmup) for the rows of the CSV a run's journal
     names; empty when that file is not at hand."""
-    from twin.validate import client_warmup, protocol, read_rows
+    from validation.silicon import client_warmup, protocol, read_rows
 
     journal = out / "rows.jsonl"
     if not journal.is_file():
@@ -219,7 +219,7 @@ def _with_csv_columns(out: Path, rows: list[dict[str, Any]], keys: Sequence[str]
     missing = [k for k in keys if rows and k not in rows[0]]
     if not missing:
         return rows
-    from twin.validate import read_rows
+    from validation.silicon import read_rows
 
     journal = out / "rows.jsonl"
     csv_path = None
@@ -269,7 +269,7 @@ PAIR_KEY = ("backend", "backend_version", "model_path", "precision", "mode", "is
             "attention_dp_size", "moe_tp_size", "moe_ep_size", "prefill_num_workers", "prefill_tp_size",
             "decode_num_workers", "decode_tp_size", "concurrency", "protocol", "measured")
 """What makes two rows the same benchmark on different GPUs: measured-CSV and rows.csv columns (``measured``:
-the measurement date of silicon_data_source, twin.validate._measured)."""
+the measurement date of silicon_data_source, validation.silicon._measured)."""
 
 
 def _mean_ms(rows: Sequence[dict[str, Any]], col: str) -> float:
@@ -310,7 +310,7 @@ def gpu_pair_table(rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> list[
 
 
 def gpu_pairs(out: Path, keys: Sequence[str]) -> str:
-    from twin.validate import _measured
+    from validation.silicon import _measured
 
     rows = read_results(out)
     if not rows:
@@ -353,7 +353,7 @@ def _surrogate_tpot(cm: Any, isl: int, osl: int, conc: int, max_tokens: int) -> 
 def fit_host(csv_path: Path, engines: Sequence[str]) -> dict[str, dict[str, float]]:
     import hardware
     from hardware import CostModel, Deployment
-    from twin.validate import Skip, harness_sampling, protocol, read_rows, row_spec
+    from validation.silicon import Skip, harness_sampling, protocol, read_rows, row_spec
 
     specs = []
     for row in read_rows(csv_path):
@@ -417,7 +417,7 @@ def _prompt_steps(row: dict[str, str]) -> tuple[Any, list[Any], Any]:
     from hardware import BatchShape
     from twin.config import load_config
     from twin.system import make_deployment, resolve
-    from twin.validate import protocol, row_config, row_spec
+    from validation.silicon import protocol, row_config, row_spec
 
     spec = row_spec(row)
     cfg = resolve(load_config(row_config(row)))
@@ -447,7 +447,7 @@ def fit_eager(csv_path: Path, journal: Path, engines: Sequence[str],
     every eager host term at 0 (its header does not record the constants); the terms are priced from 0
     here whatever the shipped profiles hold. ``by_group`` also prints what each (GPU, model) group wants."""
     from twin.system import cost_model
-    from twin.validate import Skip, read_rows, row_spec
+    from validation.silicon import Skip, read_rows, row_spec
 
     base_ttft = _journal_ttft_ms(journal)
     out: dict[str, dict[str, float]] = {}
@@ -529,7 +529,7 @@ def implied_linear_rate(row: dict[str, str]) -> float | None:
     """FLOP/s per GPU the row's measurement implies for its linear layers alone (None: not aggregated, or
     not representable)."""
     from hardware import load_model
-    from twin.validate import Skip, protocol, row_spec
+    from validation.silicon import Skip, protocol, row_spec
 
     try:
         spec = row_spec(row)
@@ -561,7 +561,7 @@ def fastest_gemm(opdb: Path) -> dict[str, float]:
 
 def implied_rates(csv_path: Path, opdb: Path | None, top: int) -> str:
     """The ``top`` rows implying the highest linear-layer FLOP rate, flagged against the fastest GEMM."""
-    from twin.validate import read_rows
+    from validation.silicon import read_rows
 
     best = fastest_gemm(opdb) if opdb is not None else {}
     rates = [(rate, row) for row in read_rows(csv_path) if (rate := implied_linear_rate(row)) is not None]
@@ -579,7 +579,7 @@ def lone_prompt_step_ms(row: dict[str, str]) -> float:
     nothing else, on the row's deployment: the unit P in which queueing behind other prompts is counted."""
     from hardware import BatchShape
     from twin.system import cost_model
-    from twin.validate import protocol, row_spec
+    from validation.silicon import protocol, row_spec
 
     dep, _, cfg = _prompt_steps(row)
     isl = max(1, round(row_spec(row).isl * (1.0 + protocol(row).low_frac) / 2.0))
@@ -614,7 +614,7 @@ def ttft_step_table(recs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def ttft_steps(csv_path: Path, journal: Path, engine: str) -> str:
     """The genai-perf (aiconfigurator gap analysis) aggregated rows of one engine: TTFT in lone prompt steps."""
-    from twin.validate import GENAI_PERF, Skip, protocol, read_rows, row_spec
+    from validation.silicon import GENAI_PERF, Skip, protocol, read_rows, row_spec
 
     pred = _journal_ttft_ms(journal)
     recs = []
@@ -657,7 +657,7 @@ def _no_minus_zero(x: float, places: int) -> float:
 
 def seat_waits(out: Path, keys: Sequence[str], max_conc: int, protocol_name: str = "genai-perf",
                detail: bool = False) -> str:
-    from twin.validate import Skip, row_spec
+    from validation.silicon import Skip, row_spec
 
     rows = [r for r in read_results(out) if r["mode"] == "agg" and r["protocol"] == protocol_name]
     if not rows:
@@ -717,9 +717,9 @@ def best_single_errors(values: Sequence[float]) -> list[float]:
 
 
 def _measurements(row: dict[str, str]) -> dict[str, float]:
-    """The row's measured TPOT and TTFT, ms, read as the validation reads them (twin.validate._measured_ms);
+    """The row's measured TPOT and TTFT, ms, read as the validation reads them (validation.silicon._measured_ms);
     a row without them is an error naming it (it would be no configuration's measurement)."""
-    from twin.validate import Skip, _measured_ms
+    from validation.silicon import Skip, _measured_ms
 
     out = {}
     for metric in METRICS:
@@ -768,7 +768,7 @@ def repeat_table(rows: Sequence[dict[str, str]], represented: set[str] | None = 
 def repeats(csv_path: Path, out: Path | None = None, spread: float = 0.2) -> str:
     """The measured CSV's repeated configurations (:func:`repeat_table`), with the floors of a validation run
     in ``out`` when given."""
-    from twin.validate import read_rows
+    from validation.silicon import read_rows
 
     represented = None
     if out is not None:
@@ -852,7 +852,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
     if args.cmd == "run":
-        from twin.validate import validate_silicon
+        from validation.silicon import validate_silicon
 
         validate_silicon(args.csv, args.out, jobs=args.jobs, match=args.match, limit=args.limit, waves=args.waves)
         print(report(args.out))

@@ -1,4 +1,4 @@
-"""twin.validate: row mapping (parallelism corrections, weight formats, benchmark protocol) and the summary,
+"""validation.silicon: row mapping (parallelism corrections, weight formats, benchmark protocol) and the summary,
 on small hand-made CSV rows (never the shared measurements)."""
 
 import csv
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import twin.validate as validate_module
-from twin.validate import (GENAI_PERF, INFERENCEMAX, Skip, client_warmup, mtp_acceptance, protocol, read_rows,
+import validation.silicon as validate_module
+from validation.silicon import (GENAI_PERF, INFERENCEMAX, Skip, client_warmup, mtp_acceptance, protocol, read_rows,
                            row_config, row_spec, summarize, validate_silicon)
 
 COLUMNS = ["id", "silicon_data_source", "backend", "backend_version", "model_path", "system", "precision", "mode",
@@ -518,7 +518,7 @@ def test_inferencemax_disagg_mtp_rows_take_the_recipes_drafts_and_unmatched_rows
 
 
 def test_shipped_disagg_configs_cover_the_h200_trtllm_run_of_2026_03_23() -> None:
-    """experiments/harness/inferencemax_disagg.json: c16 x 9 decode workers, STP, 1 prefill (dp-attn)."""
+    """validation/harness/inferencemax_disagg.json: c16 x 9 decode workers, STP, 1 prefill (dp-attn)."""
     s = row_spec(disagg_row(144 * 2, "2026-03-23T13:00:07Z"))
     assert (s.prefill_workers, s.decode_workers) == (1, 9)
     assert s.notes[-1].startswith("workers 1 prefill + 9 decode from f316a0ef6:.github/configs/nvidia-master.yaml:")
@@ -550,7 +550,7 @@ def test_sglang_059_qwen35_ep8_block_fp8_moe_keeps_triton_curve() -> None:
 def test_implied_linear_rate_is_the_closed_loops_linear_flops_per_gpu() -> None:
     """Hand-computed: 2 x (active - embedding params) x (ISL + OSL) x c / e2e / GPUs, with the client's mean
     lengths (genai-perf: fixed; InferenceMAX: uniform in [0.8 L, L], mean 0.9 L)."""
-    from experiments.validation_report import implied_linear_rate
+    from validation.report import implied_linear_rate
     from hardware import load_model
 
     m = load_model("meta-llama/Llama-3.1-8B")
@@ -568,7 +568,7 @@ def test_implied_linear_rate_is_the_closed_loops_linear_flops_per_gpu() -> None:
 def test_fastest_gemm_reads_every_engine_table_of_a_gpu(tmp_path) -> None:
     import gzip
 
-    from experiments.validation_report import fastest_gemm
+    from validation.report import fastest_gemm
 
     head = "framework,m,n,k,latency\n"
     with gzip.open(tmp_path / "h200_sxm__gemm_perf__a-1.csv.gz", "wt") as fh:
@@ -583,7 +583,7 @@ def test_fastest_gemm_reads_every_engine_table_of_a_gpu(tmp_path) -> None:
 
 def test_ttft_step_table_medians_per_model_concurrency_and_isl() -> None:
     """Hand-computed: TTFT in lone prompt steps P, and q = (measured - twin) x c / (OSL x measured TPOT)."""
-    from experiments.validation_report import ttft_step_table
+    from validation.report import ttft_step_table
 
     base = dict(model="m", c=8, isl=2048, osl=100, pred_ttft_ms=100.0, p_ms=50.0)
     recs = [dict(base, meas_ttft_ms=300.0, meas_tpot_ms=10.0),   # 6 P, twin 2 P, q = 200 x 8 / 1000 = 1.6
@@ -599,7 +599,7 @@ def test_ttft_step_table_medians_per_model_concurrency_and_isl() -> None:
 def test_lone_prompt_step_is_the_ttft_of_one_request_on_an_idle_engine() -> None:
     """P is the step of one whole prompt and nothing else: what a lone request waits for on an idle engine
     (which admits an arrival at once), so the twin's own TTFT of that request equals it."""
-    from experiments.validation_report import lone_prompt_step_ms
+    from validation.report import lone_prompt_step_ms
     from twin.config import load_config
     from twin.runner import Simulation
 
@@ -809,7 +809,7 @@ def test_a_row_longer_than_the_models_context_is_skipped_for_it(tmp_path: Path,
 def test_point_table_splits_the_mape_into_group_shares() -> None:
     """Hand-computed: 4 rows, |TTFT errors| 10, 30, 20, 40 (MAPE 25); a group's points are its summed
     |error| / 4, so group x carries (10 + 30) / 4 = 10 and group y (20 + 40) / 4 = 15."""
-    from experiments.validation_report import point_table
+    from validation.report import point_table
 
     rows = [dict(g="x", ttft_err_pct=10.0), dict(g="x", ttft_err_pct=-30.0),
             dict(g="y", ttft_err_pct=20.0), dict(g="y", ttft_err_pct=-40.0)]
@@ -830,7 +830,7 @@ def test_gpu_pair_table_sets_measured_against_predicted_ratio_of_the_same_benchm
     predicted 11 ms; H200 measured 8, predicted 9.9): measured ratio 0.8, predicted 0.9, transfer error
     0.9 / 0.8 - 1 = +12.5 %. Benchmark B differs from A only in concurrency, and B' in its measurement date,
     so each has one GPU and pairs with nothing."""
-    from experiments.validation_report import PAIR_KEY, gpu_pair_table
+    from validation.report import PAIR_KEY, gpu_pair_table
 
     base = {k: "x" for k in PAIR_KEY} | {"meas_ttft_ms": 100.0, "pred_ttft_ms": 100.0, "model": "m"}
 
@@ -850,7 +850,7 @@ def test_gpu_pair_table_sets_measured_against_predicted_ratio_of_the_same_benchm
 def test_points_groups_on_the_measured_csvs_columns_too(tmp_path: Path) -> None:
     """A key that rows.csv lacks (backend_version) is read from the measured CSV the journal names, joined
     on the row id; the disaggregated rows and the skipped ones stay out of the aggregated figure."""
-    from experiments.validation_report import points
+    from validation.report import points
 
     measured = tmp_path / "m.csv"
     with open(measured, "w", newline="") as fh:
@@ -890,7 +890,7 @@ def test_points_groups_on_the_measured_csvs_columns_too(tmp_path: Path) -> None:
 
 def test_seat_wait_fit_by_hand() -> None:
     """excess = interval - 5 ms on three rows: slope 1, intercept -5, correlation 1; one interval fits nothing."""
-    from experiments.validation_report import seat_wait_fit
+    from validation.report import seat_wait_fit
 
     f = seat_wait_fit([{"interval_ms": x, "excess_ms": x - 5.0} for x in (10.0, 20.0, 30.0)])
     assert (f["rows"], f["slope"], f["intercept_ms"], f["corr"]) == (3, pytest.approx(1.0), pytest.approx(-5.0),
@@ -902,7 +902,7 @@ def test_seat_wait_fit_by_hand() -> None:
 def test_seat_waits_reads_a_run_and_keeps_to_its_closed_loop_rows(tmp_path: Path) -> None:
     """Group x waits exactly one interval (OSL 100 x TPOT 10 ms / c) at c 2, 4, 8; group y a fixed 30 ms. A
     row above --max-conc and a row of another protocol stay out."""
-    from experiments.validation_report import seat_waits
+    from validation.report import seat_waits
 
     cases = [("a", "x", 2, 500.0), ("b", "x", 4, 250.0), ("c", "x", 8, 125.0), ("d", "y", 2, 30.0),
              ("e", "y", 8, 30.0), ("f", "x", 64, 0.0), ("g", "x", 4, 999.0)]
@@ -931,7 +931,7 @@ def test_seat_waits_reads_a_run_and_keeps_to_its_closed_loop_rows(tmp_path: Path
 
 def test_a_row_whose_config_fails_has_no_simulation_key(monkeypatch: pytest.MonkeyPatch) -> None:
     """Such a row is simulated on its own (simulate_row reports why it cannot be represented)."""
-    from twin.validate import simulation_key
+    from validation.silicon import simulation_key
 
     assert simulation_key(row()) is not None and simulation_key(row(silicon_tpot_ms="0")) is None
 
@@ -980,7 +980,7 @@ def test_repeat_table_counts_configurations_measured_twice_and_the_mape_no_predi
     that minimises the pair's MAPE is 10, errors 0 and 0.6; TTFT 100 and 110: 10 % apart, under the 20 %
     spread). b differs from a in its concurrency alone, c in its TP: neither repeats. Over the three rows
     represented (a1, a2, b) the floor is (0 + 60) / 3 = 20 % TPOT and (0 + 100 / 110 - 1 -> 9.09) / 3 TTFT."""
-    from experiments.validation_report import best_single_errors, repeat_table
+    from validation.report import best_single_errors, repeat_table
 
     assert best_single_errors([10.0, 25.0]) == [0.0, pytest.approx(0.6)]
     # 1, 2, 3 weighted 1, 1/2, 1/3: half the weight is reached at 1 (MAPE 0.39 there, 0.44 at 2)

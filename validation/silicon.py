@@ -244,12 +244,12 @@ def _inferencemax_parallel(row: dict[str, str], par: Parallel, isl: int, osl: in
     return fixed
 
 
-DISAGG_CONFIGS = Path(__file__).resolve().parents[1] / "experiments" / "harness" / "inferencemax_disagg.json"
+DISAGG_CONFIGS = Path(__file__).resolve().parent / "harness" / "inferencemax_disagg.json"
 
 
 @functools.cache
 def _disagg_configs() -> dict[str, Any]:
-    """InferenceMAX's disaggregated config versions (experiments/harness/make_inferencemax_disagg.py)."""
+    """InferenceMAX's disaggregated config versions (validation/harness/make_inferencemax_disagg.py)."""
     return json.loads(DISAGG_CONFIGS.read_text())["configs"]
 
 
@@ -317,7 +317,7 @@ def _entry_spec_tokens(entry: dict[str, Any], key: str) -> int:
 def _inferencemax_disagg(row: dict[str, str], sides: dict[str, Parallel], isl: int, osl: int, conc: int,
                          notes: list[str]) -> tuple[dict[str, Parallel], int, int, int]:
     """Worker counts and layout of an InferenceMAX disaggregated row, from the nvidia-master.yaml version in
-    effect when it was measured (experiments/harness/inferencemax_disagg.json, one entry per search-space
+    effect when it was measured (validation/harness/inferencemax_disagg.json, one entry per search-space
     item). A row matches an entry by ISL / OSL, its client concurrency (the entry's ``row_concurrency``)
     and each pool's GPUs (tp) and EP; the export carries no dp-attn, so the config's layout is used.
 
@@ -699,7 +699,7 @@ releases before 0.12; the option came with vllm-project/vllm#11164, defaulting t
 
 def harness_prefix_caching(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> bool | None:
     """Whether the row's engine ran with its prefix cache, where the harness set it (None: the engine's
-    default). InferenceMAX's aggregated scripts (experiments/harness/inferencemax_flags.md, item 6, and
+    default). InferenceMAX's aggregated scripts (validation/harness/inferencemax_flags.md, item 6, and
     ``flags.prefix_caching`` in inferencemax_flags.json) pass --no-enable-prefix-caching (vLLM),
     --disable-radix-cache (SGLang) or ``enable_block_reuse: false`` (TRT-LLM), except GLM-5 (glm5_fp8_h200.sh
     sets only mem-fraction-static: SGLang's default, radix cache on), Kimi-K2.5 before 79a42e20a
@@ -816,7 +816,7 @@ def harness_moe_kernel(row: dict[str, str], spec: "RowSpec", proto: Protocol) ->
     InferenceMAX gpt-oss-120b on vLLM from cec542a9a (merged 2026-03-27T08:01:48Z, vLLM 0.18.0; the rows
     measured 2026-03-27): gptoss_fp4_h100.sh:28 and gptoss_fp4_h200.sh:47 export VLLM_MXFP4_USE_MARLIN=1,
     so the MXFP4 experts run vLLM's Marlin w4a16 kernel instead of OpenAI's triton_kernels (the opdb times
-    both: experiments/harness/inferencemax_flags.md). The 2025-11 scripts do not set it.
+    both: validation/harness/inferencemax_flags.md). The 2025-11 scripts do not set it.
     """
     if proto is INFERENCEMAX and spec.backend == "vllm" and "gpt-oss" in spec.model.lower() \
             and _measured(row) >= "2026-03-27":
@@ -847,7 +847,7 @@ def harness_graphs(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> dic
       (70b_fp8_h200_trt_slurm.sh): 1024.
     * SGLang Qwen3.5 (qwen3.5_fp8_h200.sh at f65d6b4b1): --cuda-graph-max-bs CONC; DeepSeek-R1/V3
       (dsr1_fp8_h200.sh at 41aff0afc): --cuda-graph-max-bs 512 at 1k/1k, else 256, as its
-      --max-running-requests (experiments/harness/inferencemax_flags.md).
+      --max-running-requests (validation/harness/inferencemax_flags.md).
 
     aiconfigurator's gap analysis (genai-perf): its TRT-LLM agg configs capture every batch size up to the
     batch limit (961028348 cli/backends/trtllm.py: cuda_graph_batch_sizes = 1 .. bs, bs standing for c as in
@@ -976,7 +976,7 @@ def protocol(row: dict[str, str]) -> Protocol:
     """The benchmark client of a row, from the harness its ``silicon_data_source`` names.
 
     InferenceMAX's multinode (Dynamo) runs are benchmarked by srt-slurm's sa-bench (the recipes named in
-    nvidia-master.yaml, experiments/harness/inferencemax_disagg.json): vLLM's benchmark_serving with
+    nvidia-master.yaml, validation/harness/inferencemax_disagg.json): vLLM's benchmark_serving with
     --dataset-name random --random-range-ratio 0.8 at --max-concurrency c, as the single-node runs. The
     request count differs between sa-bench versions (5 x c after a separate 5 x c warm-up run, or 10 x c
     after 2 x c warm-ups; ishandhanani/srt-slurm src/srtctl/benchmarks/scripts/sa-bench/bench.sh at

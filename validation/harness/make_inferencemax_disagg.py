@@ -5,7 +5,7 @@ keeps, for each config key below, every version of its block committed in [SINCE
 whenever the key's parsed entries change), each search-space entry with its ``commit:path:line``. The
 validator reads only the JSON; run this again to refresh it:
 
-    python experiments/harness/make_inferencemax_disagg.py /path/to/InferenceX/repo
+    python validation/harness/make_inferencemax_disagg.py /path/to/InferenceX/repo
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def main(repo: str) -> None:
     head = git(repo, "rev-parse", "HEAD").strip()
     data: dict[str, Any] = {"source": {"repository": "SemiAnalysisAI/InferenceX", "license": "Apache-2.0", "path": PATH,
                        "mirror_head": head, "window": [SINCE, UNTIL],
-                       "generator": "experiments/harness/make_inferencemax_disagg.py"},
+                       "generator": "validation/harness/make_inferencemax_disagg.py"},
             "configs": {key: versions(repo, key) for key in KEYS}}
     OUT.write_text(_dump(data) + "\n")
     print(f"wrote {OUT}: " + ", ".join(f"{k} {len(v)} versions" for k, v in data["configs"].items()))
