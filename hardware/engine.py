@@ -151,7 +151,7 @@ class EngineProfile:
                              f"{self.runtime_reserve_bytes!r}")
 
     def _big_gpu(self, gpu: GPUSpec) -> bool:
-        return gpu.hbm_bytes >= 70 * _GIB and gpu.arch != "ampere"
+        return gpu.tier_bytes >= 70 * _GIB and gpu.arch != "ampere"
 
     def default_max_num_batched_tokens(self, gpu: GPUSpec) -> int:
         """Per-step token budget the engine picks for this GPU when the user sets none."""
@@ -168,7 +168,7 @@ class EngineProfile:
         if self.batch_rule == "sglang":
             # SGLang sizes max_running_requests from its KV pool (pool_max_num_seqs, which the twin's
             # systems use once a worker's pool is known); this stands in where no pool is at hand.
-            return 1024 if gpu.hbm_bytes >= 35e9 else 256
+            return 1024 if gpu.tier_bytes >= 35e9 else 256
         return 2048
 
     @property
@@ -272,7 +272,7 @@ class EngineProfile:
 
 def _sglang_tier(gpu: GPUSpec) -> tuple[float, int, int, int]:
     """The SGLANG_MEMORY_TIERS row of ``gpu``."""
-    mem_gib = gpu.hbm_bytes / _GIB
+    mem_gib = gpu.tier_bytes / _GIB
     return next(t for t in SGLANG_MEMORY_TIERS if mem_gib < t[0])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Mapping
 
 import attrs
@@ -40,6 +41,15 @@ class GPUSpec:
     l2_bytes: int = 0
     tdp_W: float = 0.0
     sources: str = ""
+    launch_hbm_bytes: int = 0
+    """The memory the engines' launch defaults are chosen for (their memory tiers: vLLM's token budget and
+    batch cap, SGLang's chunk and CUDA-graph sizes); 0: ``hbm_bytes``. A capacity factor keeps the named
+    GPU's here, so a what-if on memory moves the KV pool and not the launch settings."""
+
+    @property
+    def tier_bytes(self) -> int:
+        """The memory the engines' launch defaults read (``launch_hbm_bytes``, else ``hbm_bytes``)."""
+        return self.launch_hbm_bytes or self.hbm_bytes
 
     def __attrs_post_init__(self) -> None:
         if "bf16" not in self.peak_flops:
@@ -75,14 +85,88 @@ def list_gpus() -> list[str]:
     return sorted(p.stem for p in GPU_DIR.glob("*.yaml"))
 
 
-@functools.cache
+def is_gpu_file(name: str) -> bool:
+    """Whether ``hardware.gpu`` names a GPU YAML file (a path) rather than a shipped spec."""
+    return name.endswith((".yaml", ".yml")) or "/" in name or "\\" in name
+
+
 def load_gpu(name: str) -> GPUSpec:
-    """Load a GPU spec by name; unknown names raise ValueError listing the valid ones."""
+    """Load a GPU spec by shipped name, or from a user's YAML file by path (the same fields and checks as a
+    shipped one); unknown names raise ValueError listing the valid ones."""
+    if is_gpu_file(name):
+        path = Path(name)
+        if not path.is_file():
+            raise ValueError(f"GPU spec file {name!r} does not exist (a GPU is a shipped name, one of "
+                             f"{', '.join(list_gpus())}, or the path of a GPU YAML file)")
+        return gpu_from_yaml(path)
+    return _load_shipped(name)
+
+
+@functools.cache
+def _load_shipped(name: str) -> GPUSpec:
     key = name.strip().lower().replace("-", "_")
     path = GPU_DIR / f"{key}.yaml"
     if not path.is_file():
         raise unknown_name("GPU", name, list_gpus())
     return gpu_from_yaml(path)
+
+
+SPEC_VALUES = ("peak_flops", "hbm_bytes", "hbm_bw_Bps", "scaleup_bw_Bps", "scaleup_domain_gpus", "host_bw_Bps",
+               "nic_bw_Bps")
+"""The fields of a GPU spec a config may set to a value of its own (hardware.<field>)."""
+SCALE_KNOBS: Mapping[str, str] = MappingProxyType({
+    "flops": "peak_flops", "flops_bf16": "peak_flops.bf16", "flops_fp8": "peak_flops.fp8",
+    "flops_fp4": "peak_flops.fp4", "hbm_bytes": "hbm_bytes", "hbm_bw": "hbm_bw_Bps",
+    "scaleup_bw": "scaleup_bw_Bps", "host_bw": "host_bw_Bps", "nic_bw": "nic_bw_Bps",
+})
+"""Factors a config may put on a GPU's spec (hardware.scale.<knob>) and the field each multiplies: ``flops``
+every compute format's peak, ``flops_<format>`` one format's (on top of ``flops``)."""
+
+
+def derive_gpu(base: GPUSpec, values: Mapping[str, Any] | None = None,
+               scale: Mapping[str, float] | None = None) -> GPUSpec:
+    """``base`` with some fields replaced (``values``: field -> value, ``peak_flops`` merged by format) and
+    then multiplied (``scale``: knob of :data:`SCALE_KNOBS` -> factor). The result keeps ``base``'s name and
+    architecture, so the engine rules and constants that go with them stay; its rates pass the same checks
+    as a shipped spec's. Errors name the field."""
+    values, scale = dict(values or {}), dict(scale or {})
+    for key in values:
+        if key not in SPEC_VALUES:
+            raise ValueError(f"{key} is not a GPU spec value; expected one of {', '.join(SPEC_VALUES)}")
+    for key, factor in scale.items():
+        if key not in SCALE_KNOBS:
+            raise ValueError(f"scale.{key} is not a GPU spec factor; expected one of {', '.join(SCALE_KNOBS)}")
+        if not is_rate(factor):
+            raise ValueError(f"scale.{key} must be a finite number > 0, got {factor!r}")
+    peak = dict(base.peak_flops)
+    peak.update({str(k): v for k, v in (values.pop("peak_flops", None) or {}).items()})
+    fields: dict[str, Any] = {**values, "peak_flops": peak}
+    for knob, factor in scale.items():
+        target = SCALE_KNOBS[knob]
+        if knob == "flops":
+            peak.update({d: r * factor for d, r in peak.items()})
+        elif target.startswith("peak_flops."):
+            dtype = target.partition(".")[2]
+            if dtype not in peak:
+                raise ValueError(f"scale.{knob} cannot apply: {base.name} has no {dtype} rate of its own (it runs {dtype} at the "
+                                 f"rate of a wider format); give one as peak_flops.{dtype} to scale it")
+            peak[dtype] *= factor
+        elif target == "hbm_bytes":
+            unscaled = fields.get(target, base.hbm_bytes)
+            fields[target] = int(round(unscaled * factor))
+            fields["launch_hbm_bytes"] = base.launch_hbm_bytes or unscaled
+        else:
+            fields[target] = fields.get(target, getattr(base, target)) * factor
+    if fields.get("peak_flops") == dict(base.peak_flops) and len(fields) == 1:
+        return base
+    return attrs.evolve(base, **fields)
+
+
+def spec_fields(gpu: GPUSpec) -> dict[str, Any]:
+    """The datasheet fields of a spec, as a config or a results file writes them."""
+    out: dict[str, Any] = {k: getattr(gpu, k) for k in SPEC_VALUES}
+    out["peak_flops"] = dict(gpu.peak_flops)
+    return out
 
 
 _RATES = ("hbm_bw_Bps", "scaleup_bw_Bps", "host_bw_Bps", "nic_bw_Bps")
@@ -120,7 +204,7 @@ def gpu_from_yaml(path: Path) -> GPUSpec:
     raw["peak_flops"] = {str(k): _rate(path, f"peak_flops.{k}", v) for k, v in peak.items()}
     for k in _RATES:
         raw[k] = _rate(path, k, raw[k])
-    for k in ("hbm_bytes", "scaleup_domain_gpus", "num_sms", "l2_bytes"):
+    for k in ("hbm_bytes", "scaleup_domain_gpus", "num_sms", "l2_bytes", "launch_hbm_bytes"):
         if k in raw and not is_integer(raw[k]):
             raise ValueError(f"{where(path, k)}: {k} must be an integer, got {raw[k]!r}")
     if "tdp_W" in raw and not is_number(raw["tdp_W"]):

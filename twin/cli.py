@@ -105,6 +105,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         for png in PLOT_NAMES:
             (out / png).unlink(missing_ok=True)
     print(format_summary(results.summary))
+    if "hardware_whatif" in results.ledger:
+        from twin.whatif import describe
+
+        print("\n".join(describe(results.ledger["hardware_whatif"])))
     print(f"results written to {out}/")
     return 0
 

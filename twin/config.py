@@ -116,11 +116,113 @@ def _known(kind: str, lister: str) -> Any:
 
 
 # ------------------------------------------------------------------------------------ plain sections
+def _gpu_name_or_file(inst: Any, attr: attrs.Attribute, value: str) -> None:  # type: ignore[type-arg]
+    """A shipped GPU's name, or the path of a GPU YAML file that loads with a shipped spec's checks."""
+    from hardware.gpu import is_gpu_file
+
+    if not is_gpu_file(value):
+        _known("gpu", "list_gpus")(inst, attr, value)
+        return
+    import hardware
+
+    try:
+        hardware.load_gpu(value)
+    except ValueError as exc:
+        raise ValueError(f"{attr.name} {value!r} cannot be loaded: {exc}") from None
+
+
+def _factor(inst: Any, attr: attrs.Attribute, value: float) -> None:  # type: ignore[type-arg]
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{attr.name} must be a finite factor > 0 (1 keeps the GPU's own value), got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class GpuScale:
+    """Factors on the GPU's datasheet values, for what-if studies at otherwise equal hardware (1: as shipped).
+    They multiply every GPU of the run, a disaggregated pool's own ``gpu`` too, after any value given under
+    ``hardware``. Calibrated efficiencies stay as fitted for the GPU's architecture, so a factor moves exactly
+    the ledger terms its resource bounds (hardware.gpu.SCALE_KNOBS)."""
+
+    flops: float = attrs.field(default=1.0, validator=_factor)
+    """Peak tensor-core FLOP/s of every compute format."""
+    flops_bf16: float = attrs.field(default=1.0, validator=_factor)
+    """Peak BF16 FLOP/s (on top of ``flops``)."""
+    flops_fp8: float = attrs.field(default=1.0, validator=_factor)
+    """Peak FP8 FLOP/s (on top of ``flops``); the GPU must have an FP8 rate of its own."""
+    flops_fp4: float = attrs.field(default=1.0, validator=_factor)
+    """Peak FP4 FLOP/s (on top of ``flops``); the GPU must have an FP4 rate of its own (Blackwell)."""
+    hbm_bytes: float = attrs.field(default=1.0, validator=_factor)
+    """HBM capacity: with weights and activations unchanged, it moves the KV pool (and the engine rules that
+    read the GPU's memory: SGLang's memory fraction, its chunk and batch defaults)."""
+    hbm_bw: float = attrs.field(default=1.0, validator=_factor)
+    """HBM bandwidth: the memory-bound side of every kernel (weights, KV reads, activations)."""
+    scaleup_bw: float = attrs.field(default=1.0, validator=_factor)
+    """NVLink (scale-up) bandwidth per GPU per direction: collectives inside the domain, KV transfer over it."""
+    host_bw: float = attrs.field(default=1.0, validator=_factor)
+    """Host link (PCIe / C2C) per direction: loads of KV demoted to host memory."""
+    nic_bw: float = attrs.field(default=1.0, validator=_factor)
+    """NIC bandwidth per GPU: KV transfer and collectives between nodes."""
+
+    def factors(self) -> dict[str, float]:
+        """The knobs that are not 1."""
+        return {f.name: getattr(self, f.name) for f in attrs.fields(GpuScale) if getattr(self, f.name) != 1.0}
+
+
+def _flops_map(inst: Any, attr: attrs.Attribute, value: dict[str, float] | None) -> None:  # type: ignore[type-arg]
+    for dtype, rate in (value or {}).items():
+        if not (rate > 0 and math.isfinite(rate)):
+            raise ValueError(f"{attr.name}.{dtype} must be a finite number > 0 (dense FLOP/s), got {rate!r}")
+
+
 @attrs.frozen(kw_only=True)
 class HardwareConfig:
-    gpu: str = attrs.field(default="h100_sxm", validator=_known("gpu", "list_gpus"))
+    """The GPU: a shipped spec by name (``h100_sxm``) or a GPU YAML file by path, any of its datasheet values
+    replaced, and factors on them (``scale``). The resolved config lists every value of the named GPU."""
+
+    gpu: str = attrs.field(default="h100_sxm", validator=_gpu_name_or_file)
+    """A shipped GPU (``python -c "import hardware; print(hardware.list_gpus())"``) or the path of a GPU
+    YAML file with the fields of hardware/data/gpus/*.yaml (relative: to the working directory, else to the
+    config file's folder)."""
+    peak_flops: dict[str, float] | None = attrs.field(default=None, validator=_flops_map)
+    """Dense tensor-core FLOP/s by compute format (bf16, fp8, fp4), merged into the named GPU's."""
+    hbm_bytes: int | None = attrs.field(default=None, validator=positive)
+    """HBM capacity in bytes."""
+    hbm_bw_Bps: float | None = attrs.field(default=None, validator=positive)
+    """HBM bandwidth, bytes/s."""
+    scaleup_bw_Bps: float | None = attrs.field(default=None, validator=positive)
+    """Scale-up (NVLink) bandwidth per GPU per direction, bytes/s."""
+    scaleup_domain_gpus: int | None = attrs.field(default=None, validator=positive)
+    """GPUs in one scale-up domain (8 in an HGX node, 72 in an NVL72 rack)."""
+    host_bw_Bps: float | None = attrs.field(default=None, validator=positive)
+    """Host link per direction, bytes/s."""
+    nic_bw_Bps: float | None = attrs.field(default=None, validator=positive)
+    """NIC bandwidth per GPU, bytes/s."""
+    scale: GpuScale = attrs.Factory(GpuScale)
     disabled_terms: tuple[str, ...] = ()
     """Cost-ledger terms switched off (ablation); names as in ``StepCost.terms``."""
+
+    def values(self) -> dict[str, Any]:
+        """The datasheet values this config gives itself (replacing the named GPU's)."""
+        from hardware.gpu import SPEC_VALUES
+
+        return {k: getattr(self, k) for k in SPEC_VALUES if getattr(self, k) is not None}
+
+    def spec(self, gpu: str | None = None) -> Any:
+        """The GPUSpec a worker runs on: ``gpu`` (a pool's own) or ``hardware.gpu``, with this section's values
+        (for ``hardware.gpu`` only) and factors (for every GPU) applied."""
+        import hardware
+        from hardware.gpu import derive_gpu
+
+        own = gpu is None or gpu == self.gpu
+        base = hardware.load_gpu(self.gpu if gpu is None else gpu)
+        return derive_gpu(base, self.values() if own else None, self.scale.factors())
+
+    def __attrs_post_init__(self) -> None:
+        # A factor the GPU cannot take (flops_fp4 on a GPU with no FP4 rate) fails here, naming it.
+        try:
+            self.spec()
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
 
 
 @attrs.frozen(kw_only=True)
@@ -527,6 +629,13 @@ def _deepcopy(data: Any) -> Any:
 
 
 def _resolve_paths(data: dict[str, Any], base_dir: Path) -> None:
+    hw = data.get("hardware")
+    if isinstance(hw, dict) and isinstance(hw.get("gpu"), str):
+        from hardware.gpu import is_gpu_file
+
+        path = Path(hw["gpu"])
+        if is_gpu_file(hw["gpu"]) and not path.is_absolute() and not path.exists() and (base_dir / path).exists():
+            hw["gpu"] = str(base_dir / path)
     workload = data.get("workload")
     if isinstance(workload, dict) and isinstance(workload.get("path"), str):
         path = Path(workload["path"])

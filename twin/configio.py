@@ -184,8 +184,8 @@ def _kinds(cls: type) -> list[str]:
 
 def _field_path(path: str, exc: Exception, fields: dict[str, Any]) -> str:
     """Validators raise ``ValueError("<field> ...")``: point the path at that field when it is one."""
-    first = str(exc).split(" ", 1)[0]
-    if first in fields:
+    first = str(exc).split(" ", 1)[0].rstrip(":")
+    if first.partition(".")[0] in fields:   # a field, or a key inside one (peak_flops.fp8)
         return f"{path}.{first}" if path else first
     return path
 

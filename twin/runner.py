@@ -19,6 +19,7 @@ from twin.request import Request, Status
 from twin.results import Results, request_table, summarize
 from twin.system import resolve
 from twin.tokens import KeyTable, SourceTable
+from twin.whatif import hardware_whatif
 from workloads.sessions import Session
 
 
@@ -176,6 +177,9 @@ class Simulation:
         for w in self.workers:
             ledger[f"worker{w.wid}"] = {"steps": w.ledger.steps, "busy_s": w.ledger.busy_ns / 1e9,
                                        "terms_s": dict(w.ledger.terms_s)}
+        whatif = hardware_whatif(cfg, self.workers)
+        if whatif is not None:
+            ledger["hardware_whatif"] = whatif
         token_times = None
         if cfg.metrics.record_token_times:
             token_times = {r.id: [t / 1e9 for t in (r.token_times_ns or [])] for r in self.driver.requests}

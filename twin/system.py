@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import attrs
 
 from hardware import CostModel, Deployment, DeploymentError, load_engine, load_gpu, load_model
+from hardware.gpu import derive_gpu, spec_fields
 from hardware.calibration import CURVE_MOE_KERNELS, calibration_for_engine
 from twin.config import SystemSpec, TwinConfig, positive
 from twin.errors import ConfigError
@@ -42,7 +43,7 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
                               f"prediction module, and {model.name} has none (num_nextn_predict_layers = 0)")
         parallel["spec_tokens"] = spec.num_speculative_tokens
     try:
-        dep = Deployment(gpu=load_gpu(gpu or config.hardware.gpu), model=model,
+        dep = Deployment(gpu=config.hardware.spec(gpu), model=model,
                          engine=load_engine(config.engine.name), tp=tp, moe_kernel=config.engine.moe_kernel,
                          moe_routing=config.model.moe_routing, sampling=config.engine.sampling,
                          **parallel, **dtypes)  # type: ignore[arg-type]
@@ -292,7 +293,7 @@ class Colocated(SystemSpec):
 def resolve(config: TwinConfig) -> TwinConfig:
     """The config with every engine default filled in for the chosen GPU (a new object; nothing mutated)."""
     engine = load_engine(config.engine.name)
-    gpu = load_gpu(config.hardware.gpu)
+    gpu = config.hardware.spec()
     s = config.scheduler
     scheduler = attrs.evolve(
         s,
@@ -312,4 +313,7 @@ def resolve(config: TwinConfig) -> TwinConfig:
         gpu_memory_utilization=kv.gpu_memory_utilization or (
             engine.gpu_memory_utilization if engine.memory_fraction_rule == "fixed" else None),
     )
-    return attrs.evolve(config, scheduler=scheduler, kv_cache=kv_cache)
+    # Every datasheet value of the named GPU is written out, so the config shows the spec the factors apply to.
+    named = derive_gpu(load_gpu(config.hardware.gpu), config.hardware.values())
+    hardware = attrs.evolve(config.hardware, **spec_fields(named))
+    return attrs.evolve(config, hardware=hardware, scheduler=scheduler, kv_cache=kv_cache)

@@ -18,7 +18,7 @@ from hardware.layers import FfnSpec
 
 
 def _clear() -> None:
-    gpu_mod.load_gpu.cache_clear()
+    gpu_mod._load_shipped.cache_clear()
     engine_mod.load_engine.cache_clear()
     model_mod._index.cache_clear()
     model_mod._load_canonical.cache_clear()

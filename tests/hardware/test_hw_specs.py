@@ -267,7 +267,7 @@ def test_import_is_light() -> None:
     import sys
     code = ("import sys, hardware, hardware.model as m, hardware.gpu as g; "
             "assert 'simpy' not in sys.modules and 'twin' not in sys.modules; "
-            "assert m._index.cache_info().currsize == 0 and g.load_gpu.cache_info().currsize == 0")
+            "assert m._index.cache_info().currsize == 0 and g._load_shipped.cache_info().currsize == 0")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
