@@ -153,6 +153,16 @@ class EngineProfile:
     def _big_gpu(self, gpu: GPUSpec) -> bool:
         return gpu.tier_bytes >= 70 * _GIB and gpu.arch != "ampere"
 
+    def default_block_size(self, gpu: GPUSpec, model_type: str = "") -> int:
+        """Tokens per KV page when the user sets none: the profile's ``block_size``, except where the engine's
+        attention backend forces its own. SGLang serves DeepseekV3ForCausalLM checkpoints on Blackwell (SM100)
+        with the trtllm_mla backend unless told otherwise (server_args._handle_model_specific_adjustments, 0.5.x),
+        and that backend takes pages of 32 or 64 tokens, setting 64 (server_args._handle_attention_backend_
+        compatibility): DeepSeek-V3 / R1 on B200, GB200, B300, GB300."""
+        if self.batch_rule == "sglang" and gpu.arch == "blackwell" and model_type == "deepseek_v3":
+            return 64
+        return self.block_size
+
     def default_max_num_batched_tokens(self, gpu: GPUSpec) -> int:
         """Per-step token budget the engine picks for this GPU when the user sets none."""
         if self.batch_rule == "vllm":

@@ -309,7 +309,7 @@ def resolve(config: TwinConfig) -> TwinConfig:
     kv = config.kv_cache
     kv_cache = attrs.evolve(
         kv,
-        block_size=kv.block_size or engine.block_size,
+        block_size=kv.block_size or engine.default_block_size(gpu, load_model(config.model.name).model_type),
         gpu_memory_utilization=kv.gpu_memory_utilization or (
             engine.gpu_memory_utilization if engine.memory_fraction_rule == "fixed" else None),
     )

@@ -1,0 +1,15 @@
+"""KV page sizes the engines pick by GPU and model when the launch sets none."""
+
+from hardware import load_engine, load_gpu, load_model
+
+
+def test_sglang_takes_64_token_pages_for_deepseek_v3_on_blackwell() -> None:
+    """SGLang's trtllm_mla default on SM100 for DeepseekV3ForCausalLM forces pages of 64 tokens; elsewhere
+    its radix cache pages one token, and vLLM's default stays 16."""
+    sglang, vllm = load_engine("sglang"), load_engine("vllm")
+    r1 = load_model("deepseek-ai/DeepSeek-R1").model_type
+    assert r1 == "deepseek_v3"
+    assert [sglang.default_block_size(load_gpu(g), r1) for g in ("b200_sxm", "gb200", "b300_sxm", "gb300")] == [64] * 4
+    assert sglang.default_block_size(load_gpu("h200_sxm"), r1) == 1
+    assert sglang.default_block_size(load_gpu("b300_sxm"), load_model("Qwen/Qwen3-32B").model_type) == 1
+    assert vllm.default_block_size(load_gpu("b300_sxm"), r1) == 16
