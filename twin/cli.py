@@ -64,6 +64,8 @@ def format_summary(summary: dict[str, Any]) -> str:
                  f"(goodput {_fmt_n(t['goodput_requests_per_s'], '.3f')} req/s)")
     lines.append(f"prefix-cache hit rate: {_fmt_n(summary['prefix_cache']['hit_rate'], '.3f')}; preemptions: "
                  f"{summary['preemptions']}")
+    for kind, entry in sorted(summary["fail_reasons"].items(), key=lambda kv: -kv[1]["count"]):
+        lines.append(f"failed: {entry['count']} x {entry['example']}" + (" (and similar)" if entry["count"] > 1 else ""))
     for key in ("kv_transfer",):
         if key in summary:  # (as summary.json holds it: an undefined statistic null, not NaN, no JSON)
             lines.append(f"{key}: {json.dumps(jsonable(summary[key]))}")
@@ -74,6 +76,7 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from twin.config import load_config
+    from twin.results import nothing_completed
     from twin.runner import build
 
     if args.list_examples:
@@ -105,11 +108,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         for png in PLOT_NAMES:
             (out / png).unlink(missing_ok=True)
     print(format_summary(results.summary))
+    failed = nothing_completed(results.summary)
     if "hardware_whatif" in results.ledger:
         from twin.whatif import describe
 
         print("\n".join(describe(results.ledger["hardware_whatif"])))
     print(f"results written to {out}/")
+    if failed:
+        print(f"twin: error: {failed}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -184,7 +184,7 @@ class DisaggSystem:
         where it sets them (else the config's)."""
         config = self.config
         blocks = kv_blocks(config, dep, pool.num_blocks, max_num_seqs=pool.max_num_seqs,
-                           max_num_batched_tokens=pool.max_num_batched_tokens)
+                           max_num_batched_tokens=pool.max_num_batched_tokens, where=where)
         seqs = worker_max_num_seqs(config, dep, blocks, pool.max_num_seqs, where)
         prices = StepPrices(cost_model(config, dep, max_num_seqs=seqs,
                                        max_num_batched_tokens=pool.max_num_batched_tokens))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -144,12 +145,35 @@ def summarize(table: np.ndarray, itl_counts: dict[int, int] | tuple[np.ndarray, 
     }
 
 
-def _count(values: np.ndarray) -> dict[str, int]:
-    out: dict[str, int] = {}
+_NUMBER = re.compile(r"\d[\d,_]*(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def fail_kind(reason: str) -> str:
+    """A failure reason with its request's numbers taken out (``needs N blocks but the pool has N``), so the
+    failures of one cause group together."""
+    return _NUMBER.sub("N", reason) if reason else "unknown"
+
+
+def _count(values: np.ndarray) -> dict[str, dict[str, Any]]:
+    """Failures by kind (:func:`fail_kind`): how many, and the first one's reason in full."""
+    out: dict[str, dict[str, Any]] = {}
     for v in values:
-        key = str(v).split(" but ")[0] if v else "unknown"
-        out[key] = out.get(key, 0) + 1
+        entry = out.setdefault(fail_kind(str(v)), {"count": 0, "example": str(v) or "unknown"})
+        entry["count"] += 1
     return out
+
+
+def nothing_completed(summary: dict[str, Any]) -> str | None:
+    """Why a run that completed no request failed (its most common failure, with an example), or None."""
+    r = summary["requests"]
+    if r["completed"] or not r["submitted"]:
+        return None
+    reasons = sorted(summary["fail_reasons"].items(), key=lambda kv: -kv[1]["count"])
+    if not reasons:
+        return f"no request completed ({r['submitted']} submitted)"
+    kind, top = reasons[0]
+    return f"no request completed: {top['count']} of {r['submitted']} failed with {top['example']!r}" + (
+        f" ({len(reasons) - 1} other kind{'s' if len(reasons) > 2 else ''} of failure)" if len(reasons) > 1 else "")
 
 
 class Results:

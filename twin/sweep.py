@@ -94,7 +94,9 @@ def run_point(base: str | dict[str, Any] | None, overrides: list[str], point: di
         return {**point, **{name: None for name, _ in METRICS}, "error": str(exc)}
     if out is not None:
         res.write(out)
-    return {**point, **{name: get(res.summary) for name, get in METRICS}, "error": ""}
+    from twin.results import nothing_completed
+
+    return {**point, **{name: get(res.summary) for name, get in METRICS}, "error": nothing_completed(res.summary) or ""}
 
 
 def _yaml(value: Any) -> str:

@@ -70,19 +70,35 @@ def _deployment_field(field: str, where: str) -> str:
 
 
 def kv_blocks(config: TwinConfig, dep: Deployment, override: int | None = None, *,
-              max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None) -> int:
-    """Blocks per worker: an override, or derived from memory (never typed in by hand).
+              max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
+              where: str = "system") -> int:
+    """Blocks per worker: an override (a pool's own, ``where``.num_blocks, else ``kv_cache.num_blocks``),
+    which must fit beside the weights, or derived from memory.
 
     The memory left for KV depends on the worker's own step limits (its activation peak, SGLang's chunk
     size): a pool's ``max_num_batched_tokens`` / ``max_num_seqs`` where given, else the config's (a prefill
     pool with a larger token budget used to be sized as if it had the config's)."""
-    if override is not None:
-        return override
-    if config.kv_cache.num_blocks is not None:
-        return config.kv_cache.num_blocks
     assert config.kv_cache.block_size is not None
     tokens = max_num_batched_tokens or config.scheduler.max_num_batched_tokens
     seqs = max_num_seqs or config.scheduler.max_num_seqs
+    given, field = (override, f"{where}.num_blocks") if override is not None else \
+        (config.kv_cache.num_blocks, "kv_cache.num_blocks")
+    if given is not None:
+        # The engines take a block count override as given (vLLM's num_gpu_blocks_override) and fail when
+        # allocating it; a count past what the GPU holds beside the weights is a result of a deployment that
+        # cannot exist.
+        try:
+            room = dep.kv_capacity_blocks(config.kv_cache.block_size, 1.0, max_num_batched_tokens=tokens,
+                                          max_num_seqs=seqs)
+        except ValueError as exc:
+            raise ConfigError(field, f"{given:,} blocks set, but {exc}") from None
+        if given > room:
+            per = dep.bytes_per_block(config.kv_cache.block_size)
+            raise ConfigError(field, f"{given:,} blocks of {per / 2**20:.3g} MiB ({given * per / 2**30:,.1f} GiB) do "
+                                     f"not fit on {dep.gpu.name} beside {dep.model.name}'s weights "
+                                     f"({dep.weight_bytes_per_gpu / 2**30:,.1f} GiB per GPU): at most {room:,} "
+                                     f"blocks with all of its {dep.gpu.hbm_bytes / 2**30:,.1f} GiB")
+        return given
     fraction = config.kv_cache.gpu_memory_utilization
     try:
         if fraction is None:   # the engine derives it per deployment (SGLang's mem_fraction_static heuristic)

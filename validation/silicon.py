@@ -1142,7 +1142,8 @@ def simulate_row(row: dict[str, str], overrides: Mapping[str, Any] = MappingProx
         return {**out, "skipped": f"not representable: {exc}"}
     s = res.summary
     if s["requests"]["failed"]:
-        return {**out, "skipped": f"{s['requests']['failed']} requests failed: {s['fail_reasons']}"}
+        kinds = "; ".join(f"{e['count']} x {e['example']}" for e in s["fail_reasons"].values())
+        return {**out, "skipped": f"{s['requests']['failed']} requests failed: {kinds}"}
     ttft_s, tpot_s, _ = measured_means(res.requests)
     return _row_result(row, out, ttft_s * 1e3, tpot_s * 1e3, s["sim"]["wall_s"])
 
