@@ -270,6 +270,11 @@ def _quant_dtypes(cfg: dict[str, Any], quant: dict[str, Any] | None) -> tuple[st
         algo = str(qc.get("quant_algo", "")).upper()
         weight = "fp4" if "FP4" in algo else "fp8" if "FP8" in algo else weight
         kv = "fp8" if "FP8" in str(qc.get("kv_cache_quant_algo", "")).upper() else kv
+        # ModelOpt 0.41 writes the KV format as a compressed-tensors style kv_cache_scheme instead
+        # (nvidia/Kimi-K2.5-NVFP4: {"num_bits": 8, "type": "float"}, an FP8 KV cache).
+        scheme = qc.get("kv_cache_scheme") or {}
+        if isinstance(scheme, dict) and scheme.get("num_bits") == 8 and scheme.get("type") == "float":
+            kv = "fp8"
     elif method == "compressed-tensors":
         text = json.dumps(qc).lower()
         weight = "fp4" if "fp4" in text else "int4" if '"num_bits": 4' in text else (

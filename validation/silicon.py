@@ -291,7 +291,10 @@ def _side_layout(par: Parallel, side: dict[str, Any], prefix: str, notes: list[s
     return fixed
 
 
-_MTP_RECIPE = re.compile(r"_mtp(\d+)\.yaml$")
+_MTP_RECIPE = re.compile(r"_mtp(\d+)(?:_\d+)?\.yaml$")
+"""Draft tokens in an srt-slurm TRT-LLM recipe name: ``..._mtp3.yaml`` (Hopper, GB300), or ``..._mtp3_40.yaml``
+with the benchmark concurrency after it (B300: recipes/trtllm/b300-fp8/8k1k/mtp/ctx1_gen2_tp8_batch16_eplb0_mtp3_40.yaml,
+InferenceX 04b564b39:.github/configs/nvidia-master.yaml:1009)."""
 SGLANG_H100_MTP_STEPS = 2
 """Draft tokens of InferenceMAX's SGLang DeepSeek-R1 H100 MTP recipes (srt-slurm branch sa-submission-q1-2026,
 recipes/h100/*/mtp/h100-fp8-1p*-mtp.yaml). Those files are not in reach here; every H100 MTP recipe of the
@@ -314,6 +317,21 @@ def _entry_spec_tokens(entry: dict[str, Any], key: str) -> int:
                "the number of draft tokens is not known")
 
 
+def _matching_entries(entries: list[dict[str, Any]], sides: dict[str, Parallel], isl: int, osl: int, conc: int,
+                      *, exact: bool) -> list[dict[str, Any]]:
+    """Config entries a disaggregated row matches: ISL / OSL, client concurrency, each pool's GPUs and EP.
+
+    ``exact=False`` leaves out the decode pool's EP: the Blackwell exports (2026_03_25 / 2026_04_06 GB300 and
+    B300 rows) repeat the prefill pool's EP (the id's ``epX``) as ``decode_moe_ep_size``, e.g. GB300 SGLang
+    NVFP4 1k/1k c4096 lists decode tp 48 / ep 4 for dsr1-fp4-gb300-dynamo-sglang's max_tpt entry (decode tp
+    48, ep 48, dp-attn; InferenceX 3282fdeba:.github/configs/nvidia-master.yaml). Only tried where the exact
+    match finds nothing and the two columns agree, and not on Hopper rows (5 H200 SGLang 8k/1k rows would match
+    it too; their mapping is kept as it was until it is reviewed)."""
+    return [e for e in entries if (e["isl"], e["osl"]) == (isl, osl) and conc in (e["row_concurrency"] or [])
+            and e["prefill"]["tp"] == sides["prefill"].gpus and e["prefill"]["ep"] == sides["prefill"].ep
+            and e["decode"]["tp"] == sides["decode"].gpus and (not exact or e["decode"]["ep"] == sides["decode"].ep)]
+
+
 def _inferencemax_disagg(row: dict[str, str], sides: dict[str, Parallel], isl: int, osl: int, conc: int,
                          notes: list[str]) -> tuple[dict[str, Parallel], int, int, int]:
     """Worker counts and layout of an InferenceMAX disaggregated row, from the nvidia-master.yaml version in
@@ -332,9 +350,12 @@ def _inferencemax_disagg(row: dict[str, str], sides: dict[str, Parallel], isl: i
     where = f"{key} has no version before {at:%Y-%m-%d %H:%M}Z"
     if versions:
         version = versions[-1]
-        found = [e for e in version["entries"] if (e["isl"], e["osl"]) == (isl, osl)
-                 and conc in (e["row_concurrency"] or [])
-                 and all(e[s]["tp"] == sides[s].gpus and e[s]["ep"] == sides[s].ep for s in ("prefill", "decode"))]
+        found = _matching_entries(version["entries"], sides, isl, osl, conc, exact=True)
+        if not found and sides["decode"].ep == sides["prefill"].ep and row["system"].strip() not in HOPPER:
+            found = _matching_entries(version["entries"], sides, isl, osl, conc, exact=False)
+            if found:
+                notes.append(f"decode_moe_ep_size {sides['decode'].ep} repeats the prefill's: decode matched by "
+                             "its GPUs alone")
         where = f"{key} @ {version['commit'][:9]}"
     if not found:
         notes.append(f"no InferenceMAX config matched ({where}, {isl}/{osl}, concurrency {conc}): "

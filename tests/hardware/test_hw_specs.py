@@ -278,3 +278,26 @@ def test_precision_labels_map_to_checkpoint_formats() -> None:
     assert load_model("Qwen/Qwen3-32B").weight_dtype_for("") == "bf16"
     with pytest.raises(ValueError, match="unknown precision 'fp3'"):
         load_model("Qwen/Qwen3-32B").weight_dtype_for("fp3")
+
+
+def test_nvidia_deepseek_nvfp4_checkpoints_load_as_nvfp4_with_fp8_kv() -> None:
+    """nvidia/DeepSeek-R1-NVFP4 (and the -0528-NVFP4-v2 name InferenceMAX runs) is DeepSeek-R1 with NVFP4
+    weights and an FP8 KV cache, as nvidia/DeepSeek-V3.1-NVFP4's hf_quant_config.json says."""
+    import hardware
+
+    base = hardware.load_model("deepseek-ai/DeepSeek-R1")
+    for name in ("nvidia/DeepSeek-R1-NVFP4", "nvidia/DeepSeek-R1-0528-NVFP4-v2", "nvidia/DeepSeek-R1-FP4"):
+        m = hardware.load_model(name)
+        assert m.name == "nvidia/DeepSeek-R1-NVFP4"
+        assert (m.default_weight_dtype, m.default_kv_dtype) == ("fp4", "fp8")
+        assert m.layers == base.layers and m.mtp_layers == 1
+    v3 = hardware.load_model("nvidia/DeepSeek-V3-0324-FP4")
+    assert (v3.name, v3.default_weight_dtype, v3.default_kv_dtype) == ("nvidia/DeepSeek-V3-NVFP4", "fp4", "fp8")
+
+
+def test_modelopt_kv_cache_scheme_of_8_bit_floats_is_an_fp8_kv_cache() -> None:
+    """nvidia/Kimi-K2.5-NVFP4's config.json gives its KV format as kv_cache_scheme {num_bits 8, type float}."""
+    import hardware
+
+    m = hardware.load_model("nvidia/Kimi-K2.5-NVFP4")
+    assert (m.default_weight_dtype, m.default_kv_dtype) == ("fp4", "fp8")

@@ -1013,3 +1013,78 @@ def test_mtp_acceptance_reproduces_its_published_sources() -> None:
     reach = [math.prod(chain[:i + 1]) for i in range(7)]   # the chance each draft is reached and accepted
     assert abs(1 + sum(reach) - 3.20) < 0.01
 
+
+
+def gb300_sglang_row(conc: int, decode_tp: str, ep: str, precision: str = "fp4") -> dict[str, str]:
+    """An InferenceMAX GB300 SGLang multinode row as the 2026_03_25 export spells it: the decode pool's EP
+    column repeats the prefill's (the id's ``epX``), no dp, no worker counts."""
+    side = {"prefill_tp_size": "4", "prefill_pp_size": "1", "prefill_attention_dp_size": "1",
+            "prefill_moe_tp_size": "1", "prefill_moe_ep_size": ep, "decode_tp_size": decode_tp,
+            "decode_pp_size": "1", "decode_attention_dp_size": "1", "decode_moe_tp_size": "1",
+            "decode_moe_ep_size": ep}
+    return row(id=f"x_deepseek_r1_gb300_sglang_{precision}_disagg_1024x1024_c{conc}_tp4_0_ep{ep}_0_1", mode="disagg",
+               backend="sglang", model_path="deepseek-ai/DeepSeek-R1", system="gb300", precision=precision,
+               gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", isl="1024", osl="1024", batch_size="", tp_size="",
+               pp_size="", silicon_data_source=f"source_file=2026-03-25.csv; silicon_concurrency={conc}; "
+                                               "measured=2026-02-12T00:44:37Z; image=lmsysorg/sglang:v0.5.8.post1",
+               **side)
+
+
+GB300_SGLANG = {"dsr1-fp4-gb300-dynamo-sglang": [
+    {"commit": "c" * 40, "committed": "2026-02-11T16:44:34-08:00", "image": "x", "entries": [
+        {"isl": 1024, "osl": 1024, "spec_decoding": "none", "conc_list": [4, 8, 32], "row_concurrency": [4, 8, 32],
+         "prefill": _side(1, 4, 1, False), "decode": _side(2, 4, 1, False), "source": "ccccccccc:f.yaml:10"},
+        {"isl": 1024, "osl": 1024, "spec_decoding": "none", "conc_list": [512, 4096],
+         "row_concurrency": [512, 4096], "prefill": _side(4, 4, 4, True), "decode": _side(1, 32, 32, True),
+         "source": "ccccccccc:f.yaml:20"},
+        {"isl": 1024, "osl": 1024, "spec_decoding": "none", "conc_list": [512, 4096],
+         "row_concurrency": [512, 4096], "prefill": _side(4, 4, 4, True), "decode": _side(1, 48, 48, True),
+         "source": "ccccccccc:f.yaml:30"}]}]}
+
+
+def test_gb300_sglang_dp_attention_decode_of_48_gpus_is_48_attention_dp_ranks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decode tp 48 (not a divisor of DeepSeek's 128 heads) ran with --enable-dp-attention --dp 48: SGLang's
+    attention TP is tp / dp = 1 (dp_attention.compute_dp_attention_world_info), so 48 attention-DP ranks of
+    one GPU each under EP 48. The row's decode EP 4 is the prefill's, repeated by the export."""
+    monkeypatch.setattr(validate_module, "_disagg_configs", lambda: GB300_SGLANG)
+    cfg = row_config(gb300_sglang_row(4096, "48", "4"))
+    assert cfg["system"]["prefill"] == {"workers": 4, "tp": 1, "ep": 4, "attention_dp": 4}
+    assert cfg["system"]["decode"] == {"workers": 1, "tp": 1, "ep": 48, "attention_dp": 48}
+    assert cfg["system"]["gpus_per_node"] == 48
+    notes = row_spec(gb300_sglang_row(4096, "48", "4")).notes
+    assert notes[0] == "decode_moe_ep_size 4 repeats the prefill's: decode matched by its GPUs alone"
+    assert notes[-1] == "workers 4 prefill + 1 decode from ccccccccc:f.yaml:30"
+    # tp 32 picks the other entry; an exact match needs no fallback (low latency: decode ep 1 = the row's)
+    assert row_config(gb300_sglang_row(512, "32", "4"))["system"]["decode"]["attention_dp"] == 32
+    low = row_spec(gb300_sglang_row(8, "4", "1"))
+    assert (low.prefill_workers, low.decode_workers) == (1, 2) and not any("repeats" in n for n in low.notes)
+    # a decode EP that is neither the config's nor the prefill's matches nothing
+    odd = gb300_sglang_row(4096, "48", "4")
+    odd["decode_moe_ep_size"] = "8"
+    assert row_spec(odd).notes[-1].startswith("no InferenceMAX config matched")
+
+
+def test_shipped_disagg_configs_cover_the_blackwell_keys() -> None:
+    """inferencemax_disagg.json has the B300 / GB300 keys: GB300 SGLang NVFP4 1k/1k c4096 on decode tp 48 is
+    3282fdeba's max_tpt entry (4 prefill workers of 4 GPUs with dp-attn, 1 decode worker of 48)."""
+    cfg = row_config(gb300_sglang_row(4096, "48", "4"))
+    assert cfg["system"]["decode"] == {"workers": 1, "tp": 1, "ep": 48, "attention_dp": 48}
+    assert row_spec(gb300_sglang_row(4096, "48", "4")).notes[-1].startswith(
+        "workers 4 prefill + 1 decode from 3282fdeba:.github/configs/nvidia-master.yaml:")
+    configs = validate_module._disagg_configs()
+    for key in ("dsr1-fp4-b300-dynamo-trt", "dsr1-fp8-b300-dynamo-trt", "dsr1-fp4-gb300-dynamo-trt",
+                "dsr1-fp8-gb300-dynamo-trt", "dsr1-fp4-gb300-dynamo-sglang", "dsr1-fp8-gb300-dynamo-sglang"):
+        assert configs[key], key
+
+
+def test_b300_trtllm_recipe_names_with_the_concurrency_after_the_drafts_give_the_drafts() -> None:
+    """B300 recipes name the concurrency after the draft count (..._mtp3_40.yaml): 3 drafts."""
+    entry: dict = {"source": "x", "prefill": {"additional_settings": [
+        "CONFIG_FILE=recipes/trtllm/b300-fp8/8k1k/mtp/ctx1_gen2_tp8_batch16_eplb0_mtp3_40.yaml"]}}
+    assert validate_module._entry_spec_tokens(entry, "dsr1-fp8-b300-dynamo-trt") == 3
+    entry["prefill"]["additional_settings"] = ["CONFIG_FILE=recipes/trtllm/h200/1k1k/mtp/c512_ctx1_gen8_dep8_mtp2.yaml"]
+    assert validate_module._entry_spec_tokens(entry, "dsr1-fp8-h200-dynamo-trt") == 2
+    entry["prefill"]["additional_settings"] = ["CONFIG_FILE=recipes/trtllm/gb300-fp4/1k1k/mtp/ctx1_gen1_mtp.yaml"]
+    with pytest.raises(Skip, match="the number of draft tokens is not known"):
+        validate_module._entry_spec_tokens(entry, "dsr1-fp4-gb300-dynamo-trt")

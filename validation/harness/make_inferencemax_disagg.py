@@ -21,8 +21,14 @@ import yaml
 
 PATH = ".github/configs/nvidia-master.yaml"
 KEYS = ("dsr1-fp8-h200-dynamo-trt", "dsr1-fp8-h100-dynamo-trt",
-        "dsr1-fp8-h100-dynamo-sglang", "dsr1-fp8-h200-dynamo-sglang")
+        "dsr1-fp8-h100-dynamo-sglang", "dsr1-fp8-h200-dynamo-sglang",
+        # Blackwell Ultra (silicon_blackwell_dev.csv): B300 / GB300 TRT-LLM and GB300 SGLang, FP8 and NVFP4
+        "dsr1-fp4-b300-dynamo-trt", "dsr1-fp8-b300-dynamo-trt", "dsr1-fp4-gb300-dynamo-trt",
+        "dsr1-fp8-gb300-dynamo-trt", "dsr1-fp4-gb300-dynamo-sglang", "dsr1-fp8-gb300-dynamo-sglang")
 SINCE, UNTIL = "2026-02-01T00:00:00Z", "2026-03-24T00:00:00Z"   # the rows were measured 2026-02-07 .. 03-23
+# Keys whose rows were measured before SINCE: B300 TRT-LLM NVFP4 rows from 2026-01-28 (the key first appears
+# in dea7f48f7, 2026-01-27).
+KEY_SINCE = {"dsr1-fp4-b300-dynamo-trt": "2026-01-27T00:00:00Z"}
 OUT = Path(__file__).with_name("inferencemax_disagg.json")
 # srt-slurm TRT-LLM recipe names c{C}_ctx{P}_gen{D}_...: the recipe's benchmark.concurrencies is C x D, the
 # client's total concurrency (recipes/trtllm/h200/1k1k/stp/c16_ctx1_gen9_tep8_batch256_eplb0_mtp0.yaml at
@@ -84,8 +90,9 @@ def entries(text: str, commit: str, key: str) -> list[dict[str, Any]] | None:
 
 
 def versions(repo: str, key: str) -> list[dict[str, Any]]:
-    log = git(repo, "log", "--reverse", "--format=%H %cI", f"--since={SINCE}", f"--until={UNTIL}", "--", PATH)
-    first = git(repo, "log", "-1", "--format=%H %cI", f"--before={SINCE}", "--", PATH).split()
+    since = KEY_SINCE.get(key, SINCE)
+    log = git(repo, "log", "--reverse", "--format=%H %cI", f"--since={since}", f"--until={UNTIL}", "--", PATH)
+    first = git(repo, "log", "-1", "--format=%H %cI", f"--before={since}", "--", PATH).split()
     out: list[dict[str, Any]] = []
     # the latest kept version's entries without their line numbers (a move alone is no new version)
     last: list[dict[str, Any]] | None = None
@@ -114,7 +121,7 @@ def _dump(data: dict[str, Any]) -> str:
 def main(repo: str) -> None:
     head = git(repo, "rev-parse", "HEAD").strip()
     data: dict[str, Any] = {"source": {"repository": "SemiAnalysisAI/InferenceX", "license": "Apache-2.0", "path": PATH,
-                       "mirror_head": head, "window": [SINCE, UNTIL],
+                       "mirror_head": head, "window": [SINCE, UNTIL], "key_since": KEY_SINCE,
                        "generator": "validation/harness/make_inferencemax_disagg.py"},
             "configs": {key: versions(repo, key) for key in KEYS}}
     OUT.write_text(_dump(data) + "\n")
