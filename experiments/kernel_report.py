@@ -21,7 +21,10 @@ switching the GPU spec moves the kernels as the measurements do; it is split by 
 collector or engine version in the opdb layout, .csv / .csv.gz / .parquet; Parquet needs pyarrow) with the
 shipped constants of engine E on GPU spec G, and prints the same figures; ``--check FOLDER`` does so for every
 table of a folder named as the opdb tables are (``<gpu>__<table>__<engine>-<version>``), each against its own
-engine on its own GPU.
+engine on its own GPU. The constants are the set of G's architecture (hardware.calibration.calibration_for:
+B300 tables against the Blackwell sets, in sample); ``--arch hopper`` prices with the Hopper sets instead (how
+far the GPU spec alone carries them). A MoE format a table times under power-law routing only is checked on
+its power_law_1.01 rows (calibrate.MOE_ROUTING), reported as ``moe[<format>, power_law_1.01]``.
 """
 
 from __future__ import annotations
@@ -35,10 +38,10 @@ from typing import Callable, Iterable
 import numpy as np
 
 from hardware import kernels, load_calibration, load_gpu
-from hardware.calibrate import (ENGINES, GEMM_DTYPES, GPUS, KV_BYTES, MOE_DTYPES, SSM_TABLES,
-                                gdn_rows, gqa_ratio_fitted, moe_kernel_family, possible, read_table,
-                                read_table_file)
-from hardware.calibration import CURVE_MOE_KERNELS, Calibration, moe_curve_key
+from hardware.calibrate import (ENGINES, GEMM_DTYPES, GPUS, KV_BYTES, MOE_DTYPES, MOE_ROUTING, SSM_TABLES,
+                                TABLE_SETS, gdn_rows, gqa_ratio_fitted, moe_format_rows, moe_kernel_family,
+                                possible, read_table, read_table_file)
+from hardware.calibration import CURVE_MOE_KERNELS, Calibration, calibration_for, moe_curve_key
 from hardware.dtypes import COMPUTE_DTYPE, DTYPE_BYTES
 
 MAX_ROWS = 20000
@@ -126,7 +129,7 @@ def predict_moe(cal: Calibration, gpu: str, r: Row) -> float:
                          num_experts=int(r["num_experts"]), ep=int(r["moe_ep_size"]),
                          mats=2 if "nongated" in r.get("kernel_source", "") else 3,
                          w_bytes_per_elem=DTYPE_BYTES[dtype], peak_flops=g.flops_for(COMPUTE_DTYPE[dtype]),
-                         bw_Bps=g.hbm_bw_Bps, routing="balanced")
+                         bw_Bps=g.hbm_bw_Bps, routing=MOE_ROUTING[r["distribution"]])
 
 
 def _split_moe_format(cal: Calibration, moe_dtype: str) -> bool:
@@ -159,6 +162,8 @@ def row_format(table: str, r: Row) -> str:
     """The weight or KV-cache format a row is also reported under ('' where its table has none split)."""
     if table == "generation_attention_perf":
         return "kv " + r["kv_cache_dtype"]
+    if table == "moe_perf" and r["distribution"] != "balanced":
+        return f"{r['moe_dtype']}, {r['distribution']}"
     return r.get("gemm_dtype") or r.get("moe_dtype") or ""
 
 
@@ -182,6 +187,12 @@ def _add_row(errs: dict[str, list[float]], cal: Calibration, gpu: str, name: str
     if table == "moe_perf" and _split_moe_format(cal, r["moe_dtype"]):
         family = moe_kernel_family(r.get("kernel_source", ""))
         errs.setdefault(f"{name}[{fmt}:{family}]", []).append(e)
+
+
+def check_calibration(engine: str, gpu: str, arch: str | None = None) -> Calibration:
+    """The constants a --check prices ``engine``'s table on ``gpu`` with: the set of the GPU's architecture,
+    or of ``arch`` (e.g. "hopper", for the Hopper sets on a Blackwell table)."""
+    return calibration_for(engine, arch or load_gpu(gpu).arch)
 
 
 def _summaries(engine: str, errs: dict[str, list[float]]) -> list[dict[str, object]]:
@@ -219,11 +230,13 @@ OP_TABLES = {"all_reduce": "custom_allreduce_perf", "mla_context": "context_mla_
 """opdb op_name -> table, where the table is not ``<op_name>_perf``."""
 
 
-def check_table(path: Path, engine: str, gpu: str) -> list[dict[str, object]]:
+def check_table(path: Path, engine: str, gpu: str, arch: str | None = None) -> list[dict[str, object]]:
     """The shipped constants of ``engine`` against a kernel table they were not fitted on (one measured on
     ``gpu``, in the opdb layout: another collector version, a GPU of one's own): the report's figures for
     each of its tables. Rows the report would not use are left out, as there (e.g. windowed attention), and a
-    table of more than MAX_ROWS rows is sampled as there."""
+    table of more than MAX_ROWS rows is sampled as there; a MoE format with no balanced rows is checked on its
+    power-law rows (calibrate.moe_format_rows). ``arch``: price with that architecture's sets
+    (:func:`check_calibration`)."""
     load_gpu(gpu)
     rows = read_table_file(path)
     if not rows:
@@ -233,6 +246,7 @@ def check_table(path: Path, engine: str, gpu: str) -> list[dict[str, object]]:
         raise ValueError(f"{path}: missing column(s) {sorted(missing)}; expected the opdb table layout")
     by_table = {table: (name, keep, predict) for name, table, keep, predict in TABLES}
     kept: dict[str, list[Row]] = {}
+    power_law: list[Row] = []
     for i, r in enumerate(rows, start=2):
         table = OP_TABLES.get(r["op_name"], f"{r['op_name']}_perf")
         if table not in by_table or table == "gdn_perf":
@@ -243,7 +257,12 @@ def check_table(path: Path, engine: str, gpu: str) -> list[dict[str, object]]:
         r["_line"] = str(i)
         if _named(path, r, lambda: by_table[table][1](r)):
             kept.setdefault(table, []).append(r)
-    cal = load_calibration(engine)
+        elif table == "moe_perf" and r.get("moe_dtype") in MOE_DTYPES and r.get("distribution") in MOE_ROUTING:
+            power_law.append(r)
+    balanced = {r["moe_dtype"] for r in kept.get("moe_perf", [])}
+    for fmt in dict.fromkeys(r["moe_dtype"] for r in power_law if r["moe_dtype"] not in balanced):
+        kept.setdefault("moe_perf", []).extend(moe_format_rows(power_law, fmt)[0])
+    cal = check_calibration(engine, gpu, arch)
     errs: dict[str, list[float]] = {}
     for table, of_table in kept.items():
         name, _, predict = by_table[table]
@@ -357,9 +376,12 @@ def main(argv: list[str] | None = None) -> int:
                          "layout (.csv, .csv.gz, .parquet) measured on --gpu, or against every table of a "
                          "folder named <gpu>__<table>__<engine>-<version>.<ext> (engine and GPU from the name)")
     ap.add_argument("--gpu", default=None, help="the GPU spec the --check table was measured on")
+    ap.add_argument("--arch", default=None, choices=list(TABLE_SETS),
+                    help="with --check: price with this architecture's constant sets (default: those of the "
+                         "table's GPU; hopper on a Blackwell table: the Hopper sets moved by the GPU spec alone)")
     args = ap.parse_args(argv)
     if args.check is not None:
-        return _check_main(args.check, args.engines, args.gpu, args.out)
+        return _check_main(args.check, args.engines, args.gpu, args.out, args.arch)
     if not args.data.is_dir():
         print(f"error: --data {args.data} is not a folder", file=sys.stderr)
         return 2
@@ -404,7 +426,8 @@ def table_name_parts(name: str) -> tuple[str, str, str, str] | None:
     return None
 
 
-def check_folder(folder: Path, engines: Iterable[str]) -> tuple[list[dict[str, object]], list[str]]:
+def check_folder(folder: Path, engines: Iterable[str],
+                 arch: str | None = None) -> tuple[list[dict[str, object]], list[str]]:
     """:func:`check_table` for every table in ``folder`` named as the opdb tables are, each against its own
     engine's constants (those of ``engines`` only) on the GPU its name gives: the figures, each row with its
     file and version, and a line for every file left out and why."""
@@ -422,7 +445,7 @@ def check_folder(folder: Path, engines: Iterable[str]) -> tuple[list[dict[str, o
             continue
         if engine not in wanted:
             continue
-        checked = check_table(path, engine, gpu)
+        checked = check_table(path, engine, gpu, arch)
         if not checked:
             notes.append(f"{path.name}: left out, no row the report prices (it keeps balanced-routing MoE rows, "
                          "full attention at GQA ratios 2-16 and the formats it has curves for)")
@@ -430,13 +453,13 @@ def check_folder(folder: Path, engines: Iterable[str]) -> tuple[list[dict[str, o
     return rows, notes
 
 
-def _check_main(path: Path, engines: list[str], gpu: str | None, out: Path | None) -> int:
+def _check_main(path: Path, engines: list[str], gpu: str | None, out: Path | None, arch: str | None = None) -> int:
     if path.is_dir() and gpu is not None:
         print("error: --gpu is for one table; a folder's file names give each table's GPU", file=sys.stderr)
         return 2
     try:
         if path.is_dir():
-            rows, notes = check_folder(path, engines)
+            rows, notes = check_folder(path, engines, arch)
             for note in notes:
                 print(note)
             for name in dict.fromkeys(str(r["file"]) for r in rows):
@@ -447,8 +470,8 @@ def _check_main(path: Path, engines: list[str], gpu: str | None, out: Path | Non
                 print("error: --check TABLE needs --gpu and exactly one of --engines (a folder of tables named "
                       "<gpu>__<table>__<engine>-<version> needs neither)", file=sys.stderr)
                 return 2
-            rows = check_table(path, engines[0], gpu)
-            print(f"{path} ({gpu}) against the shipped {engines[0]} constants")
+            rows = check_table(path, engines[0], gpu, arch)
+            print(f"{path} ({gpu}) against the shipped {check_calibration(engines[0], gpu, arch).name} constants")
             _print_rows(rows)
     except (OSError, ValueError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -1,13 +1,16 @@
 """Fit the throughput family's efficiency curves and floors on measured kernel tables (aiconfigurator opdb).
 
-    python -m hardware.calibrate --data /work/shared/data/measured/opdb --out hardware/data/calibration
+    python -m hardware.calibrate --data ../shared/data/measured/opdb --out hardware/data/calibration
+    python -m hardware.calibrate --arch blackwell --data ../shared/data/measured/opdb-blackwell \
+        --out hardware/data/calibration/blackwell
 
-For each engine's kernels (vLLM 0.24.0, SGLang 0.5.9, TRT-LLM 1.2.0rc5) one constant set is fitted jointly on
-H100 SXM and H200 SXM, with every row's FLOPs and bytes divided by that GPU's *spec* peak and bandwidth, so
-the constants carry over to GPUs that were not measured (only the GPU spec changes). Least squares on
-log(predicted / measured). Nothing here looks at end-to-end serving rows. The script writes
-<out>/<engine>.yaml with a provenance comment per block; tables the script does not fit (SSM, elementwise,
-all-to-all) keep the starting values of default.yaml.
+One constant set per engine and GPU architecture (TABLE_SETS). Hopper: each engine's kernels (vLLM 0.24.0,
+SGLang 0.5.9, TRT-LLM 1.2.0rc5) fitted jointly on H100 SXM and H200 SXM; Blackwell: on B300 SXM (vLLM 0.24.0,
+SGLang 0.5.9, TRT-LLM 1.3.0rc20). Every row's FLOPs and bytes are divided by that GPU's *spec* peak and
+bandwidth, so within an architecture the constants carry over to GPUs that were not measured (only the GPU
+spec changes). Least squares on log(predicted / measured). Nothing here looks at end-to-end serving rows.
+The script writes <out>/<engine>.yaml with a provenance comment per block; blocks with no table to fit keep
+the set's starting values: default.yaml's for Hopper, the engine's Hopper set's for another architecture.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+import attrs
 import numpy as np
 import yaml
 from scipy.optimize import least_squares
@@ -34,8 +38,21 @@ GPUS = ("h100_sxm", "h200_sxm")
 ENGINES = {"vllm": "vllm-0.24.0", "sglang": "sglang-0.5.9", "trtllm": "trtllm-1.2.0rc5"}
 MAX_ROWS = 12000            # per fitted subset, sampled with a fixed seed (2-core budget)
 ACT = 2.0
-GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block"}
-MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "w4a16_mxfp4": "fp4", "int4_wo": "int4"}
+GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "fp4"}
+MOE_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "fp4", "w4a16_mxfp4": "fp4",
+              "int4_wo": "int4"}
+"""The tables' formats -> the twin's weight formats (hardware.dtypes). The twin's ``fp4`` is NVFP4 (W4A4 on
+Blackwell's FP4 tensor cores, 4.5 bits per weight). Where a table has both, the first format of this order
+with rows fits a curve key and a later one mapping to the same key is left out (fit_engine): on B300, NVFP4
+fits ``fp4`` and the MXFP4 weight-only rows (gpt-oss's kernels) only the kernel families NVFP4 was not timed
+with (``fp4_marlin``). Hopper's tables have no NVFP4, so there ``fp4`` is MXFP4 weight-only (W4A16).
+w4a8_mxfp4_mxfp8 (B300) maps to no format the twin has."""
+MOE_ROUTING = {"balanced": "balanced", "power_law_1.01": "power_law_busiest"}
+"""The routing (kernels.routed_load) a MoE table's ``distribution`` is priced with. Curves are fitted on
+balanced rows; a format a table times under power-law routing only (SGLang 0.5.9 on B300) is fitted on its
+power_law_1.01 rows at the busiest expert-parallel rank (on SGLang's H100 fp8_block table the balanced-fitted
+curve prices those rows at 10 % median |error| and -7 % bias at EP > 1 that way, 17 % and -15 % at the mean
+rank; alike at EP 1)."""
 KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
 # Tables whose small shapes measure eager host overhead, not GPU time: vLLM 0.24's block-FP8 GEMM rows take
 # 60-180 us at every shape with all three kernel sources (DeepGEMM, FlashInfer, CUTLASS), 5-20x what SGLang's
@@ -71,6 +88,35 @@ def gqa_ratio_fitted(r: dict[str, str]) -> bool:
     """Whether an attention row's query heads per KV head lie in GQA_RATIOS."""
     heads, kv = int(r["num_heads"]), int(r["num_key_value_heads"])
     return GQA_RATIOS[0] * kv <= heads <= GQA_RATIOS[1] * kv
+
+
+@attrs.frozen(kw_only=True)
+class TableSet:
+    """The kernel tables one GPU architecture's sets are fitted on, and the fit's inputs that depend on the
+    architecture's kernels."""
+
+    arch: str
+    source: str                                  # what the provenance calls the tables
+    gpus: tuple[str, ...]
+    engines: Mapping[str, str]                   # engine -> the tables' engine version
+    host_bound_gemm: Mapping[str, Mapping[str, int]]
+    gemm_row_tiles: Mapping[str, Mapping[str, tuple[tuple[int, int, int], ...]]]
+    out: Path                                    # where its sets ship
+
+
+TABLE_SETS = {
+    "hopper": TableSet(arch="hopper", source="opdb", gpus=GPUS, engines=ENGINES, host_bound_gemm=HOST_BOUND_GEMM,
+                       gemm_row_tiles=GEMM_ROW_TILES, out=CALIBRATION_DIR),
+    # vLLM's block-FP8 GEMM rows measure host overhead at small m on B300 too (170-240 us at m <= 16 and
+    # n, k <= 1024, where its per-tensor FP8 GEMM takes 5-6 us); GEMM_ROW_TILES is Hopper's SM90 dispatch, so
+    # Blackwell's GEMMs fit a fixed row tile
+    "blackwell": TableSet(arch="blackwell", source="opdb-blackwell", gpus=("b300_sxm",),
+                          engines={"vllm": "vllm-0.24.0", "sglang": "sglang-0.5.9", "trtllm": "trtllm-1.3.0rc20"},
+                          host_bound_gemm=HOST_BOUND_GEMM, gemm_row_tiles={}, out=CALIBRATION_DIR / "blackwell"),
+}
+"""The architectures with sets of their own (hardware.calibration.calibration_for); every other architecture is
+priced with the Hopper sets."""
+HOPPER = TABLE_SETS["hopper"]
 
 
 def possible(r: dict[str, str], table: str, gpu: str) -> bool:
@@ -352,12 +398,12 @@ def mla_generation_features(rows: list[dict[str, str]]) -> tuple[np.ndarray, ...
     return kv * h * 2 * (576 + 512), kv * 576 * kvb + b * h * (576 + 512) * ACT, b
 
 
-def gdn_rows(data: Path, version: str) -> list[dict[str, str]]:
+def gdn_rows(data: Path, version: str, gpus: Sequence[str] = GPUS) -> list[dict[str, str]]:
     """Sum the conv and scan kernel rows of one GDN configuration into one op latency."""
     total: dict[tuple[str, ...], dict[str, str]] = {}
     keys = ("phase", "batch_size", "seq_len", "num_tokens", "d_model", "num_k_heads", "head_k_dim",
             "num_v_heads", "head_v_dim")
-    for r in _load(data, "gdn_perf", version):
+    for r in _load(data, "gdn_perf", version, gpus):
         k = (r["_gpu"],) + tuple(r[x] for x in keys)
         if k in total:
             total[k]["latency"] = str(float(total[k]["latency"]) + float(r["latency"]))
@@ -379,16 +425,32 @@ def gdn_features(rows: list[dict[str, str]]) -> tuple[np.ndarray, ...]:
     return flops, nbytes, M
 
 
+def moe_format_rows(rows: list[dict[str, str]], moe_dtype: str) -> tuple[list[dict[str, str]], str]:
+    """A MoE table's rows of one format that its curve is fitted on, and their ``distribution``: the balanced
+    ones, or, where the table has none of the format, its power_law_1.01 ones (MOE_ROUTING)."""
+    of_format = [r for r in rows if r["moe_dtype"] == moe_dtype]
+    for distribution in MOE_ROUTING:
+        kept = [r for r in of_format if r["distribution"] == distribution]
+        if kept:
+            return kept, distribution
+    return [], "balanced"
+
+
 def moe_kernel_family(kernel_source: str) -> str:
     """The kernel family of an opdb MoE ``kernel_source``: ``marlin`` for the Marlin weight-only MoE kernels
     (w4a16: FP4 / INT4 weights dequantised to BF16 in the GEMM), ``flashinfer`` for FlashInfer's CUTLASS
     fused MoE (vLLM's FlashInferExperts, e.g. ``vllm_fp8moe_flashinfer_cutlass_flashinferexperts``),
-    ``default`` for every other kernel."""
+    ``default`` for every other kernel: among them FlashInfer's TensorRT-LLM-gen MoE kernels, vLLM's default
+    on B300 (``..._flashinfer_trtllm_...``), and SGLang's FlashInfer CuTe-DSL NVFP4 MoE."""
     src = kernel_source.lower()
     for family in CURVE_MOE_KERNELS:
-        if family in src:
+        if MOE_FAMILY_MARKS[family] in src:
             return family
     return "default"
+
+
+MOE_FAMILY_MARKS = {"marlin": "marlin", "flashinfer": "flashinfer_cutlass"}
+"""What an opdb ``kernel_source`` contains when it runs a named MoE kernel family (CURVE_MOE_KERNELS)."""
 
 
 def moe_curve_subsets(rows: list[dict[str, str]], dtype: str) -> dict[str, list[dict[str, str]]]:
@@ -419,9 +481,11 @@ def moe_features(rows: list[dict[str, str]], dtype: str) -> tuple[np.ndarray, ..
     T, hid = _f(rows, "num_tokens"), _f(rows, "hidden_size")
     k, E, ep = _f(rows, "topk"), _f(rows, "num_experts"), _f(rows, "moe_ep_size")
     mats, inter_gpu = _moe_widths(rows)
-    # the tables route their tokens evenly ('balanced'): rank 0's experts and pairs as the collector made them
-    loads = np.array([kernels.balanced_local_load(int(t), int(kk), int(e), int(p))
-                      for t, kk, e, p in zip(T, k, E, ep)]).reshape(-1, 2)
+    # balanced rows (and rows that name no distribution): rank 0's experts and pairs as the collector routed
+    # them; power-law rows: MOE_ROUTING
+    loads = np.array([kernels.routed_load(int(t), int(kk), int(e), int(p),
+                                          MOE_ROUTING[r.get("distribution", "balanced")])
+                      for t, kk, e, p, r in zip(T, k, E, ep, rows)]).reshape(-1, 2)
     touched, pairs = loads[:, 0], loads[:, 1]
     flops = 2 * pairs * mats * hid * inter_gpu
     nbytes = touched * moe_expert_bytes(rows, dtype) + pairs * (2 * hid + mats * inter_gpu) * ACT
@@ -479,27 +543,31 @@ def _summary(err: np.ndarray) -> str:
     return f"{len(a)} rows, |error| median {100 * np.median(a):.1f} %, p90 {100 * np.percentile(a, 90):.1f} %"
 
 
-def _load(data: Path, table: str, version: str) -> list[dict[str, str]]:
+def _load(data: Path, table: str, version: str, gpus: Sequence[str] = GPUS) -> list[dict[str, str]]:
     rows = []
-    for gpu in GPUS:
+    for gpu in gpus:
         for r in read_table(data, gpu, table, version):
             r["_gpu"] = gpu
             rows.append(r)
     return rows
 
 
-def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, str]]:
-    """Fit one engine's constants; returns the YAML mapping and a provenance note per block."""
-    version = ENGINES[engine]
+def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[str], None],
+               tables: TableSet = HOPPER) -> tuple[dict[str, Any], dict[str, str]]:
+    """Fit one engine's constants on the tables of ``tables``; returns the YAML mapping and a provenance note
+    per fitted block (the others keep ``start``'s values)."""
+    version = tables.engines[engine]
+    gpus = tables.gpus
+
     out: dict[str, Any] = {k: v for k, v in start.items() if k != "provenance"}
     notes: dict[str, str] = {}
-    src = f"opdb {'+'.join(GPUS)} {version}"
+    src = f"{tables.source} {'+'.join(gpus)} {version}"
     # GEMM per weight format
-    gemm_rows = _load(data, "gemm_perf", version)
+    gemm_rows = _load(data, "gemm_perf", version, gpus)
     gemm: dict[str, Any] = dict(start["gemm"])
     for raw, dtype in GEMM_DTYPES.items():
         # shapes a model layer shard can have (n, k >= 256); tiny toy shapes would only fit launch noise
-        min_m = HOST_BOUND_GEMM.get(engine, {}).get(dtype, 1)
+        min_m = tables.host_bound_gemm.get(engine, {}).get(dtype, 1)
         rows = _sample([r for r in gemm_rows if r["gemm_dtype"] == raw and int(r["n"]) >= 256
                         and int(r["k"]) >= 256 and int(r["m"]) >= min_m
                         and possible(r, "gemm_perf", r["_gpu"])])
@@ -508,7 +576,7 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
         flops, nbytes, m = gemm_features(rows, dtype)
         peak, bw = _gpu_arrays(rows, lambda r: dtype)
         st = start["gemm"].get(dtype, start["gemm"]["bf16"])
-        tiles = GEMM_ROW_TILES.get(engine, {}).get(dtype, ())
+        tiles = tables.gemm_row_tiles.get(engine, {}).get(dtype, ())
         p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, st, tiles=(1, 64, 128),
                               per_m=True, nk=(_f(rows, "n"), _f(rows, "k")), row_tiles=tiles)
         how = ", row tiles by batch size from the engine's kernel dispatch (GEMM_ROW_TILES)" if tiles else ""
@@ -533,7 +601,7 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
         ("generation_mla_perf", "mla_decode", mla_generation_features, None))
     for table, key, feats, kv in attention_fits:
         # full attention at the GQA ratios real models use (GQA_RATIOS query heads per KV head)
-        shapes = [r for r in _load(data, table, version) if r.get("window_size", "0") == "0"
+        shapes = [r for r in _load(data, table, version, gpus) if r.get("window_size", "0") == "0"
                   and ("num_key_value_heads" not in r or gqa_ratio_fitted(r))
                   and (kv is None or r["kv_cache_dtype"] == kv)]
         rows = _sample([r for r in shapes if possible(r, table, r["_gpu"])])
@@ -551,13 +619,19 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
         faster = f", {dropped} rows faster than the HBM bound left out (calibrate.possible)" if dropped else ""
         notes[key] = f"fitted on {src} {table} (full attention{ratio}{cache}{faster}): {_summary(err)}"
         log(f"{engine} {key}: {_summary(err)}")
-    # MoE per weight format, uniform ('balanced') routing rows only
-    moe_rows = [r for r in _load(data, "moe_perf", version) if r["distribution"] == "balanced"]
+    # MoE per weight format, uniform ('balanced') routing rows only, or power-law ones where a format has
+    # none (MOE_ROUTING); a curve key an earlier table format fitted is not fitted again (MOE_DTYPES)
+    moe_rows = _load(data, "moe_perf", version, gpus)
     moe: dict[str, Any] = dict(start["moe"])
+    fitted: set[str] = set()
     for raw, dtype in MOE_DTYPES.items():
-        of_dtype = [r for r in moe_rows if r["moe_dtype"] == raw]
+        of_dtype, routing = moe_format_rows(moe_rows, raw)
         subsets = moe_curve_subsets(of_dtype, dtype)
         for key, subset in subsets.items():
+            if key in fitted:
+                log(f"{engine} moe {key}: fitted already, {raw} rows left out")
+                continue
+            fitted.add(key)
             rows = _sample(subset)
             flops, nbytes, m, inter_gpu, hid = moe_features(rows, dtype)
             peak, bw = _gpu_arrays(rows, lambda r: dtype)
@@ -574,13 +648,15 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
                                                f" ({len(np.unique(inter_gpu))} expert widths per GPU, "
                                                f"{len(np.unique(hid))} hidden width(s))")
             added = "".join(f", {_EXTRA_NOTES[name](p[name])} added ({name})" for name in EXTRA_TERMS if p.get(name))
-            notes[f"moe.{key}"] = (f"fitted on {src} moe_perf {raw}{kernels} balanced{shape}{added}: "
+            how = routing if routing == "balanced" else \
+                f"{routing} at the busiest EP rank (the table has no balanced {raw} rows)"
+            notes[f"moe.{key}"] = (f"fitted on {src} moe_perf {raw}{kernels} {how}{shape}{added}: "
                                    f"{_summary(err)}")
             log(f"{engine} moe {key}: {_summary(err)}")
     out["moe"] = moe
     # linear-attention scan (SSM family): gated DeltaNet tables
     if engine in SSM_TABLES:
-        rows = _sample(gdn_rows(data, SSM_TABLES[engine]))
+        rows = _sample(gdn_rows(data, SSM_TABLES[engine], gpus))
         if rows:
             flops, nbytes, m = gdn_features(rows)
             peak, bw = _gpu_arrays(rows, lambda r: "bf16")
@@ -589,12 +665,12 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
             out["ssm"] = p
             borrowed = "" if SSM_TABLES[engine].startswith(engine) else \
                 f"; {engine} has no gdn table and runs the same vendored FLA Triton kernels"
-            notes["ssm"] = (f"fitted on opdb gdn_perf {SSM_TABLES[engine]} (conv + gated-delta-rule kernels "
+            notes["ssm"] = (f"fitted on {tables.source} gdn_perf {SSM_TABLES[engine]} (conv + gated-delta-rule kernels "
                             f"summed; Mamba2 uses the same curve{borrowed}): {_summary(err)}")
             log(f"{engine} ssm: {_summary(err)}")
     # all-reduce: graph-captured custom all-reduce, pooled and per GPU count; eager extra = median
     # (eager - graph) at equal size
-    ar_rows = _load(data, "custom_allreduce_perf", version)
+    ar_rows = _load(data, "custom_allreduce_perf", version, gpus)
     if ar_rows:
         tag = "backend" if "backend" in ar_rows[0] else "implementation"
         graph = [r for r in ar_rows if "eager" not in r.get(tag, "")]
@@ -669,12 +745,17 @@ def fit_allreduce_lines(rows: list[dict[str, str]]) -> tuple[tuple[tuple[float, 
     return tuple(lines), err
 
 
-def _yaml_with_notes(engine: str, data: dict[str, Any], notes: dict[str, str], source: str) -> str:
+def _yaml_with_notes(engine: str, data: dict[str, Any], notes: dict[str, str], source: str,
+                     tables: TableSet = HOPPER) -> str:
     head = [f"# Fitted constants for {engine}'s kernels, written by `python -m hardware.calibrate` from {source}.",
             "# Per block: where it came from and its fit error (|predicted / measured - 1| over the fitted rows).",
             "# Curves: see hardware/calibration.py. Blocks marked 'starting value' had no table to fit."]
+    if tables is not HOPPER:
+        head.append(f"# {tables.arch.capitalize()} set (hardware.calibration.calibration_for): blocks marked 'no "
+                    f"{tables.arch} table' are the engine's Hopper set's, moved to the GPU by its spec alone.")
     data = dict(data)
-    data["provenance"] = f"fitted by hardware.calibrate on opdb ({ENGINES[engine]}, {'+'.join(GPUS)})"
+    data["provenance"] = (f"fitted by hardware.calibrate on {tables.source} ({tables.engines[engine]}, "
+                          f"{'+'.join(tables.gpus)})")
     lines = head + [yaml.safe_dump({"provenance": data.pop("provenance")}, sort_keys=False).strip()]
     for key, val in data.items():
         if isinstance(val, dict) and key in ("gemm", "moe"):
@@ -705,30 +786,51 @@ def _round(v: Any) -> Any:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, required=True, help="folder with the opdb *.csv.gz tables")
-    ap.add_argument("--out", type=Path, default=CALIBRATION_DIR, help="where to write <engine>.yaml")
+    ap.add_argument("--arch", default="hopper", choices=list(TABLE_SETS),
+                    help="the GPU architecture the tables were measured on (TABLE_SETS: its GPUs, engine versions "
+                         "and default --out; hopper: hardware/data/calibration, another: a sub-folder of it)")
+    ap.add_argument("--out", type=Path, default=None, help="where to write <engine>.yaml (default: the --arch's)")
     ap.add_argument("--engines", nargs="*", default=list(ENGINES), choices=list(ENGINES))
     ap.add_argument("--only", nargs="*", default=None, metavar="BLOCK",
                     help="write only these blocks (e.g. moe) or curves (e.g. moe.fp4), keeping every other "
-                         "block and curve of the shipped hardware/data/calibration/<engine>.yaml as it is (a "
-                         "refit of one kernel family)")
+                         "block and curve of the shipped <engine>.yaml of --arch as it is (a refit of one kernel "
+                         "family)")
     args = ap.parse_args(argv)
     if not args.data.is_dir():
         print(f"error: --data {args.data} is not a folder", file=sys.stderr)
         return 2
-    start = read_yaml(CALIBRATION_DIR / "default.yaml")
-    args.out.mkdir(parents=True, exist_ok=True)
+    tables = TABLE_SETS[args.arch]
+    out = args.out if args.out is not None else tables.out
+    out.mkdir(parents=True, exist_ok=True)
     for engine in args.engines:
-        data, notes = fit_engine(args.data, engine, start, lambda s: print(s, flush=True))
+        start, start_notes = starting_set(engine, tables)
+        data, notes = fit_engine(args.data, engine, start, lambda s: print(s, flush=True), tables)
+        notes = {**start_notes, **notes}
         if args.only is not None:
-            data, notes = keep_shipped(engine, data, notes, set(args.only))
-        path = args.out / f"{engine}.yaml"
-        path.write_text(_yaml_with_notes(engine, data, notes, str(args.data)))
+            data, notes = keep_shipped(engine, data, notes, set(args.only), tables)
+        path = out / f"{engine}.yaml"
+        path.write_text(_yaml_with_notes(engine, data, notes, str(args.data), tables))
         print(f"wrote {path}")
     return 0
 
 
+def starting_set(engine: str, tables: TableSet) -> tuple[dict[str, Any], dict[str, str]]:
+    """The values an engine's fit starts from and keeps for the blocks its tables do not fit, with their notes:
+    default.yaml's starting values for Hopper (no notes: 'starting value'); for another architecture the
+    engine's Hopper set, each block noted as taken from it (its Hopper note in brackets), so a kernel the
+    architecture's tables never timed is priced as on Hopper, moved to the GPU by its spec alone."""
+    if tables is HOPPER:
+        return read_yaml(CALIBRATION_DIR / "default.yaml"), {}
+    path = CALIBRATION_DIR / f"{engine}.yaml"
+    hopper_notes = _read_notes(path.read_text())
+    notes = {block: f"no {tables.arch} table ({tables.source} {tables.engines[engine]}): the Hopper set's, "
+                    f"moved by the spec ({note or 'starting value'})"
+             for block, note in hopper_notes.items() if block != "provenance"}
+    return read_yaml(path), notes
+
+
 def keep_shipped(engine: str, data: dict[str, Any], notes: dict[str, str],
-                 only: set[str]) -> tuple[dict[str, Any], dict[str, str]]:
+                 only: set[str], tables: TableSet = HOPPER) -> tuple[dict[str, Any], dict[str, str]]:
     """The fitted ``data`` / ``notes`` of the blocks in ``only``, every other block and its note as the shipped
     YAML of ``engine`` has them (its comment line above each block). A name ``group.key`` (e.g. ``moe.fp4``)
     is one curve of a group (gemm, moe): the group's other curves stay as shipped."""
@@ -737,7 +839,7 @@ def keep_shipped(engine: str, data: dict[str, Any], notes: dict[str, str],
     unknown = sorted(only - known)
     if unknown:
         raise SystemExit(f"--only: no block {', '.join(unknown)}; blocks: {', '.join(sorted(known))}")
-    path = CALIBRATION_DIR / f"{engine}.yaml"
+    path = tables.out / f"{engine}.yaml"
     shipped = read_yaml(path)
 
     def refitted(name: str) -> bool:

@@ -1,5 +1,9 @@
 """Frozen efficiency curves and floors of the throughput family, read from data/calibration/*.yaml.
 
+One set per engine and GPU architecture (calibration_for): data/calibration/<engine>.yaml fitted on Hopper
+tables, data/calibration/<arch>/<engine>.yaml on another architecture's (blackwell: B300). An architecture
+without a folder of its own (ampere, ada, cdna3) takes the Hopper sets; the GPU spec moves them.
+
 Curve shapes (all efficiencies are fractions of a spec peak, never a fitted peak):
   compute efficiency  eff(m) = eff_max * m / (m + m_half)          (m: GEMM rows, or tokens per expert)
   memory efficiency   eff(B) = eff_max * B / (B + bytes_half)      (B: bytes the kernel moves)
@@ -297,8 +301,20 @@ def moe_curve_key(weight_dtype: str, kernel: str = "default") -> str:
     return weight_dtype if kernel == "default" else f"{weight_dtype}_{kernel}"
 
 
+REFERENCE_ARCH = "hopper"
+"""The architecture of the top-level sets (data/calibration/<engine>.yaml, fitted on H100 and H200 tables): every
+architecture without a folder of its own is priced with them."""
+
+
 def list_calibrations() -> list[str]:
-    return sorted(p.stem for p in CALIBRATION_DIR.glob("*.yaml"))
+    """Names of the shipped sets: ``<engine>`` (the Hopper sets, and ``default``) and ``<arch>/<engine>``."""
+    return sorted([p.stem for p in CALIBRATION_DIR.glob("*.yaml")]
+                  + [f"{p.parent.name}/{p.stem}" for p in CALIBRATION_DIR.glob("*/*.yaml")])
+
+
+def calibration_archs() -> list[str]:
+    """The GPU architectures with sets of their own (sub-folders of data/calibration), besides the reference."""
+    return sorted(p.name for p in CALIBRATION_DIR.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
 
 
 def _roof(raw: Mapping[str, Any], where: str = "") -> Roofline:
@@ -360,7 +376,8 @@ def calibration_from_dict(name: str, raw: Mapping[str, Any]) -> Calibration:
 
 @functools.cache
 def load_calibration(name: str = "default") -> Calibration:
-    """Load a frozen constant set by name ('default', or an engine name when one was fitted)."""
+    """Load a frozen constant set by name ('default', an engine name when one was fitted, or
+    ``<arch>/<engine>`` for an architecture's own set)."""
     path = CALIBRATION_DIR / f"{name}.yaml"
     if not path.is_file():
         raise unknown_name("calibration", name, list_calibrations())
@@ -368,5 +385,16 @@ def load_calibration(name: str = "default") -> Calibration:
 
 
 def calibration_for_engine(engine: str) -> Calibration:
-    """The engine's own fitted constants when shipped (kernels differ per engine), else the default."""
+    """The engine's own fitted Hopper constants when shipped (kernels differ per engine), else the default."""
     return load_calibration(engine if engine in list_calibrations() else "default")
+
+
+def calibration_for(engine: str, arch: str) -> Calibration:
+    """The constants an engine's kernels run with on a GPU of architecture ``arch`` (GPUSpec.arch): the set
+    fitted on that architecture's tables (data/calibration/<arch>/<engine>.yaml) where shipped, else the
+    Hopper set (:func:`calibration_for_engine`), moved to the GPU by its spec alone. Kernels change with the
+    architecture (Blackwell's tcgen05 GEMMs, TRT-LLM-gen attention and MoE, native FP4), so curves fitted on
+    Hopper misprice them; the spec's peaks and bandwidths stay the only GPU-specific numbers within one."""
+    if arch != REFERENCE_ARCH and (CALIBRATION_DIR / arch / f"{engine}.yaml").is_file():
+        return load_calibration(f"{arch}/{engine}")
+    return calibration_for_engine(engine)

@@ -14,7 +14,7 @@ from typing import Iterable, Mapping
 import attrs
 
 from hardware import kernels
-from hardware.calibration import CURVE_MOE_KERNELS, Calibration, Roofline, calibration_for_engine
+from hardware.calibration import CURVE_MOE_KERNELS, Calibration, Roofline, calibration_for
 from hardware.deployment import ACT_BYTES, Deployment, Linear
 from hardware.dtypes import COMPUTE_DTYPE
 from hardware.engine import FULL_GRAPH_MODES, GRAPH_MODES
@@ -153,7 +153,8 @@ class CostModel:
         launched eagerly), ``piecewise`` (vLLM ``cudagraph_mode: PIECEWISE``: attention eager in every step),
         ``full_decode_only`` (SGLang's and TRT-LLM's rule: pure-decode batches only) or ``none`` (eager)."""
         self.cuda_graph = self.graph_mode != "none"
-        self.cal = calibration if calibration is not None else calibration_for_engine(dep.engine.name)
+        self.cal = calibration if calibration is not None else calibration_for(dep.engine.name, dep.gpu.arch)
+        """The engine's constants for the GPU's architecture (its own set where one is shipped, else Hopper's)."""
         self.gcal = self.cal.graph_mode(dep.engine.graph_kernel_floor_s)
         """The constants as a replayed CUDA graph sees them (per-kernel GPU floors, no eager launch cost)."""
         self.ecal = self.cal.eager_mode(dep.engine.graph_kernel_floor_s)

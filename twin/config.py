@@ -174,6 +174,17 @@ def _flops_map(inst: Any, attr: attrs.Attribute, value: dict[str, float] | None)
             raise ValueError(f"{attr.name}.{dtype} must be a finite number > 0 (dense FLOP/s), got {rate!r}")
 
 
+def _constants(inst: Any, attr: attrs.Attribute, value: str) -> None:  # type: ignore[type-arg]
+    from hardware.calibration import calibration_archs
+
+    names = ["auto", "hopper", *calibration_archs()]
+    if value in names:
+        return
+    if not Path(value).is_dir():
+        raise ValueError(f"{attr.name} must be one of {names} or a folder of fitted sets (<engine>.yaml), "
+                         f"got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class HardwareConfig:
     """The GPU: a shipped spec by name (``h100_sxm``) or a GPU YAML file by path, any of its datasheet values
@@ -198,6 +209,12 @@ class HardwareConfig:
     nic_bw_Bps: float | None = attrs.field(default=None, validator=positive)
     """NIC bandwidth per GPU, bytes/s."""
     scale: GpuScale = attrs.Factory(GpuScale)
+    constants: str = attrs.field(default="auto", validator=_constants)
+    """The calibrated kernel constants (efficiency curves, floors, collective lines): ``auto``, those fitted
+    for the GPU's architecture (``arch``; Hopper's where it has none); an architecture's name (``hopper``,
+    ``blackwell``), to price a GPU with another's, as a transfer test does; or a folder of
+    ``<engine>.yaml`` sets written by ``python -m hardware.calibrate`` (relative: to the working directory,
+    else the config's folder)."""
     disabled_terms: tuple[str, ...] = ()
     """Cost-ledger terms switched off (ablation); names as in ``StepCost.terms``."""
 
@@ -630,6 +647,10 @@ def _deepcopy(data: Any) -> Any:
 
 def _resolve_paths(data: dict[str, Any], base_dir: Path) -> None:
     hw = data.get("hardware")
+    if isinstance(hw, dict) and isinstance(hw.get("constants"), str):
+        path = Path(hw["constants"])
+        if not path.is_absolute() and not path.exists() and (base_dir / path).is_dir():
+            hw["constants"] = str(base_dir / path)
     if isinstance(hw, dict) and isinstance(hw.get("gpu"), str):
         from hardware.gpu import is_gpu_file
 

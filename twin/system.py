@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import attrs
 
 from hardware import CostModel, Deployment, DeploymentError, load_engine, load_gpu, load_model
 from hardware.gpu import derive_gpu, spec_fields
-from hardware.calibration import CURVE_MOE_KERNELS, calibration_for_engine
+from hardware._data import read_yaml
+from hardware.calibration import (CURVE_MOE_KERNELS, Calibration, calibration_archs, calibration_for,
+                                  calibration_from_dict)
 from twin.config import SystemSpec, TwinConfig, positive
 from twin.errors import ConfigError
 from twin.kv_cache import HostTier, KVCacheManager
@@ -53,10 +56,29 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
         raise ConfigError(where, str(exc)) from None
     if dep.model.is_moe and dep.moe_kernel in CURVE_MOE_KERNELS:
         try:
-            calibration_for_engine(dep.engine.name).moe_for(dep.weight_dtype, dep.moe_kernel)
+            constants(config, dep).moe_for(dep.weight_dtype, dep.moe_kernel)
         except ValueError as exc:
             raise ConfigError("engine.moe_kernel", str(exc)) from None
     return dep
+
+
+def constants(config: TwinConfig, dep: Deployment) -> Calibration:
+    """The kernel constants a worker is priced with (``hardware.constants``): its GPU architecture's fitted
+    set, another architecture's, or the engine's set in a folder of the user's own fits."""
+    choice = config.hardware.constants
+    if choice in ("auto", dep.gpu.arch):
+        return calibration_for(dep.engine.name, dep.gpu.arch)
+    if choice in ("hopper", *calibration_archs()):
+        return calibration_for(dep.engine.name, choice)
+    path = Path(choice) / f"{dep.engine.name}.yaml"
+    if not path.is_file():
+        path = Path(choice) / "default.yaml"
+    if not path.is_file():
+        raise ConfigError("hardware.constants", f"{choice} holds no {dep.engine.name}.yaml (nor default.yaml)")
+    try:
+        return calibration_from_dict(str(path), read_yaml(path))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ConfigError("hardware.constants", f"{path}: {exc}") from None
 
 
 def _deployment_field(field: str, where: str) -> str:
@@ -221,6 +243,7 @@ def cost_model(config: TwinConfig, dep: Deployment, *, max_num_seqs: int | None 
     s, e = config.scheduler, config.engine
     try:
         return CostModel(dep, disabled_terms=frozenset(config.hardware.disabled_terms),
+                         calibration=constants(config, dep),
                          max_num_seqs=max_num_seqs or s.max_num_seqs,
                          max_num_batched_tokens=max_num_batched_tokens or s.max_num_batched_tokens,
                          graph_mode=e.cuda_graph_mode, max_capture_size=e.cuda_graph_max_size,

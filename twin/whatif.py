@@ -62,7 +62,7 @@ def hardware_whatif(config: TwinConfig, workers: Sequence[Any]) -> dict[str, Any
         return None
     import simpy
 
-    named_hw = HardwareConfig(gpu=hw.gpu, disabled_terms=hw.disabled_terms)
+    named_hw = HardwareConfig(gpu=hw.gpu, constants=hw.constants, disabled_terms=hw.disabled_terms)
     named_cfg = attrs.evolve(config, hardware=named_hw)
     out: dict[str, Any] = {"gpu": hw.gpu, "factors": hw.scale.factors(), "values": _changed_values(hw),
                            "spec": spec_fields(hw.spec()),

@@ -13,7 +13,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from validation.silicon import format_summary, validate_silicon
 
     summary = validate_silicon(args.csv, args.out, jobs=args.jobs, limit=args.limit, match=args.match,
-                               waves=args.waves, resume=args.resume, prompt_pool=args.prompt_pool)
+                               waves=args.waves, resume=args.resume, prompt_pool=args.prompt_pool,
+                               settings=args.set or ())
     print(format_summary(summary))
     print(f"wrote {args.out}/rows.csv and {args.out}/summary.json")
     return 0
@@ -34,6 +35,8 @@ def register(sub: Any) -> None:
                    help="what-if for genai-perf rows: their requests draw prompts from K x c dataset entries, "
                         "SAMPLING sequential | random | shuffle (aiperf's --num-dataset-entries and "
                         "--dataset-sampling-strategy), so repeats hit the prefix cache (default: every prompt unique)")
+    v.add_argument("--set", action="append", metavar="PATH=VALUE",
+                   help="a config override every row takes on top of its harness's (a what-if over the rows)")
     v.add_argument("--resume", action="store_true",
                    help="reuse the rows already simulated in OUT/rows.jsonl (an interrupted run) and do the rest")
     v.set_defaults(func=cmd_validate)

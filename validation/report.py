@@ -1,25 +1,29 @@
 """End-to-end validation report on the measured serving rows, and the engine host-term fit.
 
-    python -m validation.report run --csv /work/shared/data/measured/silicon_h100_h200.csv \
-        --out /tmp/validation --jobs 2            # simulate every row (validation.silicon), then print the tables
-    python -m validation.report report --out /tmp/validation   # tables from an earlier run
+    python -m validation.report run --csv ../shared/data/measured/silicon_h100_h200.csv \
+        --out out/val --jobs 2            # simulate every row (validation.silicon), then print the tables
+    python -m validation.report report --out out/val   # tables from an earlier run
     python -m validation.report fit-host --csv .../silicon_h100_h200.csv   # engine host terms
     python -m validation.report fit-eager --csv .../silicon_h100_h200.csv \
-        --journal /work/valruns/zero_c16/rows.jsonl [--engines trtllm vllm]   # eager-step host terms
+        --journal out/zero_c16/rows.jsonl [--engines trtllm vllm]   # eager-step host terms
     python -m validation.report fit-eager --csv .../silicon_h100_h200.csv \
-        --journal /work/valruns/zero_c16/rows.jsonl --engines sglang --train-models deepseek [--by-group]
+        --journal out/zero_c16/rows.jsonl --engines sglang --train-models deepseek [--by-group]
     python -m validation.report implied-rate --csv .../silicon_h100_h200.csv \
-        [--opdb /work/shared/data/measured/opdb] [--top 30]   # FLOP rate each row's measurement implies
+        [--opdb ../shared/data/measured/opdb] [--top 30]   # FLOP rate each row's measurement implies
     python -m validation.report ttft-steps --csv .../silicon_h100_h200.csv \
-        --journal /work/valruns/eager/rows.jsonl [--engine trtllm]   # genai-perf TTFT in prompt steps
-    python -m validation.report points --out /tmp/validation [--metric tpot] \
+        --journal out/eager/rows.jsonl [--engine trtllm]   # genai-perf TTFT in prompt steps
+    python -m validation.report points --out out/val [--metric tpot] \
         [--by backend,backend_version,system,model] [--top 20]   # where the file's MAPE comes from
-    python -m validation.report seat-wait --out /tmp/validation [--by backend,backend_version,model] \
+    python -m validation.report seat-wait --out out/val [--by backend,backend_version,model] \
         [--max-conc 32] [--detail]   # closed-loop TTFT excess against one inter-completion interval
-    python -m validation.report gpu-pairs --out /tmp/validation [--by backend,model]
+    python -m validation.report gpu-pairs --out out/val [--by backend,model]
                                      # the same benchmark on both GPUs: measured vs predicted H200 / H100
-    python -m validation.report repeats --csv .../silicon_h100_h200.csv [--out /tmp/validation] \
+    python -m validation.report repeats --csv .../silicon_h100_h200.csv [--out out/val] \
         [--spread 0.2]   # configurations measured more than once: how far apart, and what that costs
+    python -m validation.report transfer --csv .../silicon_h100_h200.csv --out out/transfer \
+        --systems h200_sxm --constants validation/constants/h100_only   # H200 rows: own fit vs H100's
+    python -m validation.report transfer --csv .../silicon_blackwell_dev.csv --out out/bw \
+        --systems b300_sxm,gb300 --constants hopper   # Blackwell rows: B300 kernels vs the spec alone
 
 Tables: MAPE of TPOT and TTFT per backend, per model and per benchmark protocol, for the aggregated rows the
 twin represents and separately for the disaggregated ones, each split into TRAIN (H100 SXM rows, on which the
@@ -788,6 +792,47 @@ def repeats(csv_path: Path, out: Path | None = None, spread: float = 0.2) -> str
     return "\n".join(lines)
 
 
+def transfer_table(fitted: Sequence[dict[str, Any]], moved: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per mode (agg, disagg) on the rows both runs represent: MAPE with the constants fitted on the rows' own
+    GPU and with constants moved to it (another GPU's fit, or another architecture's), and the difference."""
+    theirs = {r["id"]: r for r in moved}
+    out = []
+    for mode in ("agg", "disagg"):
+        pairs = [(r, theirs[r["id"]]) for r in fitted if r["mode"] == mode and r["id"] in theirs]
+        row: dict[str, Any] = {"mode": mode, "rows": len(pairs)}
+        for metric in ("tpot", "ttft"):
+            a = _mape(f[f"{metric}_err_pct"] for f, _ in pairs)
+            b = _mape(m[f"{metric}_err_pct"] for _, m in pairs)
+            row.update({f"{metric}_fitted": a, f"{metric}_transfer": b, f"{metric}_gap": b - a})
+        out.append(row)
+    return out
+
+
+def transfer(csv_path: Path, out: Path, systems: Sequence[str], constants: str, jobs: int = 1) -> str:
+    """Simulate the rows measured on ``systems`` twice: with the shipped constants (fitted on tables that
+    include those GPUs') and with ``hardware.constants`` = ``constants`` (fitted elsewhere), then compare.
+    Both runs journal (OUT/fitted, OUT/transfer) and resume, so a repeated call only prints."""
+    from validation.silicon import read_rows, validate_silicon
+
+    ids = [r["id"] for r in read_rows(csv_path) if r["system"].strip() in systems]
+    if not ids:
+        raise ValueError(f"{csv_path} has no row measured on {', '.join(systems)}")
+    match = "^(?:" + "|".join(re.escape(i) for i in ids) + ")$"
+    runs = {"fitted": (), "transfer": (f"hardware.constants={constants}",)}
+    for name, settings in runs.items():
+        validate_silicon(csv_path, out / name, jobs=jobs, match=match, progress=False, resume=True,
+                         settings=settings)
+    table_rows = transfer_table(read_results(out / "fitted"), read_results(out / "transfer"))
+    lines = [f"rows measured on {', '.join(systems)}: {len(ids)}; transfer constants: {constants}",
+             f"  {'mode':7} {'rows':>5} | {'TPOT fitted':>11} {'transfer':>9} {'gap':>6} | "
+             f"{'TTFT fitted':>11} {'transfer':>9} {'gap':>6}"]
+    for r in table_rows:
+        lines.append(f"  {r['mode']:7} {r['rows']:5} | {r['tpot_fitted']:10.1f}% {r['tpot_transfer']:8.1f}% "
+                     f"{r['tpot_gap']:+6.1f} | {r['ttft_fitted']:10.1f}% {r['ttft_transfer']:8.1f}% "
+                     f"{r['ttft_gap']:+6.1f}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -838,12 +883,28 @@ def main(argv: list[str] | None = None) -> int:
     gp.add_argument("--out", type=Path, required=True, help="folder of a twin validate run")
     gp.add_argument("--by", default="backend,model", help="comma-separated columns of rows.csv or of the "
                                                           "measured CSV")
+    tr = sub.add_parser("transfer", help="rows of some GPUs with their own fitted constants against constants "
+                                         "fitted elsewhere")
+    tr.add_argument("--csv", type=Path, required=True)
+    tr.add_argument("--out", type=Path, required=True)
+    tr.add_argument("--systems", required=True, help="comma-separated GPUs whose rows to predict (h200_sxm)")
+    tr.add_argument("--constants", required=True,
+                    help="hardware.constants of the transfer run: an architecture (hopper) or a folder of sets")
+    tr.add_argument("--jobs", type=int, default=1)
     rp = sub.add_parser("repeats", help="configurations the measured CSV holds more than once: how far apart")
     rp.add_argument("--csv", type=Path, required=True)
     rp.add_argument("--out", type=Path, default=None,
                     help="folder of a twin validate run: also the MAPE no one prediction can beat on its rows")
     rp.add_argument("--spread", type=float, default=0.2, help="count pairs further apart than this fraction")
     args = ap.parse_args(argv)
+    if args.cmd == "transfer":
+        try:
+            print(transfer(args.csv, args.out, [g.strip() for g in args.systems.split(",") if g.strip()],
+                           args.constants, args.jobs))
+        except (ValueError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
     if args.cmd == "repeats":
         try:
             print(repeats(args.csv, args.out, args.spread))

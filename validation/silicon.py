@@ -19,7 +19,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from datetime import datetime, time, timedelta
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -1153,8 +1153,8 @@ def simulate_row(row: dict[str, str], overrides: Mapping[str, Any] = MappingProx
     from twin.runner import Simulation
 
     out = _row_head(row)
-    try:
-        cfg = load_config(row_config(row, **overrides))  # (row_spec skips a ragged row)
+    try:  # (row_spec skips a ragged row)
+        cfg = load_config(row_config(row, **_row_kwargs(overrides)), list(overrides.get("settings", ())))
         _measured_ms(row, "silicon_ttft_ms"), _measured_ms(row, "silicon_tpot_ms")  # (before simulating)
         res = Simulation(cfg).run()
     except Skip as exc:
@@ -1186,6 +1186,12 @@ def _row_result(row: dict[str, str], out: dict[str, Any], pred_ttft: float, pred
             "wall_s": wall_s}
 
 
+def _row_kwargs(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`row_config`'s keywords among a run's overrides (``settings``, the config overrides every row
+    takes, are applied to the loaded config instead)."""
+    return {k: v for k, v in overrides.items() if k != "settings"}
+
+
 def simulation_key(row: dict[str, str], overrides: Mapping[str, Any] = MappingProxyType({})) -> str | None:
     """Fingerprint of the simulation a row asks for: its twin config without the config's name (the row id,
     which no part of a run reads), or None where the row is skipped before it is simulated (its config or its
@@ -1196,7 +1202,7 @@ def simulation_key(row: dict[str, str], overrides: Mapping[str, Any] = MappingPr
     day files, a DeepSeek run listed as tp 64 and as tp 8) or one configuration measured again: 258 of the
     1,584 represented aggregated rows of silicon_h100_h200.csv."""
     try:
-        cfg = row_config(row, **overrides)
+        cfg = row_config(row, **_row_kwargs(overrides))
         _measured_ms(row, "silicon_ttft_ms"), _measured_ms(row, "silicon_tpot_ms")
     except (Skip, *UNREPRESENTABLE):  # (simulate_row gives the reason)
         return None
@@ -1258,8 +1264,12 @@ def _row_cost(row: dict[str, str]) -> int:
 
 def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, limit: int | None = None,
                      match: str | None = None, waves: int | None = None, executor: Executor | None = None,
-                     progress: bool = True, resume: bool = False, prompt_pool: str | None = None) -> dict[str, Any]:
+                     progress: bool = True, resume: bool = False, prompt_pool: str | None = None,
+                     settings: Sequence[str] = ()) -> dict[str, Any]:
     """Simulate every row, write ``rows.csv`` and ``summary.json`` into ``out_dir``; returns the summary.
+    ``settings``: config overrides (``path=value``) every row's config takes on top of its harness's, for a
+    what-if over the measured rows (``hardware.constants=hopper``: Blackwell rows priced with the Hopper
+    kernel constants).
 
     Each finished row is appended to ``out_dir/rows.jsonl`` as it completes (longest rows are started first
     when running in parallel), so an interrupted run keeps its work: ``resume=True`` reuses the rows that file
@@ -1281,7 +1291,12 @@ def validate_silicon(path: str | Path, out_dir: str | Path, *, jobs: int = 1, li
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     journal = out / "rows.jsonl"
-    overrides = {"waves": waves, **({"prompt_pool": prompt_pool} if prompt_pool is not None else {})}
+    overrides = {"waves": waves, **({"prompt_pool": prompt_pool} if prompt_pool is not None else {}),
+                 **({"settings": list(settings)} if settings else {})}
+    if settings:   # a bad setting fails before anything runs, naming itself
+        from twin.config import load_config
+
+        load_config(None, list(settings))
     header = {"csv": str(Path(path).resolve()), **overrides}
     done: dict[int, dict[str, Any]] = {}
     if resume and journal.is_file():

@@ -7,7 +7,7 @@ import pytest
 
 from hardware import (BatchShape, Calibration, Collective, CostModel, Deployment, Roofline, load_calibration,
                       load_engine, load_gpu, load_model)
-from hardware.calibration import calibration_for_engine, list_calibrations
+from hardware.calibration import calibration_for, calibration_for_engine, list_calibrations
 
 HBM_H200, PEAK_BF16 = 4.8e12, 989e12
 FLAT = Roofline(compute_eff=0.5, mem_eff=0.8, floor_s=10e-6)
@@ -143,7 +143,10 @@ def test_engine_calibrations_shipped_and_gpu_independent() -> None:
     m, e = load_model("meta-llama/Llama-3.1-8B"), load_engine("vllm")
     h100 = CostModel(Deployment(gpu=load_gpu("h100_sxm"), model=m, engine=e))
     b200 = CostModel(Deployment(gpu=load_gpu("b200_sxm"), model=m, engine=e))
-    assert h100.cal is b200.cal is calibration_for_engine("vllm")     # only the GPU spec differs
+    assert h100.cal is calibration_for_engine("vllm")                 # Hopper set
+    assert b200.cal is calibration_for("vllm", "blackwell")           # Blackwell's own (hardware.calibration)
+    h200 = CostModel(Deployment(gpu=load_gpu("h200_sxm"), model=m, engine=e))
+    assert h200.cal is h100.cal                                        # within one architecture only the spec differs
     s = BatchShape.from_requests([1] * 16, [2000] * 16)
     assert b200.step_time_ns(s) < h100.step_time_ns(s)
 

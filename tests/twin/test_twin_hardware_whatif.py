@@ -140,3 +140,30 @@ def test_run_prints_and_writes_what_moved(tmp_path: Path, capsys: pytest.Capture
     ledger = json.loads((tmp_path / "r" / "ledger.json").read_text())
     assert ledger["hardware_whatif"]["workers"][0]["workers"] == ["worker0"]
     assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["hardware"]["scale"]["hbm_bw"] == 1.4
+
+
+def test_constants_choose_an_architectures_set_or_a_folder_of_ones_own(tmp_path: Path) -> None:
+    """hardware.constants: ``auto`` prices a GPU with its architecture's fitted set, an architecture's name
+    with that one's (a B300 priced with Hopper's constants: the spec-only transfer), a folder with the sets
+    found there; anything else is refused naming the field."""
+    from hardware.calibration import calibration_for
+    from hardware.gpu import load_gpu as gpu
+
+    def cal(*overrides: str):
+        sim = Simulation(load_config(TINY, list(overrides)))
+        return sim.workers[0].prices.cost_model.cal
+
+    assert cal("hardware.gpu=b300_sxm") is calibration_for("vllm", "blackwell")
+    assert cal("hardware.gpu=b300_sxm", "hardware.constants=hopper") is calibration_for("vllm", "hopper")
+    assert gpu("b300_sxm").arch == "blackwell" and cal("hardware.constants=auto") is calibration_for("vllm", "hopper")
+    shipped = yaml.safe_load((GPU_DIR.parent / "calibration" / "vllm.yaml").read_text())
+    shipped["gemm"]["bf16"]["compute_eff"] /= 2
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "vllm.yaml").write_text(yaml.safe_dump(shipped))
+    mine = cal(f"hardware.constants={tmp_path / 'mine'}")
+    assert mine.gemm_for("bf16").compute_eff == calibration_for("vllm", "hopper").gemm_for("bf16").compute_eff / 2
+    with pytest.raises(ConfigError, match="must be one of") as err:
+        load_config(None, ["hardware.constants=ampere_fit"])
+    assert err.value.path == "hardware.constants"
+    with pytest.raises(ConfigError, match="holds no sglang.yaml"):
+        Simulation(load_config(TINY, [f"hardware.constants={tmp_path / 'mine'}", "engine.name=sglang"]))

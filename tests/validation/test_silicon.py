@@ -1088,3 +1088,17 @@ def test_b300_trtllm_recipe_names_with_the_concurrency_after_the_drafts_give_the
     entry["prefill"]["additional_settings"] = ["CONFIG_FILE=recipes/trtllm/gb300-fp4/1k1k/mtp/ctx1_gen1_mtp.yaml"]
     with pytest.raises(Skip, match="the number of draft tokens is not known"):
         validate_module._entry_spec_tokens(entry, "dsr1-fp4-gb300-dynamo-trt")
+
+
+def test_transfer_table_compares_the_rows_both_runs_represent() -> None:
+    from validation.report import transfer_table
+
+    def r(i: str, mode: str, tpot: float, ttft: float) -> dict:
+        return {"id": i, "mode": mode, "tpot_err_pct": tpot, "ttft_err_pct": ttft}
+
+    fitted = [r("a", "agg", 10, -20), r("b", "agg", -6, 30), r("c", "disagg", 4, 8), r("d", "agg", 50, 50)]
+    moved = [r("a", "agg", 14, -10), r("b", "agg", -10, 40), r("c", "disagg", 4, -8)]   # d not represented
+    agg, disagg = transfer_table(fitted, moved)
+    assert agg == {"mode": "agg", "rows": 2, "tpot_fitted": 8.0, "tpot_transfer": 12.0, "tpot_gap": 4.0,
+                   "ttft_fitted": 25.0, "ttft_transfer": 25.0, "ttft_gap": 0.0}
+    assert disagg["rows"] == 1 and disagg["ttft_fitted"] == disagg["ttft_transfer"] == 8.0

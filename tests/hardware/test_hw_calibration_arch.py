@@ -1,0 +1,101 @@
+"""Kernel constants per GPU architecture: which set a deployment is priced with, and the fit's row choices."""
+
+from hardware import CostModel, Deployment, Roofline, load_engine, load_gpu, load_model
+from hardware.calibrate import MOE_DTYPES, moe_curve_subsets, moe_format_rows, moe_kernel_family
+from hardware.calibration import CALIBRATION_DIR, calibration_for, calibration_for_engine, list_calibrations
+
+SGLANG_B300_FP4_GEMM = Roofline(compute_eff=0.4926, m_half=361.0, mem_eff=0.5696, bytes_half=16850.0,
+                                floor_s=5.069e-06, m_tile=64, m_cost_s=2.67e-10, k_half=1.995, n_half=2962.0)
+"""gemm.fp4 of calibration/blackwell/sglang.yaml, fitted on the B300 nvfp4 GEMM rows."""
+
+
+def _cost(gpu: str, engine: str = "sglang") -> CostModel:
+    return CostModel(Deployment(gpu=load_gpu(gpu), model=load_model("meta-llama/Llama-3.1-8B"),
+                                engine=load_engine(engine)))
+
+
+def test_blackwell_gpus_take_the_blackwell_set() -> None:
+    b300, b200 = _cost("b300_sxm"), _cost("b200_sxm")
+    assert b300.cal is b200.cal is calibration_for("sglang", "blackwell")
+    assert b300.cal.name == "blackwell/sglang"
+    assert b300.cal.provenance == "fitted by hardware.calibrate on opdb-blackwell (sglang-0.5.9, b300_sxm)"
+    assert b300.cal.gemm_for("fp4") == SGLANG_B300_FP4_GEMM
+    # NVFP4 MoE, fitted on the power-law rows (SGLang's B300 table has no balanced ones)
+    fp4 = b300.cal.moe_for("fp4")
+    assert (fp4.compute_eff, fp4.m_half, fp4.mem_eff, fp4.floor_s) == (0.3003, 73.07, 0.6487, 1.116e-05)
+
+
+def test_other_architectures_take_the_hopper_set() -> None:
+    for gpu in ("h100_sxm", "h200_sxm", "a100_sxm", "l40s", "mi300x"):
+        assert _cost(gpu).cal is calibration_for_engine("sglang"), gpu
+    hopper = _cost("h100_sxm").cal
+    assert hopper.name == "sglang"
+    assert hopper.provenance == "fitted by hardware.calibrate on opdb (sglang-0.5.9, h100_sxm+h200_sxm)"
+    assert hopper.gemm_for("fp4") == Roofline(compute_eff=0.6, mem_eff=0.75, floor_s=8.0e-06)   # starting value
+    assert calibration_for("sglang", "hopper") is hopper
+
+
+def test_a_users_gpu_yaml_takes_the_set_of_its_arch(tmp_path) -> None:
+    text = (CALIBRATION_DIR.parent / "gpus" / "b300_sxm.yaml").read_text().replace("name: b300_sxm", "name: my_next")
+    (tmp_path / "mine.yaml").write_text(text)
+    (tmp_path / "other.yaml").write_text(text.replace("arch: blackwell", "arch: rubin"))
+    assert _cost(str(tmp_path / "mine.yaml")).cal is calibration_for("sglang", "blackwell")
+    assert _cost(str(tmp_path / "other.yaml")).cal is calibration_for_engine("sglang")
+
+
+def test_blocks_without_a_b300_table_are_the_hopper_sets() -> None:
+    blackwell, hopper = calibration_for("sglang", "blackwell"), calibration_for_engine("sglang")
+    assert blackwell.moe["int4"] == hopper.moe["int4"]          # SGLang's B300 tables time no INT4 MoE
+    assert blackwell.alltoall == hopper.alltoall
+    assert blackwell.gemm["bf16"] != hopper.gemm["bf16"]
+    text = (CALIBRATION_DIR / "blackwell" / "sglang.yaml").read_text()
+    assert "  # no blackwell table (opdb-blackwell sglang-0.5.9): the Hopper set's, moved by the spec (fitted on " \
+           "opdb h100_sxm+h200_sxm sglang-0.5.9 moe_perf int4_wo balanced" in text
+    assert {"blackwell/sglang", "blackwell/vllm", "blackwell/trtllm", "sglang"} <= set(list_calibrations())
+
+
+def test_an_engine_without_a_blackwell_set_takes_its_hopper_one() -> None:
+    assert calibration_for("no_such_engine", "blackwell") is calibration_for_engine("no_such_engine")
+    assert calibration_for_engine("no_such_engine").name == "default"
+
+
+def _moe(dtype: str, distribution: str, source: str = "k") -> dict[str, str]:
+    return {"moe_dtype": dtype, "distribution": distribution, "kernel_source": source}
+
+
+def test_a_moe_format_without_balanced_rows_is_fitted_on_its_power_law_rows() -> None:
+    rows = [_moe("nvfp4", "power_law_1.01"), _moe("nvfp4", "power_law_1.2"), _moe("bfloat16", "balanced"),
+            _moe("bfloat16", "power_law_1.01")]
+    assert moe_format_rows(rows, "nvfp4") == ([rows[0]], "power_law_1.01")
+    assert moe_format_rows(rows, "bfloat16") == ([rows[2]], "balanced")
+    assert moe_format_rows(rows, "int4_wo") == ([], "balanced")
+
+
+def test_moe_kernel_families_on_blackwell() -> None:
+    # FlashInfer's TensorRT-LLM-gen MoE (vLLM's default on B300) is the default kernel; CUTLASS is `flashinfer`
+    assert moe_kernel_family("vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic") == "default"
+    assert moe_kernel_family("vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts") == "flashinfer"
+    assert moe_kernel_family("sglang_flashinfer_cutedsl_moe") == "default"
+    assert moe_kernel_family("vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts") == "marlin"
+    rows = [_moe("nvfp4", "balanced", "x_flashinfer_trtllm_y"), _moe("nvfp4", "balanced", "x_flashinfer_cutlass_y")]
+    assert moe_curve_subsets(rows, "fp4") == {"fp4": rows[:1], "fp4_flashinfer": rows[1:]}
+    # NVFP4 fits `fp4` before the MXFP4 weight-only rows could (the first format of MOE_DTYPES wins a key)
+    fp4_formats = [raw for raw, dtype in MOE_DTYPES.items() if dtype == "fp4"]
+    assert fp4_formats == ["nvfp4", "w4a16_mxfp4"]
+
+
+def test_kernel_check_prices_a_b300_table_with_the_blackwell_set_or_the_one_asked_for(tmp_path) -> None:
+    from experiments.kernel_report import check_calibration, check_table, predict_generation
+
+    assert check_calibration("sglang", "b300_sxm") is calibration_for("sglang", "blackwell")
+    assert check_calibration("sglang", "b300_sxm", "hopper") is calibration_for_engine("sglang")
+    row = {"framework": "SGLANG", "version": "x", "op_name": "generation_attention", "batch_size": "8",
+           "isl": "1", "num_heads": "32", "num_key_value_heads": "8", "head_dim": "128", "window_size": "0",
+           "kv_cache_dtype": "fp8", "step": "1023", "latency": "0.02"}
+    (tmp_path / "t.csv").write_text(",".join(row) + "\n" + ",".join(row.values()) + "\n")
+    errs = []
+    for arch, cal in ((None, calibration_for("sglang", "blackwell")), ("hopper", calibration_for_engine("sglang"))):
+        out = {r["table"]: r for r in check_table(tmp_path / "t.csv", "sglang", "b300_sxm", arch)}
+        errs.append(round(100 * (predict_generation(cal, "b300_sxm", row) / 0.02e-3 - 1.0), 1))
+        assert out["generation_attention"]["median_signed_err_pct"] == errs[-1]
+    assert errs[0] != errs[1]
