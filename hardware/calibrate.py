@@ -750,7 +750,7 @@ def _yaml_with_notes(engine: str, data: dict[str, Any], notes: dict[str, str], s
     head = [f"# Fitted constants for {engine}'s kernels, written by `python -m hardware.calibrate` from {source}.",
             "# Per block: where it came from and its fit error (|predicted / measured - 1| over the fitted rows).",
             "# Curves: see hardware/calibration.py. Blocks marked 'starting value' had no table to fit."]
-    if tables is not HOPPER:
+    if tables.arch != HOPPER.arch:
         head.append(f"# {tables.arch.capitalize()} set (hardware.calibration.calibration_for): blocks marked 'no "
                     f"{tables.arch} table' are the engine's Hopper set's, moved to the GPU by its spec alone.")
     data = dict(data)
@@ -791,6 +791,9 @@ def main(argv: list[str] | None = None) -> int:
                          "and default --out; hopper: hardware/data/calibration, another: a sub-folder of it)")
     ap.add_argument("--out", type=Path, default=None, help="where to write <engine>.yaml (default: the --arch's)")
     ap.add_argument("--engines", nargs="*", default=list(ENGINES), choices=list(ENGINES))
+    ap.add_argument("--gpus", nargs="*", default=None, metavar="GPU",
+                    help="fit on these GPUs' tables only (default: every GPU of --arch): a set for a transfer "
+                         "test, e.g. --gpus h100_sxm --out validation/constants/h100_only")
     ap.add_argument("--only", nargs="*", default=None, metavar="BLOCK",
                     help="write only these blocks (e.g. moe) or curves (e.g. moe.fp4), keeping every other "
                          "block and curve of the shipped <engine>.yaml of --arch as it is (a refit of one kernel "
@@ -800,6 +803,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --data {args.data} is not a folder", file=sys.stderr)
         return 2
     tables = TABLE_SETS[args.arch]
+    if args.gpus:
+        unknown = sorted(set(args.gpus) - set(tables.gpus))
+        if unknown:
+            print(f"error: --gpus {' '.join(unknown)}: {args.arch} tables are of {', '.join(tables.gpus)}",
+                  file=sys.stderr)
+            return 2
+        if args.out is None:
+            print("error: --gpus needs --out (the shipped sets are fitted on every GPU)", file=sys.stderr)
+            return 2
+        tables = attrs.evolve(tables, gpus=tuple(args.gpus))
     out = args.out if args.out is not None else tables.out
     out.mkdir(parents=True, exist_ok=True)
     for engine in args.engines:
@@ -819,7 +832,7 @@ def starting_set(engine: str, tables: TableSet) -> tuple[dict[str, Any], dict[st
     default.yaml's starting values for Hopper (no notes: 'starting value'); for another architecture the
     engine's Hopper set, each block noted as taken from it (its Hopper note in brackets), so a kernel the
     architecture's tables never timed is priced as on Hopper, moved to the GPU by its spec alone."""
-    if tables is HOPPER:
+    if tables.arch == HOPPER.arch:
         return read_yaml(CALIBRATION_DIR / "default.yaml"), {}
     path = CALIBRATION_DIR / f"{engine}.yaml"
     hopper_notes = _read_notes(path.read_text())

@@ -808,13 +808,15 @@ def transfer_table(fitted: Sequence[dict[str, Any]], moved: Sequence[dict[str, A
     return out
 
 
-def transfer(csv_path: Path, out: Path, systems: Sequence[str], constants: str, jobs: int = 1) -> str:
+def transfer(csv_path: Path, out: Path, systems: Sequence[str], constants: str, jobs: int = 1,
+             every: int = 1) -> str:
     """Simulate the rows measured on ``systems`` twice: with the shipped constants (fitted on tables that
     include those GPUs') and with ``hardware.constants`` = ``constants`` (fitted elsewhere), then compare.
-    Both runs journal (OUT/fitted, OUT/transfer) and resume, so a repeated call only prints."""
+    ``every``: only every k-th of those rows in file order (a smaller, unbiased sample). Both runs journal
+    (OUT/fitted, OUT/transfer) and resume, so a repeated call only prints."""
     from validation.silicon import read_rows, validate_silicon
 
-    ids = [r["id"] for r in read_rows(csv_path) if r["system"].strip() in systems]
+    ids = [r["id"] for r in read_rows(csv_path) if r["system"].strip() in systems][::every]
     if not ids:
         raise ValueError(f"{csv_path} has no row measured on {', '.join(systems)}")
     match = "^(?:" + "|".join(re.escape(i) for i in ids) + ")$"
@@ -823,7 +825,8 @@ def transfer(csv_path: Path, out: Path, systems: Sequence[str], constants: str, 
         validate_silicon(csv_path, out / name, jobs=jobs, match=match, progress=False, resume=True,
                          settings=settings)
     table_rows = transfer_table(read_results(out / "fitted"), read_results(out / "transfer"))
-    lines = [f"rows measured on {', '.join(systems)}: {len(ids)}; transfer constants: {constants}",
+    sample = f" (every {every}th row)" if every > 1 else ""
+    lines = [f"rows measured on {', '.join(systems)}: {len(ids)}{sample}; transfer constants: {constants}",
              f"  {'mode':7} {'rows':>5} | {'TPOT fitted':>11} {'transfer':>9} {'gap':>6} | "
              f"{'TTFT fitted':>11} {'transfer':>9} {'gap':>6}"]
     for r in table_rows:
@@ -891,6 +894,7 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--constants", required=True,
                     help="hardware.constants of the transfer run: an architecture (hopper) or a folder of sets")
     tr.add_argument("--jobs", type=int, default=1)
+    tr.add_argument("--every", type=int, default=1, help="only every k-th of the GPUs' rows, in file order")
     rp = sub.add_parser("repeats", help="configurations the measured CSV holds more than once: how far apart")
     rp.add_argument("--csv", type=Path, required=True)
     rp.add_argument("--out", type=Path, default=None,
@@ -900,7 +904,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "transfer":
         try:
             print(transfer(args.csv, args.out, [g.strip() for g in args.systems.split(",") if g.strip()],
-                           args.constants, args.jobs))
+                           args.constants, args.jobs, args.every))
         except (ValueError, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

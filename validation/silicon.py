@@ -27,6 +27,7 @@ import numpy as np
 from twin.errors import TwinError
 from twin.kv_cache import cdiv
 from twin.results import jsonable
+from validation import inferencemax_b300
 from workloads.errors import utf8_lines
 
 WEIGHT_FORMATS = {"": "bf16", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_block": "fp8_block",
@@ -225,7 +226,11 @@ def _inferencemax_parallel(row: dict[str, str], par: Parallel, isl: int, osl: in
       always (H200: the test is EP_SIZE >= 1 with EP_SIZE defaulting to 1), so EP spans the TP group; the
       2026-03-28 H100 export's tp 4 / dp 4 / ep 16 encodes the tp 4 / ep 4 search-space entry (the script
       has no DP flag).
+
+    Other GPUs: the B300 scripts' own layout (:func:`_inferencemax_b300_parallel`).
     """
+    if row["system"].strip() not in HOPPER:
+        return _inferencemax_b300_parallel(row, par, isl, osl, conc, notes)
     model, backend, day = row["model_path"].lower(), row["backend"].strip(), _measured(row)
     gpus = par.tp * par.dp
     fixed = par
@@ -242,6 +247,41 @@ def _inferencemax_parallel(row: dict[str, str], par: Parallel, isl: int, osl: in
         notes.append(f"harness layout tp {fixed.tp} / dp {fixed.dp} / ep {fixed.ep} "
                      f"(export: tp {par.tp} / dp {par.dp} / ep {par.ep})")
     return fixed
+
+
+def _inferencemax_b300_parallel(row: dict[str, str], par: Parallel, isl: int, osl: int, conc: int,
+                                notes: list[str]) -> Parallel:
+    """The layout InferenceMAX's B300 script launched for an aggregated row (validation/inferencemax_b300.py,
+    ``b300_sxm`` entries of validation/harness/inferencemax_flags.json): the config's search-space entry the
+    row's ISL / OSL, concurrency and export layout fit, launched as the script turns TP / EP_SIZE /
+    DP_ATTENTION into flags on the TP GPUs the runner allocates. So the Qwen3.5 NVFP4 rows exported as tp 4 /
+    moe_tp 2 / ep 2 run TP 2 / EP 2 (qwen3.5_fp4_b300.sh at 8acbd08b7: --ep-size $EP_SIZE; the grid has no
+    TP 4 / EP 2), the MiniMax-M2.5 rows exported as tp T / dp E / ep T x E run TP T / EP T
+    (--enable-expert-parallel) or, FP4 dp-attn entries, TP 1 / DP T / EP T, and MiniMax rows with EP_SIZE 1
+    run without expert parallelism (the scripts test EP_SIZE > 1; the Hopper scripts' >= 1 does not apply).
+    A row no script version matches (the 2026-04-03 wip rows, whose images no InferenceX commit names)
+    keeps the export's layout and the engine's defaults."""
+    launch = inferencemax_b300.find(row)
+    if launch is None:
+        notes.append("no InferenceX B300 script for the row's date and image: the engine's defaults")
+        return par
+    run, why = inferencemax_b300.layout(launch, par.tp, par.dp, par.ep, isl, osl, conc)
+    fixed = par if run is None else Parallel(tp=run[0], dp=run[1], ep=run[2])
+    if fixed != par:
+        notes.append(f"harness layout tp {fixed.tp} / dp {fixed.dp} / ep {fixed.ep} "
+                     f"(export: tp {par.tp} / dp {par.dp} / ep {par.ep}; {why})")
+    else:
+        notes.append(f"harness: {why}")
+    return fixed
+
+
+def _b300_settings(row: dict[str, str], spec: "RowSpec") -> dict[str, Any]:
+    """The launch settings of an aggregated row's InferenceMAX B300 script for its launched TP and per-rank
+    concurrency (empty: no script; validation/inferencemax_b300.py)."""
+    launch = inferencemax_b300.find(row)
+    if launch is None or spec.agg is None:
+        return {}
+    return inferencemax_b300.settings(launch, spec.agg.tp, spec.per_rank_concurrency, spec.isl)
 
 
 DISAGG_CONFIGS = Path(__file__).resolve().parent / "harness" / "inferencemax_disagg.json"
@@ -537,6 +577,8 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
     256 on H100, neither flag on H200); its SGLang / TRT-LLM settings are below. An engine whose profile has
     chunked prefill off by default (TRT-LLM) gets it off here. A row's own ``max_batch_size`` /
     ``max_num_tokens`` (:data:`ENGINE_LIMIT_COLUMNS`) replace the batch cap / token budget of any rule.
+    InferenceMAX rows on other GPUs than Hopper take their B300 script's caps (:func:`_b300_settings`), or the
+    engine's defaults where no script matches.
     """
     import hardware
 
@@ -555,6 +597,9 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
                 out["mixed_prefill"] = True
         elif spec.backend == "vllm":
             out.update(max_num_seqs=bs, max_num_batched_tokens=bs + spec.isl + 1500)
+    elif proto is INFERENCEMAX and spec.mode == "agg" and spec.gpu not in HOPPER:
+        b300 = _b300_settings(row, spec)
+        out.update({k: b300[k] for k in ("max_num_seqs", "max_num_batched_tokens") if k in b300})
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "vllm":
         if "minimax" in spec.model.lower():
             # minimaxm2.5_fp8_h100.sh: --max-num-seqs 256; minimaxm2.5_fp8_h200.sh: neither flag (a36346339,
@@ -733,11 +778,14 @@ def harness_prefix_caching(row: dict[str, str], spec: "RowSpec", proto: Protocol
     aiconfigurator's gap analysis (genai-perf): its TRT-LLM templates set ``enable_block_reuse: {{ ... |
     default(false) }}``, off; its vLLM and SGLang templates leave the engines' prefix caches on (no
     --no-enable-prefix-caching / --disable-radix-cache unless ``disable_prefix_cache`` is set, which no rule
-    sets without a prefix)."""
+    sets without a prefix). InferenceMAX B300 rows: every B300 script turns the cache off (:func:`_b300_settings`;
+    none where no script matches the row)."""
     if proto is GENAI_PERF and spec.mode == "agg" and spec.backend == "trtllm":
         return False
     if proto is not INFERENCEMAX or spec.mode != "agg":
         return None
+    if spec.gpu not in HOPPER:
+        return _b300_settings(row, spec).get("prefix_caching")
     model, day = spec.model.lower(), _measured(row)
     if "glm-5" in model:
         return None
@@ -792,6 +840,7 @@ def harness_kv(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> dict[st
     defaults for dense and MoE models (cli/templates/trtllm/{dense,moe}_default.yaml) pair FP8 GEMMs with
     kvcache_quant_mode fp8, which its generator passes to every engine as kv_cache_dtype: a gap-analysis
     row with precision fp8 ran an FP8 KV cache (DeepSeek's template keeps float16; no such row here).
+    InferenceMAX B300 rows: their script's KV dtype, memory fraction and vLLM --block-size (:func:`_b300_settings`).
     """
     out: dict[str, Any] = {}
     if proto is GENAI_PERF and spec.backend == "trtllm":
@@ -801,8 +850,11 @@ def harness_kv(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> dict[st
     if proto is GENAI_PERF and row.get("precision", "").strip().lower() == "fp8" \
             and "deepseek" not in spec.model.lower():
         out["kv_dtype"] = "fp8"
-    if proto is INFERENCEMAX and spec.mode == "agg":
+    if proto is INFERENCEMAX and spec.mode == "agg" and spec.gpu in HOPPER:
         out.update(_inferencemax_kv(spec))
+    elif proto is INFERENCEMAX and spec.mode == "agg":
+        b300 = _b300_settings(row, spec)
+        out.update({k: b300[k] for k in ("kv_dtype", "gpu_memory_utilization", "block_size") if k in b300})
     return out
 
 
@@ -874,7 +926,8 @@ def harness_graphs(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> dic
     batch limit (961028348 cli/backends/trtllm.py: cuda_graph_batch_sizes = 1 .. bs, bs standing for c as in
     :func:`deployment_limits`; the row's ``max_batch_size`` where it gives one), so no decode batch is padded.
     TRT-LLM disaggregated rows: the decode workers capture up to their batch limit (the Dynamo recipes name
-    it, e.g. ``..._batch128_...yaml``); prefill workers run no pure-decode step.
+    it, e.g. ``..._batch128_...yaml``); prefill workers run no pure-decode step. InferenceMAX B300 rows: their
+    script's --cuda-graph-max-bs / --max-cudagraph-capture-size (:func:`_b300_settings`).
     """
     if spec.backend == "trtllm" and spec.mode == "disagg":
         return {"cuda_graph_max_size": spec.decode_batch} if spec.decode_batch else {}
@@ -882,6 +935,9 @@ def harness_graphs(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> dic
         return {"cuda_graph_sizes": list(range(1, spec.harness_batch + 1))}
     if proto is not INFERENCEMAX or spec.mode != "agg":
         return {}
+    if spec.gpu not in HOPPER:
+        b300 = _b300_settings(row, spec)
+        return {"cuda_graph_max_size": b300["cuda_graph_max_size"]} if "cuda_graph_max_size" in b300 else {}
     model, day = spec.model.lower(), _measured(row)
     out: dict[str, Any] = {}
     if spec.backend == "vllm":
@@ -1090,8 +1146,9 @@ def row_config(row: dict[str, str], *, waves: int | None = None, prompt_pool: st
     kv = harness_kv(row, spec, proto)
     if "kv_dtype" in kv:
         cfg["model"]["kv_dtype"] = kv["kv_dtype"]
-    if "gpu_memory_utilization" in kv:
-        cfg["kv_cache"] = {**cfg.get("kv_cache", {}), "gpu_memory_utilization": kv["gpu_memory_utilization"]}
+    for key in ("gpu_memory_utilization", "block_size"):
+        if key in kv:
+            cfg["kv_cache"] = {**cfg.get("kv_cache", {}), key: kv[key]}
     if prompt_pool is not None and proto is GENAI_PERF:
         how, per_slot_entries = parse_prompt_pool(prompt_pool)
         cfg["workload"].update(prompt_pool=per_slot_entries * conc, pool_sampling=how)

@@ -1102,3 +1102,110 @@ def test_transfer_table_compares_the_rows_both_runs_represent() -> None:
     assert agg == {"mode": "agg", "rows": 2, "tpot_fitted": 8.0, "tpot_transfer": 12.0, "tpot_gap": 4.0,
                    "ttft_fitted": 25.0, "ttft_transfer": 25.0, "ttft_gap": 0.0}
     assert disagg["rows"] == 1 and disagg["ttft_fitted"] == disagg["ttft_transfer"] == 8.0
+
+
+def b300_row(model: str, backend: str, precision: str, day: str, image: str, conc: int, isl: int = 1024,
+             **kw: str) -> dict[str, str]:
+    """An aggregated B300 row as silicon_blackwell_dev.csv's db-dump exports write them."""
+    quant = {"fp8": ("fp8", "fp8_block"), "fp4": ("nvfp4", "nvfp4"), "bf16": ("", "")}[precision]
+    src = f"db-dump/2026-04-27; config_id=1; silicon_concurrency={conc}; measured={day}; workflow_run_id=1; {image}"
+    base = dict(model_path=model, backend=backend, precision=precision, system="b300_sxm", isl=str(isl),
+                osl="1024", batch_size=str(conc), gemm_quant_mode=quant[0], moe_quant_mode=quant[1],
+                silicon_data_source=src, attention_dp_size="1")
+    base.update(kw)
+    return row(**base)
+
+
+VLLM_019 = "vllm/vllm-openai:v0.19.0-cu130"
+SGLANG_0510 = "lmsysorg/sglang:v0.5.10.post1-cu130"
+
+
+def test_b300_layouts_follow_the_scripts_and_their_search_space() -> None:
+    """The B300 scripts launch TP GPUs (runners/launch_b300-nv.sh --gres=gpu:$TP): MiniMax FP4 dp-attn
+    entries run TP 1 / DP TP / EP TP, EP entries TP / EP TP (the export writes both tp T / dp E / ep T x E),
+    EP_SIZE 1 runs no EP; Qwen NVFP4's TP 2 / EP 2 entry is exported tp 4 / moe_tp 2 / ep 2."""
+    def layout(r: dict[str, str]) -> tuple[int, int, int]:
+        s = row_spec(r)
+        assert s.agg is not None
+        return s.agg.tp, s.agg.dp, s.agg.ep
+    ep_export = dict(tp_size="2", attention_dp_size="2", moe_tp_size="1", moe_ep_size="4")
+    m4 = functools.partial(b300_row, "MiniMaxAI/MiniMax-M2.5", "vllm", "fp4", "2026-04-21T00:00:00.000Z", VLLM_019)
+    assert layout(m4(128, **ep_export)) == (2, 1, 2)              # {tp 2, ep 2, conc 128}
+    assert layout(m4(512, **ep_export)) == (1, 2, 2)              # {tp 2, ep 2, dp-attn, conc 256-2048}
+    assert layout(m4(512, isl=8192, **ep_export)) == (1, 2, 2)
+    assert "harness layout tp 1 / dp 2 / ep 2" in row_spec(m4(512, **ep_export)).notes[0]
+    m4_0417 = functools.partial(b300_row, "MiniMaxAI/MiniMax-M2.5", "vllm", "fp4", "2026-04-17T00:00:00.000Z",
+                                VLLM_019)
+    assert layout(m4_0417(256, **ep_export)) == (2, 1, 2)        # 04-17 grid: dp-attn only at 1k c512
+    assert layout(m4_0417(32, tp_size="4", attention_dp_size="4", moe_tp_size="1", moe_ep_size="16")) == (4, 1, 4)
+    m8 = functools.partial(b300_row, "MiniMaxAI/MiniMax-M2.5", "vllm", "fp8", "2026-04-21T00:00:00.000Z", VLLM_019)
+    assert layout(m8(1024, **ep_export)) == (2, 1, 2)             # the FP8 script ignores DP_ATTENTION
+    assert layout(m8(64, tp_size="4", moe_tp_size="4", moe_ep_size="1")) == (4, 1, 1)   # EP_SIZE 1: no EP
+    qwen = b300_row("Qwen/Qwen3.5-397B-A17B", "sglang", "fp4", "2026-04-18T00:00:00.000Z", SGLANG_0510, 32,
+                    tp_size="4", moe_tp_size="2", moe_ep_size="2")
+    assert layout(qwen) == (2, 1, 2)
+    dsr1 = b300_row("deepseek-ai/DeepSeek-V3", "sglang", "fp4", "2026-04-17T00:00:00.000Z", SGLANG_0510, 64,
+                    tp_size="16", moe_tp_size="4", moe_ep_size="4")
+    assert layout(dsr1) == (4, 1, 4)
+    # a wip row of an image no InferenceX commit names keeps the export and the engine's defaults
+    wip = b300_row("MiniMaxAI/MiniMax-M2.5", "vllm", "fp8", "2026-04-03T17:02:12Z",
+                   "image=vllm/vllm-openai:nightly-5b8c30d62b754b575e043ce2fc0dcbf8a64f6306", 16,
+                   tp_size="4", moe_tp_size="4", moe_ep_size="1")
+    assert layout(wip) == (4, 1, 1)
+    assert row_spec(wip).notes == ("no InferenceX B300 script for the row's date and image: the engine's defaults",)
+    assert {k: v for k, v in row_config(wip).items() if k in ("scheduler", "kv_cache")} == {}
+
+
+def test_b300_rows_get_the_launch_flags_of_their_script() -> None:
+    """Batch caps, token budgets, CUDA-graph caps, memory fractions, KV dtype / block size and prefix caching
+    of the InferenceX B300 scripts (validation/harness/inferencemax_flags.md, B300 section)."""
+    def parts(r: dict[str, str]) -> tuple[dict, dict, dict, dict]:
+        cfg = row_config(r)
+        return (cfg.get("scheduler", {}), cfg.get("kv_cache", {}),
+                {k: v for k, v in cfg["engine"].items() if k != "name"}, cfg["model"])
+    sched, kv, eng, model = parts(b300_row("MiniMaxAI/MiniMax-M2.5", "vllm", "fp8", "2026-04-21T00:00:00.000Z",
+                                           VLLM_019, 16, isl=8192, tp_size="1"))
+    assert sched == {"max_num_batched_tokens": 16384}             # 2 x ISL, engine-default max-num-seqs
+    assert kv == {"prefix_caching": False, "gpu_memory_utilization": 0.9, "block_size": 32}
+    assert eng == {"cuda_graph_max_size": 2048} and model["kv_dtype"] == "fp8"
+    sched, kv, eng, model = parts(b300_row("MiniMaxAI/MiniMax-M2.5", "vllm", "fp4", "2026-04-21T00:00:00.000Z",
+                                           VLLM_019, 2048, tp_size="2", attention_dp_size="2", moe_tp_size="1",
+                                           moe_ep_size="4"))
+    assert sched == {"max_num_batched_tokens": 2048} and "block_size" not in kv and model["kv_dtype"] == "fp8"
+    sched, kv, eng, model = parts(b300_row("Qwen/Qwen3.5-397B-A17B", "sglang", "fp8", "2026-04-17T00:00:00.000Z",
+                                           SGLANG_0510, 64, tp_size="4"))
+    assert sched == {"max_num_seqs": 64, "max_num_batched_tokens": 16384} and eng == {"cuda_graph_max_size": 64}
+    assert kv == {"prefix_caching": False, "gpu_memory_utilization": 0.8} and model["kv_dtype"] == "fp8"
+    sched, kv, eng, model = parts(b300_row("Qwen/Qwen3.5-397B-A17B", "sglang", "bf16", "2026-04-18T00:00:00.000Z",
+                                           SGLANG_0510, 16, tp_size="8"))
+    assert sched == {"max_num_seqs": 128, "max_num_batched_tokens": 32768} and eng == {"cuda_graph_max_size": 16}
+    assert kv == {"prefix_caching": False, "gpu_memory_utilization": 0.82} and "kv_dtype" not in model
+    sched, kv, eng, model = parts(b300_row("Qwen/Qwen3.5-397B-A17B", "sglang", "fp4", "2026-04-18T00:00:00.000Z",
+                                           SGLANG_0510, 8, tp_size="4"))
+    assert sched == {"max_num_seqs": 128, "max_num_batched_tokens": 32768} and eng == {"cuda_graph_max_size": 8}
+    assert kv["gpu_memory_utilization"] == 0.8 and model["kv_dtype"] == "fp8"
+    dsr1_fp8 = functools.partial(b300_row, "deepseek-ai/DeepSeek-V3", "sglang", "fp8", "2026-04-17T00:00:00.000Z",
+                                 SGLANG_0510)
+    sched, kv, eng, model = parts(dsr1_fp8(16, tp_size="8"))
+    assert sched == {"max_num_seqs": 128, "max_num_batched_tokens": 32768} and eng == {"cuda_graph_max_size": 128}
+    assert kv == {"prefix_caching": False, "gpu_memory_utilization": 0.82} and model["kv_dtype"] == "fp8"
+    sched, kv, eng, _ = parts(dsr1_fp8(8, isl=8192, tp_size="4"))
+    assert sched == {"max_num_seqs": 32, "max_num_batched_tokens": 8192} and eng == {"cuda_graph_max_size": 32}
+    assert kv["gpu_memory_utilization"] == 0.95
+    sched, kv, eng, model = parts(b300_row("deepseek-ai/DeepSeek-V3", "sglang", "fp4", "2026-04-17T00:00:00.000Z",
+                                           SGLANG_0510, 8, tp_size="64", moe_tp_size="8", moe_ep_size="8"))
+    assert sched == {"max_num_seqs": 256, "max_num_batched_tokens": 16384} and eng == {"cuda_graph_max_size": 256}
+    assert kv == {"prefix_caching": False, "gpu_memory_utilization": 0.85} and model["kv_dtype"] == "fp8"
+    sched, kv, eng, model = parts(b300_row("moonshotai/Kimi-K2.5", "vllm", "fp4", "2026-04-20T00:00:00.000Z",
+                                           VLLM_019, 16, tp_size="4"))
+    assert sched == {"max_num_seqs": 16} and eng == {} and "kv_dtype" not in model
+    assert kv == {"prefix_caching": False, "gpu_memory_utilization": 0.9}
+    # GLM-5 measured 2026-04-03 on a nightly image, before glm5_fp8_b300.sh existed (6c66a00d9, 04-17)
+    glm = b300_row("zhipuai/GLM-5", "sglang", "fp8", "2026-04-03T16:51:02Z",
+                   "image=lmsysorg/sglang:nightly-dev-cu13-20260401-b6fe0cca", 128, tp_size="8")
+    assert parts(glm)[:3] == ({}, {}, {})
+    # the same row on another date, or with another image, has no script either
+    assert "scheduler" not in row_config(b300_row("moonshotai/Kimi-K2.5", "vllm", "fp4", "2026-04-19T00:00:00.000Z",
+                                                  VLLM_019, 16, tp_size="4"))
+    assert "scheduler" not in row_config(b300_row("moonshotai/Kimi-K2.5", "vllm", "fp4", "2026-04-20T00:00:00.000Z",
+                                                  "vllm/vllm-openai:v0.17.0-cu130", 16, tp_size="4"))
