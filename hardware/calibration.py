@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
+from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 import attrs
@@ -33,9 +34,17 @@ CALIBRATION_DIR = DATA_DIR / "calibration"
 CURVE_MOE_KERNELS = ("marlin", "flashinfer")
 """Named routed-expert kernel families priced with their own MoE curve, fitted on the opdb rows of that
 kernel (``<format>_<family>``, moe_curve_key; hardware.calibrate.moe_curve_subsets)."""
-MOE_KERNELS = ("default", *CURVE_MOE_KERNELS, "deepgemm")
+BORROWED_MOE_KERNELS: Mapping[str, str] = MappingProxyType({"flashinfer_trtllm": "vllm"})
+"""Routed-expert kernel families priced with another engine's curve, the engine whose default kernel that
+family is on the GPU's architecture: a kernel, not the engine launching it, owns its efficiency.
+``flashinfer_trtllm``: FlashInfer's TRT-LLM-gen fused MoE (SM100 only), vLLM's default on Blackwell (its
+B300 tables' ``*_flashinfer_trtllm_*`` rows, which the Blackwell vLLM set is fitted on), which SGLang runs
+with ``--moe-runner-backend flashinfer_trtllm`` (InferenceMAX's B300 scripts) though SGLang's own B300
+tables time its Triton and CuteDSL kernels."""
+MOE_KERNELS = ("default", *CURVE_MOE_KERNELS, "deepgemm", *BORROWED_MOE_KERNELS)
 """Every routed-expert kernel family a deployment may name: the engine's default kernel, the families
-with their own curve, and ``deepgemm`` (priced from the block-FP8 GEMM curve, hardware.kernels.deepgemm_moe_s)."""
+with their own curve, ``deepgemm`` (priced from the block-FP8 GEMM curve, hardware.kernels.deepgemm_moe_s),
+and the families priced with another engine's curve (BORROWED_MOE_KERNELS)."""
 
 _FALLBACK = {"fp8_block": ("fp8_block", "fp8", "bf16"), "fp8": ("fp8", "fp8_block", "bf16"),
              "fp4": ("fp4", "fp8", "bf16"), "int4": ("int4", "bf16"), "fp16": ("bf16",), "bf16": ("bf16",)}
@@ -387,6 +396,16 @@ def load_calibration(name: str = "default") -> Calibration:
 def calibration_for_engine(engine: str) -> Calibration:
     """The engine's own fitted Hopper constants when shipped (kernels differ per engine), else the default."""
     return load_calibration(engine if engine in list_calibrations() else "default")
+
+
+def borrowed_moe_calibration(kernel: str, arch: str) -> Calibration:
+    """The set whose default MoE curve prices ``kernel`` (BORROWED_MOE_KERNELS) on ``arch``; ValueError where
+    that architecture has no set of its own for the owning engine (the kernel does not run there)."""
+    owner = BORROWED_MOE_KERNELS[kernel]
+    if arch == REFERENCE_ARCH or not (CALIBRATION_DIR / arch / f"{owner}.yaml").is_file():
+        raise ValueError(f"moe_kernel {kernel} is priced with {owner}'s kernel tables on the GPU's architecture, and "
+                         f"{arch or 'this architecture'} has none (it runs on: {', '.join(calibration_archs())})")
+    return load_calibration(f"{arch}/{owner}")
 
 
 def calibration_for(engine: str, arch: str) -> Calibration:

@@ -14,7 +14,8 @@ from typing import Iterable, Mapping
 import attrs
 
 from hardware import kernels
-from hardware.calibration import CURVE_MOE_KERNELS, Calibration, Roofline, calibration_for
+from hardware.calibration import (BORROWED_MOE_KERNELS, CURVE_MOE_KERNELS, Calibration, Roofline,
+                                  borrowed_moe_calibration, calibration_for)
 from hardware.deployment import ACT_BYTES, Deployment, Linear
 from hardware.dtypes import COMPUTE_DTYPE
 from hardware.engine import FULL_GRAPH_MODES, GRAPH_MODES
@@ -161,6 +162,14 @@ class CostModel:
         """The constants as an eagerly launched step sees them: no op cheaper than replayed in a graph."""
         if dep.model.is_moe and dep.moe_kernel in CURVE_MOE_KERNELS:
             self.cal.moe_for(dep.weight_dtype, dep.moe_kernel)   # a MoE kernel without a fitted curve: fail here
+        self._moe_cals: dict[int, Calibration] = {}
+        """The constants the routed experts are priced with, by id of the step's constants (graph or eager):
+        the deployment's own, or for a kernel family another engine owns (BORROWED_MOE_KERNELS) that engine's
+        set for the GPU's architecture, seen the same way."""
+        if dep.model.is_moe and dep.moe_kernel in BORROWED_MOE_KERNELS:
+            lent = borrowed_moe_calibration(dep.moe_kernel, dep.gpu.arch)
+            floor = dep.engine.graph_kernel_floor_s
+            self._moe_cals = {id(self.gcal): lent.graph_mode(floor), id(self.ecal): lent.eager_mode(floor)}
         self.max_num_seqs = max_num_seqs or dep.engine.default_max_num_seqs(dep.gpu)
         self.max_num_batched_tokens = (max_num_batched_tokens
                                        or dep.engine.default_max_num_batched_tokens(dep.gpu))
@@ -381,18 +390,24 @@ class CostModel:
     def _moe_s(self, f: FfnSpec, T: int, cal: Calibration, routing: str) -> float:
         """Routed experts: the distinct experts and pairs T tokens (every attention-DP rank's) give the mean
         expert-parallel rank under the deployment's routing (uniform: E(1-(1-k/E)^T) experts; power_law:
-        kernels.power_law_load), or the rank the layer waits for (``ep_imbalance`` is the difference)."""
+        kernels.power_law_load), or the rank the layer waits for (``ep_imbalance`` is the difference).
+        With redundant expert slots (Deployment.redundant_experts) the pairs spread over E + R slots, each
+        priced as an expert: the balancer's replicas split their experts' load (Deployment.redundant_experts
+        says what that leaves out)."""
         d = self.dep
         # The engine's own kernel is its weight-only one where the GPU lacks the format (curve_dtype); a named
         # kernel family is priced on its own curve, fitted in the weight format.
         fmt = d.curve_dtype if d.moe_kernel == "default" else d.weight_dtype
         if d.moe_kernel == "deepgemm":  # DeepGEMM's padded grouped GEMM, on the block-FP8 GEMM curve
             price, roof = kernels.deepgemm_moe_s, cal.gemm_for(fmt)
+        elif d.moe_kernel in BORROWED_MOE_KERNELS:  # the owning engine's default curve for the format
+            price, roof = kernels.moe_s, self._moe_cals[id(cal)].moe_for(d.curve_dtype)
         else:
             price, roof = kernels.moe_s, cal.moe_for(fmt, d.moe_kernel)
         return price(roof, tokens=T, width=f.latent_size or d.model.hidden_size,
                      inter=-(-f.intermediate_size // d.moe_tp), topk=f.experts_per_token,
-                     num_experts=f.num_experts, ep=d.ep, mats=f.mats, w_bytes_per_elem=d.weight_bytes_per_elem,
+                     num_experts=d.expert_slots(f), ep=d.ep, mats=f.mats,
+                     w_bytes_per_elem=d.weight_bytes_per_elem,
                      peak_flops=d.gpu.flops_for(COMPUTE_DTYPE[fmt]), bw_Bps=d.gpu.hbm_bw_Bps,
                      routing=routing)
 

@@ -94,6 +94,24 @@ class Deployment:
     (kernels.power_law_load: fewer distinct experts than independent draws, a busier busiest rank), or
     ``uniform``, independent top-k draws (E (1 - (1 - k/E)^T) experts)."""
 
+    redundant_experts: int = 0
+    """Redundant expert slots added to every MoE layer's E routed experts (expert-parallel load balancing,
+    EPLB): SGLang ``--ep-num-redundant-experts R`` (E + R physical experts, (E + R) / ep on each EP rank:
+    sglang/srt/eplb/expert_location.py), TensorRT-LLM ``moe_config.load_balancer.num_slots`` = E + R (the
+    srt-slurm recipes' ``eplbN``). It lets an EP size that does not divide E run (DeepSeek-R1's 256 experts at
+    ep 48: 288 slots, 6 a GPU). Each slot holds a whole expert's weights, so a GPU keeps (E + R) / ep
+    experts' weights (the extra ones come out of the KV pool). Priced as if the routed (token, expert) pairs
+    spread over E + R slots (:meth:`expert_slots`, hardware.cost._moe_s): the balancer's replicas split their
+    experts' load, so the mean rank's pairs stay T k / ep, it may stream up to (E + R) / ep experts' weights,
+    and under ``power_law`` routing the busiest rank's share shrinks (its hottest loads spread over more
+    slots).
+    Not modelled: which experts the balancer replicates and where it puts them (SGLang's DeepSeek EPLB
+    algorithm replicates the most loaded experts from recorded statistics and packs the slots onto GPUs by
+    load, TensorRT-LLM's balancer updates them online; SGLang without ``--init-expert-location`` /
+    ``--enable-eplb`` keeps its trivial layout, slot i holding expert i mod E, so the R extra slots copy
+    experts 0..R-1 whatever their load), the per-rank dispatch choice among replicas, and the weight moves
+    of an online rebalance. 0 (default): no extra slots, the layout and prices of plain EP."""
+
     spec_tokens: int = 0
     """Draft tokens per decode step of MTP speculative decoding (0: off). The draft is the model's own
     next-token-prediction module (ModelSpec.mtp_layers), run spec_tokens times in a chain (TensorRT-LLM's
@@ -153,13 +171,35 @@ class Deployment:
             raise DeploymentError("ep", f"ep={self.ep} splits MoE experts over GPUs, and {m.name} is a dense model "
                                   f"(no experts): ep must be 1")
         routed = sorted({f.num_experts for _, f in m.layers if f is not None and f.kind == "moe"})
-        if any(n % self.ep for n in routed):
-            experts = routed
-            raise DeploymentError("ep", f"ep={self.ep} does not divide {m.name}'s "
-                                  f"{' / '.join(map(str, experts))} routed experts (each GPU holds an equal share)")
+        self._check_expert_slots(routed)
         if m.is_moe and self.moe_tp * self.ep != self.tp * self.attn_dp:
             raise DeploymentError("ep", f"moe_tp x ep = {self.moe_tp} x {self.ep} must equal tp x attn_dp = "
                                   f"{self.tp} x {self.attn_dp} GPUs")
+
+    def _check_expert_slots(self, routed: list[int]) -> None:
+        """Every MoE layer's E + redundant_experts slots must split evenly over the ep GPUs."""
+        r, m = self.redundant_experts, self.model
+        if r < 0:
+            raise DeploymentError("redundant_experts", f"redundant_experts must be >= 0, got {r}")
+        if r and not m.is_moe:
+            raise DeploymentError("redundant_experts", f"redundant_experts={r} adds expert slots, and "
+                                  f"{m.name} is a dense model (no experts): it must be 0")
+        if r and self.ep == 1:
+            raise DeploymentError("redundant_experts", f"redundant_experts={r} replicates experts over "
+                                  f"expert-parallel GPUs: it needs ep > 1 (ep=1 holds every expert)")
+        if not any((n + r) % self.ep for n in routed):
+            return
+        fits = {(-n) % self.ep for n in routed}   # the R (mod ep) that makes E + R divide, per layer kind
+        hint = (f"; redundant_experts={fits.pop()} would make it divide" if len(fits) == 1
+                else "; no count of redundant experts makes every layer's divide")
+        experts = ' / '.join(map(str, routed))
+        if not r:  # (the error of plain EP, with the way out)
+            raise DeploymentError("ep", f"ep={self.ep} does not divide {m.name}'s {experts} routed experts "
+                                  f"(each GPU holds an equal share){hint}")
+        slots = ' / '.join(str(n + r) for n in routed)
+        raise DeploymentError("redundant_experts", f"ep={self.ep} does not divide {m.name}'s {experts} "
+                              f"routed experts + redundant_experts={r} = {slots} expert slots (each GPU "
+                              f"holds an equal share){hint}")
 
     # --- sharding -------------------------------------------------------------------------------
     @property
@@ -332,8 +372,13 @@ class Deployment:
                      Linear("shared_down", h, inter, q)]
         return lins
 
+    def expert_slots(self, f: FfnSpec) -> int:
+        """Physical expert slots of a MoE layer: its routed experts plus :attr:`redundant_experts`."""
+        return f.num_experts + self.redundant_experts
+
     def experts_per_gpu(self, f: FfnSpec) -> int:
-        return _cdiv(f.num_experts, self.ep)
+        """Expert slots (whole experts' weights, each sharded over moe_tp) one GPU holds."""
+        return _cdiv(self.expert_slots(f), self.ep)
 
     def expert_elems(self, f: FfnSpec) -> int:
         """Weights of one routed expert's shard on one GPU."""

@@ -23,7 +23,8 @@ import simpy
 
 from hardware import Deployment
 from hardware.engine import TRANSFER_BUFFER_BYTES
-from twin.config import RouterSpec, SystemSpec, TransferConfig, TwinConfig, pool_blocks, positive
+from twin.config import (RouterSpec, SystemSpec, TransferConfig, TwinConfig, non_negative, pool_blocks,
+                         positive)
 from twin.dpgroup import Rank, group_ranks
 from twin.errors import ConfigError
 from twin.kv_cache import cdiv
@@ -49,6 +50,8 @@ class PoolConfig:
     tp: int = attrs.field(default=1, validator=positive)
     ep: int = attrs.field(default=1, validator=positive)
     attention_dp: int = attrs.field(default=1, validator=positive)
+    redundant_experts: int = attrs.field(default=0, validator=non_negative)
+    """Redundant expert slots of every MoE layer on this pool's engines (Colocated.redundant_experts)."""
     gpu: str | None = None
     """GPU of this pool; default ``hardware.gpu``."""
     num_blocks: int | None = attrs.field(default=None, validator=pool_blocks)
@@ -126,9 +129,11 @@ class DisaggSystem:
         assert config.kv_cache.block_size is not None
         self.block_size = config.kv_cache.block_size
         self.p_dep = make_deployment(config, spec.prefill.tp, spec.prefill.gpu, ep=spec.prefill.ep,
-                                     attention_dp=spec.prefill.attention_dp, where="system.prefill")
+                                     attention_dp=spec.prefill.attention_dp,
+                                     redundant_experts=spec.prefill.redundant_experts, where="system.prefill")
         self.d_dep = make_deployment(config, spec.decode.tp, spec.decode.gpu, ep=spec.decode.ep,
-                                     attention_dp=spec.decode.attention_dp, where="system.decode")
+                                     attention_dp=spec.decode.attention_dp,
+                                     redundant_experts=spec.decode.redundant_experts, where="system.decode")
         self._gpu_block_bytes = self.p_dep.bytes_per_block(self.block_size)
         """Bytes of one KV block on one of a prefill worker's GPUs (its share of a hand-off)."""
         self._block_bytes = self._gpu_block_bytes * self.p_dep.tp

@@ -10,9 +10,9 @@ import attrs
 from hardware import CostModel, Deployment, DeploymentError, load_engine, load_gpu, load_model
 from hardware.gpu import derive_gpu, spec_fields
 from hardware._data import read_yaml
-from hardware.calibration import (CURVE_MOE_KERNELS, Calibration, calibration_archs, calibration_for,
-                                  calibration_from_dict)
-from twin.config import SystemSpec, TwinConfig, positive
+from hardware.calibration import (BORROWED_MOE_KERNELS, CURVE_MOE_KERNELS, Calibration, borrowed_moe_calibration,
+                                  calibration_archs, calibration_for, calibration_from_dict)
+from twin.config import SystemSpec, TwinConfig, non_negative, positive
 from twin.errors import ConfigError
 from twin.kv_cache import HostTier, KVCacheManager
 from twin.registry import register
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: int = 1,
-                    attention_dp: int = 1, where: str = "system") -> Deployment:
+                    attention_dp: int = 1, redundant_experts: int = 0, where: str = "system") -> Deployment:
     """The hardware model's view of one worker; hardware errors become config errors naming the field
     (the worker's own under ``where``, the system section it is built from, or the model's or engine's)."""
     dtypes = {k: v for k, v in (("weight_dtype", config.model.weight_dtype), ("kv_dtype", config.model.kv_dtype))
@@ -35,6 +35,8 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
     parallel: dict[str, int] = {"ep": ep}
     if attention_dp != 1:
         parallel["attn_dp"] = attention_dp
+    if redundant_experts:
+        parallel["redundant_experts"] = redundant_experts
     model = load_model(config.model.name)
     if config.engine.max_model_len is not None and config.engine.max_model_len > model.context_length:
         raise ConfigError("engine.max_model_len", f"{config.engine.max_model_len} is more than {model.name}'s "
@@ -54,11 +56,13 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
         raise ConfigError(_deployment_field(exc.field, where), str(exc)) from None
     except (ValueError, TypeError, NotImplementedError) as exc:
         raise ConfigError(where, str(exc)) from None
-    if dep.model.is_moe and dep.moe_kernel in CURVE_MOE_KERNELS:
-        try:
+    try:
+        if dep.model.is_moe and dep.moe_kernel in CURVE_MOE_KERNELS:
             constants(config, dep).moe_for(dep.weight_dtype, dep.moe_kernel)
-        except ValueError as exc:
-            raise ConfigError("engine.moe_kernel", str(exc)) from None
+        if dep.model.is_moe and dep.moe_kernel in BORROWED_MOE_KERNELS:
+            borrowed_moe_calibration(dep.moe_kernel, dep.gpu.arch)
+    except ValueError as exc:
+        raise ConfigError("engine.moe_kernel", str(exc)) from None
     return dep
 
 
@@ -83,7 +87,8 @@ def constants(config: TwinConfig, dep: Deployment) -> Calibration:
 
 def _deployment_field(field: str, where: str) -> str:
     """The config field that set a :class:`Deployment` field."""
-    own = {"tp": "tp", "pp": "pp", "ep": "ep", "attn_dp": "attention_dp"}
+    own = {"tp": "tp", "pp": "pp", "ep": "ep", "attn_dp": "attention_dp",
+           "redundant_experts": "redundant_experts"}
     if field in own:
         return f"{where}.{own[field]}"
     return {"weight_dtype": "model.weight_dtype", "kv_dtype": "model.kv_dtype", "moe_routing": "model.moe_routing",
@@ -292,6 +297,10 @@ class Colocated(SystemSpec):
     """Data-parallel attention ranks (SGLang / TRT-LLM DP attention, vLLM DP of MoE models): tp x attention_dp
     GPUs per engine; each rank holds its own requests and KV pool, and the ranks step in lockstep
     (twin.dpgroup)."""
+    redundant_experts: int = attrs.field(default=0, validator=non_negative)
+    """Redundant expert slots of every MoE layer (expert-parallel load balancing: SGLang
+    ``--ep-num-redundant-experts``, TensorRT-LLM ``load_balancer.num_slots`` - experts): routed experts + this
+    must split evenly over ep; hardware.Deployment.redundant_experts says how they are priced."""
 
     def build(self, env: simpy.Environment, config: TwinConfig,
               on_done: Callable[[Request], None]) -> ColocatedSystem:
@@ -302,7 +311,8 @@ class Colocated(SystemSpec):
             if getattr(config.transfer, field.name) != field.default:
                 raise ConfigError(f"transfer.{field.name}", "the KV hand-off between prefill and decode workers: "
                                   "set only for system.kind disaggregated (this system is colocated)")
-        dep = make_deployment(config, self.tp, ep=self.ep, attention_dp=self.attention_dp)
+        dep = make_deployment(config, self.tp, ep=self.ep, attention_dp=self.attention_dp,
+                              redundant_experts=self.redundant_experts)
         blocks = kv_blocks(config, dep)
         dp = self.attention_dp
         check_run_blocks([("system.replicas", self.replicas * dp, blocks)])

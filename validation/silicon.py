@@ -100,6 +100,7 @@ class Parallel:
     tp: int
     dp: int
     ep: int
+    redundant_experts: int = 0          # EPLB slots of a disaggregated pool's recipe (_eplb_slots)
 
     @property
     def gpus(self) -> int:
@@ -372,6 +373,55 @@ def _matching_entries(entries: list[dict[str, Any]], sides: dict[str, Parallel],
             and e["decode"]["tp"] == sides["decode"].gpus and (not exact or e["decode"]["ep"] == sides["decode"].ep)]
 
 
+_EPLB_RECIPE = re.compile(r"_eplb(\d+)_")
+"""Expert slots in an srt-slurm TRT-LLM recipe name: the generation workers' load_balancer.num_slots
+(recipes/trtllm/gb300-fp4/1k1k/mtp/ctx3_gen1_dep32_batch32_eplb288_mtp3.yaml: decode num_slots 288,
+layer_updates_per_iter 1; the context workers have no load balancer). ``eplb0``: none."""
+SGLANG_REDUNDANT_EXPERTS: dict[str, dict[str, int]] = {
+    "recipes/gb300-fp4/1k1k/max_tpt.yaml": {"decode": 32},
+    "recipes/gb300-fp4/8k1k/mid_curve.yaml": {"decode": 32},
+    "recipes/gb300-fp8/8k1k/stp/max.yaml": {"prefill": 32, "decode": 32},
+}
+"""``ep-num-redundant-experts`` of InferenceMAX's SGLang recipes whose decode EP (48, 24) does not divide
+DeepSeek-R1's 256 experts, per pool: srt-slurm (InferenceX runners/launch_gb300-nv.sh at 3282fdeba checks out
+ishandhanani/srt-slurm branch sa-submission-q1-2026; read at ab58651 for gb300-fp4, f64d2b9 for gb300-fp8).
+Each runs ``ep-dispatch-algorithm: static`` without ``--init-expert-location``; the fp8 recipe's dep8 prefill
+pool launches 32 redundant experts too."""
+
+
+def _eplb_slots(row: dict[str, str], entry: dict[str, Any], sides: dict[str, Parallel],
+                notes: list[str]) -> dict[str, Parallel]:
+    """The pools' redundant expert slots by the matched entry's recipe (Deployment.redundant_experts):
+    TRT-LLM's ``eplbN`` with N > E slots gives the decode pool N - E (N = E balances without extra slots,
+    which the twin does not model), SGLang's recipes :data:`SGLANG_REDUNDANT_EXPERTS`; a pool whose EP still
+    does not divide the E experts gets the smallest count that makes it, noted as inferred."""
+    import hardware
+
+    model = hardware.load_model(row["model_path"])
+    routed = {f.num_experts for _, f in model.layers if f is not None and f.kind == "moe"}
+    if len(routed) != 1:
+        return sides
+    experts = routed.pop()
+    recipes = [a.split("=", 1)[1] for a in entry["prefill"]["additional_settings"]
+               if a.startswith("CONFIG_FILE=")]
+    slots: dict[str, int] = {}
+    for recipe in recipes:
+        found = _EPLB_RECIPE.search(recipe)
+        if found and int(found.group(1)) > experts:
+            slots["decode"] = int(found.group(1)) - experts
+            notes.append(f"decode redundant_experts {slots['decode']} ({recipe}: {found.group(1)} expert "
+                         f"slots for {experts} experts)")
+        for side, count in SGLANG_REDUNDANT_EXPERTS.get(recipe, {}).items():
+            slots[side] = count
+            notes.append(f"{side} redundant_experts {count} ({recipe}: ep-num-redundant-experts {count})")
+    for side, par in sides.items():
+        if side not in slots and experts % par.ep:
+            slots[side] = -experts % par.ep
+            notes.append(f"{side} redundant_experts {slots[side]} inferred: ep {par.ep} does not divide "
+                         f"{experts} experts and the recipe's count is not known (the smallest that divides)")
+    return {s: attrs.evolve(par, redundant_experts=slots.get(s, 0)) for s, par in sides.items()}
+
+
 def _inferencemax_disagg(row: dict[str, str], sides: dict[str, Parallel], isl: int, osl: int, conc: int,
                          notes: list[str]) -> tuple[dict[str, Parallel], int, int, int]:
     """Worker counts and layout of an InferenceMAX disaggregated row, from the nvidia-master.yaml version in
@@ -415,6 +465,7 @@ def _inferencemax_disagg(row: dict[str, str], sides: dict[str, Parallel], isl: i
                    f"({', '.join(e['source'] for e in found)}); the row does not say which ran")
     entry = found[0]
     out = {s: _side_layout(sides[s], entry[s], f"{s} ", notes) for s in ("prefill", "decode")}
+    out = _eplb_slots(row, entry, out, notes)
     pw, dw = entry["prefill"]["num_worker"], entry["decode"]["num_worker"]
     notes.append(f"workers {pw} prefill + {dw} decode from {entry['source']}")
     k = drafts.pop() if drafts else 0
@@ -935,9 +986,9 @@ def harness_graphs(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> dic
         return {"cuda_graph_sizes": list(range(1, spec.harness_batch + 1))}
     if proto is not INFERENCEMAX or spec.mode != "agg":
         return {}
-    if spec.gpu not in HOPPER:
+    if spec.gpu not in HOPPER:   # (and the MoE kernel the script names: --moe-runner-backend flashinfer_trtllm)
         b300 = _b300_settings(row, spec)
-        return {"cuda_graph_max_size": b300["cuda_graph_max_size"]} if "cuda_graph_max_size" in b300 else {}
+        return {k: b300[k] for k in ("cuda_graph_max_size", "moe_kernel") if k in b300}
     model, day = spec.model.lower(), _measured(row)
     out: dict[str, Any] = {}
     if spec.backend == "vllm":
@@ -1161,6 +1212,8 @@ def row_config(row: dict[str, str], *, waves: int | None = None, prompt_pool: st
     for side, par, workers, batch in (("prefill", spec.prefill, spec.prefill_workers, spec.prefill_batch),
                                       ("decode", spec.decode, spec.decode_workers, spec.decode_batch)):
         pools[side] = {"workers": workers, "tp": par.tp, "ep": par.ep, "attention_dp": par.dp}
+        if par.redundant_experts:
+            pools[side]["redundant_experts"] = par.redundant_experts
         if batch:
             pools[side]["max_num_seqs"] = batch
     # An engine takes tp x attention_dp GPUs on one node, so a wide one (TP16, or DP16 attention) gets nodes

@@ -1,6 +1,8 @@
 """Kernel constants per GPU architecture: which set a deployment is priced with, and the fit's row choices."""
 
-from hardware import CostModel, Deployment, Roofline, load_engine, load_gpu, load_model
+import pytest
+
+from hardware import BatchShape, CostModel, Deployment, Roofline, load_engine, load_gpu, load_model
 from hardware.calibrate import MOE_DTYPES, moe_curve_subsets, moe_format_rows, moe_kernel_family
 from hardware.calibration import CALIBRATION_DIR, calibration_for, calibration_for_engine, list_calibrations
 
@@ -99,3 +101,31 @@ def test_kernel_check_prices_a_b300_table_with_the_blackwell_set_or_the_one_aske
         errs.append(round(100 * (predict_generation(cal, "b300_sxm", row) / 0.02e-3 - 1.0), 1))
         assert out["generation_attention"]["median_signed_err_pct"] == errs[-1]
     assert errs[0] != errs[1]
+
+
+def test_a_borrowed_moe_kernel_is_priced_with_its_owners_blackwell_curve() -> None:
+    """SGLang launched with --moe-runner-backend flashinfer_trtllm runs FlashInfer's TRT-LLM-gen MoE, vLLM's
+    default on Blackwell: its routed experts take the Blackwell vLLM set's curve (seen with SGLang's graph
+    floors), not SGLang's Triton curve; on Hopper, where the kernel does not run, the deployment is refused."""
+    from hardware import kernels
+    from hardware.calibration import load_calibration
+    from hardware.dtypes import COMPUTE_DTYPE
+
+    model, sglang = load_model("Qwen/Qwen3.5-397B-A17B"), load_engine("sglang")
+    shape = BatchShape.from_requests([1] * 8, [1500] * 8)
+    lent = CostModel(Deployment(gpu=load_gpu("b300_sxm"), model=model, engine=sglang, tp=8,
+                                moe_kernel="flashinfer_trtllm"))
+    own = CostModel(Deployment(gpu=load_gpu("b300_sxm"), model=model, engine=sglang, tp=8))
+    roof = load_calibration("blackwell/vllm").graph_mode(sglang.graph_kernel_floor_s).moe_for("bf16")
+    f = next(f for _, f in model.layers if f is not None and f.kind == "moe")
+    gpu = load_gpu("b300_sxm")
+    want = kernels.moe_s(roof, tokens=8, width=model.hidden_size, inter=-(-f.intermediate_size // 8),
+                         topk=f.experts_per_token, num_experts=f.num_experts, ep=1, mats=f.mats,
+                         w_bytes_per_elem=2.0, peak_flops=gpu.flops_for(COMPUTE_DTYPE["bf16"]),
+                         bw_Bps=gpu.hbm_bw_Bps, routing="power_law")
+    assert lent._moe_s(f, 8, lent.gcal, "power_law") == want   # one layer's grouped experts, graph replay
+    assert own._moe_s(f, 8, own.gcal, "power_law") != want
+    assert lent.step_cost(shape).terms["moe_experts"] < own.step_cost(shape).terms["moe_experts"]
+    with pytest.raises(ValueError, match="flashinfer_trtllm is priced with vllm's kernel tables .* hopper has none"):
+        CostModel(Deployment(gpu=load_gpu("h200_sxm"), model=model, engine=sglang, tp=8,
+                             moe_kernel="flashinfer_trtllm"))

@@ -545,3 +545,38 @@ def test_prompt_pool_settings_are_checked(workload, path, message):
     with pytest.raises(ConfigError) as info:
         load_config({"workload": {"kind": "synthetic", **workload}})
     assert info.value.path == path and message in str(info.value)
+
+
+def test_redundant_experts_round_trip_and_reach_the_deployment():
+    """system.redundant_experts (colocated) and system.<pool>.redundant_experts (disaggregated) default to 0,
+    are written with the resolved config and read back, and reach the hardware model's deployment."""
+    from twin.system import make_deployment
+
+    moe = ["model.name=Qwen/Qwen3-30B-A3B", "system.tp=1", "system.attention_dp=8", "system.ep=8"]
+    cfg = load_config(None, [*moe, "system.redundant_experts=8"])
+    assert load_config(None).system.redundant_experts == 0
+    assert cfg.to_dict()["system"]["redundant_experts"] == 8
+    assert load_config(yaml.safe_load(yaml.safe_dump(cfg.to_dict()))) == cfg
+    dep = make_deployment(cfg, 1, ep=8, attention_dp=8, redundant_experts=cfg.system.redundant_experts)
+    f = next(g for _, g in dep.model.layers if g is not None and g.kind == "moe")
+    assert (dep.expert_slots(f), dep.experts_per_gpu(f)) == (136, 17)   # 128 experts + 8 slots over 8 GPUs
+    pools = load_config(None, ["system.kind=disaggregated", "system.decode.redundant_experts=4"])
+    assert pools.to_dict()["system"]["decode"]["redundant_experts"] == 4
+    assert pools.to_dict()["system"]["prefill"]["redundant_experts"] == 0
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["system.redundant_experts=-1"])
+    assert info.value.path == "system.redundant_experts"
+
+
+@pytest.mark.parametrize("overrides, path, message", [
+    (["model.name=Qwen/Qwen3-30B-A3B", "system.tp=1", "system.attention_dp=8", "system.ep=8",
+      "system.redundant_experts=4"], "system.redundant_experts", "redundant_experts=0 would make it divide"),
+    (["model.name=Qwen/Qwen3-30B-A3B", "system.redundant_experts=8"], "system.redundant_experts",
+     "it needs ep > 1"),
+    (["system.kind=disaggregated", "system.decode.redundant_experts=8"], "system.decode.redundant_experts",
+     "is a dense model"),
+])
+def test_redundant_experts_that_do_not_fit_name_their_field(overrides, path, message):
+    with pytest.raises(ConfigError) as info:
+        Simulation(load_config(None, [*overrides, "workload.num_requests=2"]))
+    assert info.value.path == path and message in str(info.value)

@@ -531,3 +531,24 @@ def test_pull_sends_the_requests_state_with_its_blocks(tmp_path):
     assert state > 0 and sim.system.decode[0].sched.kv.state_blocks == dep.state_blocks_per_request(16)
     assert t["transfer_bytes"][0] == 7 * per_block + state
     assert (t["transfer_bytes"][1], t["reused_blocks"][1]) == (3 * per_block + state, 7)
+
+
+def test_a_decode_pool_of_ep_48_runs_with_32_redundant_expert_slots():
+    """DeepSeek-R1's 256 experts do not split over 48 GPUs; 32 redundant slots make 288, 6 a GPU (SGLang
+    --ep-num-redundant-experts 32 on GB300). The pool builds, holds the extra experts' weights and runs."""
+    system = {"kind": "disaggregated", "prefill": {"workers": 1, "tp": 4},
+              "decode": {"workers": 1, "tp": 1, "ep": 48, "attention_dp": 48, "redundant_experts": 32},
+              "gpus_per_node": 48}
+    base = {"model": {"name": "deepseek-ai/DeepSeek-R1", "weight_dtype": "fp4"}, "hardware": {"gpu": "gb300"},
+            "engine": {"name": "sglang"}, "workload": {"num_requests": 4}, "run": {"seed": 0}}
+    sim = Simulation(load_config({**base, "system": system}))
+    f = next(g for _, g in sim.system.d_dep.model.layers if g is not None and g.kind == "moe")
+    assert sim.system.d_dep.redundant_experts == 32 and sim.system.d_dep.experts_per_gpu(f) == 6
+    assert sim.system.p_dep.redundant_experts == 0
+    res = sim.run()
+    assert res.summary["requests"]["completed"] == 4
+    few = {**system, "decode": {**system["decode"], "redundant_experts": 16}}
+    with pytest.raises(ConfigError) as info:
+        Simulation(load_config({**base, "system": few}))
+    assert info.value.path == "system.decode.redundant_experts"
+    assert "redundant_experts=32 would make it divide" in str(info.value)

@@ -1050,7 +1050,8 @@ def test_gb300_sglang_dp_attention_decode_of_48_gpus_is_48_attention_dp_ranks(
     monkeypatch.setattr(validate_module, "_disagg_configs", lambda: GB300_SGLANG)
     cfg = row_config(gb300_sglang_row(4096, "48", "4"))
     assert cfg["system"]["prefill"] == {"workers": 4, "tp": 1, "ep": 4, "attention_dp": 4}
-    assert cfg["system"]["decode"] == {"workers": 1, "tp": 1, "ep": 48, "attention_dp": 48}
+    assert cfg["system"]["decode"] == {"workers": 1, "tp": 1, "ep": 48, "attention_dp": 48,
+                                       "redundant_experts": 32}   # (no recipe here: the smallest that divides)
     assert cfg["system"]["gpus_per_node"] == 48
     notes = row_spec(gb300_sglang_row(4096, "48", "4")).notes
     assert notes[0] == "decode_moe_ep_size 4 repeats the prefill's: decode matched by its GPUs alone"
@@ -1069,7 +1070,7 @@ def test_shipped_disagg_configs_cover_the_blackwell_keys() -> None:
     """inferencemax_disagg.json has the B300 / GB300 keys: GB300 SGLang NVFP4 1k/1k c4096 on decode tp 48 is
     3282fdeba's max_tpt entry (4 prefill workers of 4 GPUs with dp-attn, 1 decode worker of 48)."""
     cfg = row_config(gb300_sglang_row(4096, "48", "4"))
-    assert cfg["system"]["decode"] == {"workers": 1, "tp": 1, "ep": 48, "attention_dp": 48}
+    assert cfg["system"]["decode"] == {"workers": 1, "tp": 1, "ep": 48, "attention_dp": 48, "redundant_experts": 32}
     assert row_spec(gb300_sglang_row(4096, "48", "4")).notes[-1].startswith(
         "workers 4 prefill + 1 decode from 3282fdeba:.github/configs/nvidia-master.yaml:")
     configs = validate_module._disagg_configs()
@@ -1163,6 +1164,7 @@ def test_b300_rows_get_the_launch_flags_of_their_script() -> None:
         cfg = row_config(r)
         return (cfg.get("scheduler", {}), cfg.get("kv_cache", {}),
                 {k: v for k, v in cfg["engine"].items() if k != "name"}, cfg["model"])
+    FI_TRTLLM = "flashinfer_trtllm"   # the SGLang scripts' --moe-runner-backend
     sched, kv, eng, model = parts(b300_row("MiniMaxAI/MiniMax-M2.5", "vllm", "fp8", "2026-04-21T00:00:00.000Z",
                                            VLLM_019, 16, isl=8192, tp_size="1"))
     assert sched == {"max_num_batched_tokens": 16384}             # 2 x ISL, engine-default max-num-seqs
@@ -1174,27 +1176,33 @@ def test_b300_rows_get_the_launch_flags_of_their_script() -> None:
     assert sched == {"max_num_batched_tokens": 2048} and "block_size" not in kv and model["kv_dtype"] == "fp8"
     sched, kv, eng, model = parts(b300_row("Qwen/Qwen3.5-397B-A17B", "sglang", "fp8", "2026-04-17T00:00:00.000Z",
                                            SGLANG_0510, 64, tp_size="4"))
-    assert sched == {"max_num_seqs": 64, "max_num_batched_tokens": 16384} and eng == {"cuda_graph_max_size": 64}
+    assert sched == {"max_num_seqs": 64, "max_num_batched_tokens": 16384}
+    assert eng == {"cuda_graph_max_size": 64, "moe_kernel": FI_TRTLLM}
     assert kv == {"prefix_caching": False, "gpu_memory_utilization": 0.8} and model["kv_dtype"] == "fp8"
     sched, kv, eng, model = parts(b300_row("Qwen/Qwen3.5-397B-A17B", "sglang", "bf16", "2026-04-18T00:00:00.000Z",
                                            SGLANG_0510, 16, tp_size="8"))
-    assert sched == {"max_num_seqs": 128, "max_num_batched_tokens": 32768} and eng == {"cuda_graph_max_size": 16}
+    assert sched == {"max_num_seqs": 128, "max_num_batched_tokens": 32768}
+    assert eng == {"cuda_graph_max_size": 16, "moe_kernel": FI_TRTLLM}
     assert kv == {"prefix_caching": False, "gpu_memory_utilization": 0.82} and "kv_dtype" not in model
     sched, kv, eng, model = parts(b300_row("Qwen/Qwen3.5-397B-A17B", "sglang", "fp4", "2026-04-18T00:00:00.000Z",
                                            SGLANG_0510, 8, tp_size="4"))
-    assert sched == {"max_num_seqs": 128, "max_num_batched_tokens": 32768} and eng == {"cuda_graph_max_size": 8}
+    assert sched == {"max_num_seqs": 128, "max_num_batched_tokens": 32768}
+    assert eng == {"cuda_graph_max_size": 8, "moe_kernel": FI_TRTLLM}
     assert kv["gpu_memory_utilization"] == 0.8 and model["kv_dtype"] == "fp8"
     dsr1_fp8 = functools.partial(b300_row, "deepseek-ai/DeepSeek-V3", "sglang", "fp8", "2026-04-17T00:00:00.000Z",
                                  SGLANG_0510)
     sched, kv, eng, model = parts(dsr1_fp8(16, tp_size="8"))
-    assert sched == {"max_num_seqs": 128, "max_num_batched_tokens": 32768} and eng == {"cuda_graph_max_size": 128}
+    assert sched == {"max_num_seqs": 128, "max_num_batched_tokens": 32768}
+    assert eng == {"cuda_graph_max_size": 128, "moe_kernel": FI_TRTLLM}
     assert kv == {"prefix_caching": False, "gpu_memory_utilization": 0.82} and model["kv_dtype"] == "fp8"
     sched, kv, eng, _ = parts(dsr1_fp8(8, isl=8192, tp_size="4"))
-    assert sched == {"max_num_seqs": 32, "max_num_batched_tokens": 8192} and eng == {"cuda_graph_max_size": 32}
+    assert sched == {"max_num_seqs": 32, "max_num_batched_tokens": 8192}
+    assert eng == {"cuda_graph_max_size": 32, "moe_kernel": FI_TRTLLM}
     assert kv["gpu_memory_utilization"] == 0.95
     sched, kv, eng, model = parts(b300_row("deepseek-ai/DeepSeek-V3", "sglang", "fp4", "2026-04-17T00:00:00.000Z",
                                            SGLANG_0510, 8, tp_size="64", moe_tp_size="8", moe_ep_size="8"))
-    assert sched == {"max_num_seqs": 256, "max_num_batched_tokens": 16384} and eng == {"cuda_graph_max_size": 256}
+    assert sched == {"max_num_seqs": 256, "max_num_batched_tokens": 16384}
+    assert eng == {"cuda_graph_max_size": 256, "moe_kernel": FI_TRTLLM}
     assert kv == {"prefix_caching": False, "gpu_memory_utilization": 0.85} and model["kv_dtype"] == "fp8"
     sched, kv, eng, model = parts(b300_row("moonshotai/Kimi-K2.5", "vllm", "fp4", "2026-04-20T00:00:00.000Z",
                                            VLLM_019, 16, tp_size="4"))
@@ -1209,3 +1217,54 @@ def test_b300_rows_get_the_launch_flags_of_their_script() -> None:
                                                   VLLM_019, 16, tp_size="4"))
     assert "scheduler" not in row_config(b300_row("moonshotai/Kimi-K2.5", "vllm", "fp4", "2026-04-20T00:00:00.000Z",
                                                   "vllm/vllm-openai:v0.17.0-cu130", 16, tp_size="4"))
+
+
+def test_gb300_sglang_ep48_decode_takes_the_recipes_32_redundant_experts() -> None:
+    """InferenceX 3282fdeba's max_tpt entry launches recipes/gb300-fp4/1k1k/max_tpt.yaml, whose decode
+    workers run ep-num-redundant-experts 32 (srt-slurm): 288 slots, 6 on each of the 48 EP ranks."""
+    spec = row_spec(gb300_sglang_row(4096, "48", "4"))
+    assert spec.decode is not None and spec.prefill is not None
+    assert (spec.decode.ep, spec.decode.redundant_experts, spec.prefill.redundant_experts) == (48, 32, 0)
+    assert ("decode redundant_experts 32 (recipes/gb300-fp4/1k1k/max_tpt.yaml: ep-num-redundant-experts 32)"
+            in spec.notes)
+    pools = row_config(gb300_sglang_row(4096, "48", "4"))["system"]
+    assert pools["decode"]["redundant_experts"] == 32 and "redundant_experts" not in pools["prefill"]
+
+
+def gb300_trt_row(conc: int, decode_tp: str) -> dict[str, str]:
+    """An InferenceMAX GB300 TRT-LLM NVFP4 1k/8k multinode row as the 2026_03_25 export spells it (prefill tp 2
+    / ep 2, the decode pool's EP repeating the prefill's)."""
+    side = {"prefill_tp_size": "2", "prefill_pp_size": "1", "prefill_attention_dp_size": "1",
+            "prefill_moe_tp_size": "1", "prefill_moe_ep_size": "2", "decode_tp_size": decode_tp,
+            "decode_pp_size": "1", "decode_attention_dp_size": "1", "decode_moe_tp_size": "16",
+            "decode_moe_ep_size": "2"}
+    return row(id=f"x_deepseek_r1_gb300_trtllm_fp4_disagg_1024x8192_c{conc}_tp2_0_ep2_0_1", mode="disagg",
+               backend="trtllm", model_path="deepseek-ai/DeepSeek-R1", system="gb300", precision="fp4",
+               gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", isl="1024", osl="8192", batch_size="",
+               tp_size="", pp_size="",
+               silicon_data_source=f"source_file=2026-03-25.csv; silicon_concurrency={conc}; "
+                                   "measured=2026-02-03T17:15:06Z; image=tensorrtllm-runtime:0.8.1.post2", **side)
+
+
+def test_gb300_trtllm_eplb288_recipe_gives_the_decode_pool_32_redundant_slots() -> None:
+    """3eb1b779c's 1k/8k c2088 entry runs ctx1_gen1_dep32_batch64_eplb288_mtp3.yaml: the generation workers'
+    load_balancer.num_slots 288 = DeepSeek-R1's 256 experts + 32; the context workers have no balancer."""
+    spec = row_spec(gb300_trt_row(2088, "32"))
+    assert spec.decode is not None and spec.prefill is not None
+    assert (spec.decode.ep, spec.decode.redundant_experts, spec.prefill.redundant_experts) == (32, 32, 0)
+    assert ("decode redundant_experts 32 (recipes/trtllm/gb300-fp4/1k8k/mtp/ctx1_gen1_dep32_batch64_eplb288_mtp3"
+            ".yaml: 288 expert slots for 256 experts)" in spec.notes)
+    assert row_config(gb300_trt_row(2088, "32"))["system"]["decode"]["redundant_experts"] == 32
+
+
+def test_eplb_slots_of_an_entry_without_a_known_count_are_the_smallest_that_divide() -> None:
+    """A pool whose EP does not divide the experts and whose recipe gives no count: the smallest R, noted as
+    inferred; eplbN with N = E (TRT-LLM balancing without extra slots) adds none."""
+    entry = {"prefill": {"additional_settings": ["CONFIG_FILE=recipes/trtllm/x/ctx1_gen1_dep16_eplb256_mtp0.yaml"]}}
+    sides = {"prefill": validate_module.Parallel(tp=1, dp=8, ep=8),
+             "decode": validate_module.Parallel(tp=1, dp=24, ep=24)}
+    notes: list[str] = []
+    out = validate_module._eplb_slots({"model_path": "deepseek-ai/DeepSeek-R1"}, entry, sides, notes)
+    assert (out["prefill"].redundant_experts, out["decode"].redundant_experts) == (0, 8)   # 264 = 11 x 24
+    assert notes == ["decode redundant_experts 8 inferred: ep 24 does not divide 256 experts and the recipe's "
+                     "count is not known (the smallest that divides)"]
