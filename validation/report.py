@@ -809,14 +809,16 @@ def transfer_table(fitted: Sequence[dict[str, Any]], moved: Sequence[dict[str, A
 
 
 def transfer(csv_path: Path, out: Path, systems: Sequence[str], constants: str, jobs: int = 1,
-             every: int = 1) -> str:
+             every: int = 1, mode: str | None = None) -> str:
     """Simulate the rows measured on ``systems`` twice: with the shipped constants (fitted on tables that
     include those GPUs') and with ``hardware.constants`` = ``constants`` (fitted elsewhere), then compare.
-    ``every``: only every k-th of those rows in file order (a smaller, unbiased sample). Both runs journal
+    ``every``: only every k-th of those rows in file order (a smaller, unbiased sample); ``mode``: only the
+    aggregated (``agg``) or disaggregated (``disagg``) ones. Both runs journal
     (OUT/fitted, OUT/transfer) and resume, so a repeated call only prints."""
     from validation.silicon import read_rows, validate_silicon
 
-    ids = [r["id"] for r in read_rows(csv_path) if r["system"].strip() in systems][::every]
+    ids = [r["id"] for r in read_rows(csv_path) if r["system"].strip() in systems
+           and (mode is None or r["mode"].strip() == mode)][::every]
     if not ids:
         raise ValueError(f"{csv_path} has no row measured on {', '.join(systems)}")
     match = "^(?:" + "|".join(re.escape(i) for i in ids) + ")$"
@@ -895,6 +897,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="hardware.constants of the transfer run: an architecture (hopper) or a folder of sets")
     tr.add_argument("--jobs", type=int, default=1)
     tr.add_argument("--every", type=int, default=1, help="only every k-th of the GPUs' rows, in file order")
+    tr.add_argument("--mode", choices=("agg", "disagg"), default=None, help="only aggregated or disaggregated rows")
     rp = sub.add_parser("repeats", help="configurations the measured CSV holds more than once: how far apart")
     rp.add_argument("--csv", type=Path, required=True)
     rp.add_argument("--out", type=Path, default=None,
@@ -904,7 +907,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "transfer":
         try:
             print(transfer(args.csv, args.out, [g.strip() for g in args.systems.split(",") if g.strip()],
-                           args.constants, args.jobs, args.every))
+                           args.constants, args.jobs, args.every, args.mode))
         except (ValueError, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
