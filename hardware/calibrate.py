@@ -655,19 +655,9 @@ def fit_engine(data: Path, engine: str, start: dict[str, Any], log: Callable[[st
             log(f"{engine} moe {key}: {_summary(err)}")
     out["moe"] = moe
     # linear-attention scan (SSM family): gated DeltaNet tables
-    if engine in SSM_TABLES:
-        rows = _sample(gdn_rows(data, SSM_TABLES[engine], gpus))
-        if rows:
-            flops, nbytes, m = gdn_features(rows)
-            peak, bw = _gpu_arrays(rows, lambda r: "bf16")
-            p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, start["ssm"])
-            p["floor_s"] /= 2.0          # the ledger adds the floor twice (conv + scan kernels)
-            out["ssm"] = p
-            borrowed = "" if SSM_TABLES[engine].startswith(engine) else \
-                f"; {engine} has no gdn table and runs the same vendored FLA Triton kernels"
-            notes["ssm"] = (f"fitted on {tables.source} gdn_perf {SSM_TABLES[engine]} (conv + gated-delta-rule kernels "
-                            f"summed; Mamba2 uses the same curve{borrowed}): {_summary(err)}")
-            log(f"{engine} ssm: {_summary(err)}")
+    ssm_out, ssm_notes = fit_ssm(data, engine, start, log, tables)
+    out.update(ssm_out)
+    notes.update(ssm_notes)
     # all-reduce: graph-captured custom all-reduce, pooled and per GPU count; eager extra = median
     # (eager - graph) at equal size
     ar_rows = _load(data, "custom_allreduce_perf", version, gpus)
@@ -783,6 +773,46 @@ def _round(v: Any) -> Any:
     return v
 
 
+SSM_BLOCKS = frozenset({"ssm", "ssm_decode"})
+"""The blocks :func:`fit_ssm` fits (``--only`` with these alone reads the gdn tables only)."""
+
+
+def fit_ssm(data: Path, engine: str, start: dict[str, Any], log: Callable[[str], None],
+            tables: TableSet = HOPPER) -> tuple[dict[str, Any], dict[str, str]]:
+    """The linear-attention blocks (``ssm``, and ``ssm_decode`` on the generation rows) of an engine's set,
+    fitted on its gated-DeltaNet table; empty where it has none."""
+    out: dict[str, Any] = {}
+    notes: dict[str, str] = {}
+    if engine not in SSM_TABLES:
+        return out, notes
+    gpus = tables.gpus
+    rows = _sample(gdn_rows(data, SSM_TABLES[engine], gpus))
+    if rows:
+        flops, nbytes, m = gdn_features(rows)
+        peak, bw = _gpu_arrays(rows, lambda r: "bf16")
+        p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, start["ssm"])
+        p["floor_s"] /= 2.0          # the ledger adds the floor twice (conv + scan kernels)
+        out["ssm"] = p
+        borrowed = "" if SSM_TABLES[engine].startswith(engine) else \
+            f"; {engine} has no gdn table and runs the same vendored FLA Triton kernels"
+        notes["ssm"] = (f"fitted on {tables.source} gdn_perf {SSM_TABLES[engine]} (conv + gated-delta-rule kernels "
+                        f"summed; Mamba2 uses the same curve{borrowed}): {_summary(err)}")
+        log(f"{engine} ssm: {_summary(err)}")
+        # The decode kernels (conv update + recurrent update, one token a request) on their own: the
+        # context rows outnumber them ten to one and set the pooled curve.
+        dec = [r for r in rows if r["phase"] == "generation"]
+        if dec:
+            flops, nbytes, m = gdn_features(dec)
+            peak, bw = _gpu_arrays(dec, lambda r: "bf16")
+            p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(dec, "latency") * 1e-3, start["ssm"])
+            p["floor_s"] /= 2.0
+            out["ssm_decode"] = p
+            notes["ssm_decode"] = (f"fitted on {tables.source} gdn_perf {SSM_TABLES[engine]} generation rows "
+                                   f"(conv update + recurrent update summed{borrowed}): {_summary(err)}")
+            log(f"{engine} ssm_decode: {_summary(err)}")
+    return out, notes
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, required=True, help="folder with the opdb *.csv.gz tables")
@@ -817,7 +847,12 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for engine in args.engines:
         start, start_notes = starting_set(engine, tables)
-        data, notes = fit_engine(args.data, engine, start, lambda s: print(s, flush=True), tables)
+        log = lambda s: print(s, flush=True)  # noqa: E731
+        if args.only is not None and set(args.only) <= SSM_BLOCKS:   # (no other table to read)
+            data, notes = fit_ssm(args.data, engine, start, log, tables)
+            data = {**{k: v for k, v in start.items() if k != "provenance"}, **data}
+        else:
+            data, notes = fit_engine(args.data, engine, start, log, tables)
         notes = {**start_notes, **notes}
         if args.only is not None:
             data, notes = keep_shipped(engine, data, notes, set(args.only), tables)

@@ -194,6 +194,10 @@ class Calibration:
     attn_mla_decode: Roofline | None = None
     moe: Mapping[str, Roofline]            # grouped expert GEMMs by compute dtype; m = tokens per expert
     ssm: Roofline
+    ssm_decode: Roofline | None = None
+    """The linear-attention decode kernels (conv update + recurrent state update of one token per request),
+    fitted on a gdn table's generation rows alone where shipped; else ``ssm``, fitted on every row and so
+    priced by the prefill kernels that outnumber them (4x slower than the B300 decode rows at 4-16 requests)."""
     elementwise: Roofline
     elementwise_kernels_per_block: int = 2
     allreduce: Collective
@@ -258,6 +262,7 @@ class Calibration:
             attn_mla_decode=optional(self.attn_mla_decode, decode),
             moe={k: floor(r, OP_KERNELS.get("moe_" + k, OP_KERNELS["moe"])) for k, r in self.moe.items()},
             ssm=floor(self.ssm, 1),
+            ssm_decode=optional(self.ssm_decode, 1),
             elementwise=floor(self.elementwise, 1),
         )
 
@@ -376,6 +381,7 @@ def calibration_from_dict(name: str, raw: Mapping[str, Any]) -> Calibration:
         attn_mla_decode=_roof(raw["mla_decode"]) if "mla_decode" in raw else None,
         moe={str(k): _roof(v) for k, v in raw["moe"].items()},
         ssm=_roof(raw["ssm"]),
+        ssm_decode=_roof(raw["ssm_decode"]) if "ssm_decode" in raw else None,
         elementwise=_roof(raw["elementwise"]),
         elementwise_kernels_per_block=int(raw.get("elementwise_kernels_per_block", 2)),
         allreduce=_coll(raw["allreduce"]),

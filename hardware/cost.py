@@ -7,6 +7,7 @@ All sizes are per GPU. DESIGN section 6 gives the families and owners.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from types import MappingProxyType
 from typing import Iterable, Mapping
@@ -412,11 +413,17 @@ class CostModel:
                      routing=routing)
 
     def _ssm_s(self, mx: MixerSpec, M: int, R: int, D: int, cal: Calibration) -> float:
-        """Mamba2 / GDN conv + scan (hardware.kernels.ssm_s); Mamba2 state is heads x head_dim x state."""
+        """Mamba2 / GDN conv + scan (hardware.kernels.ssm_s); Mamba2 state is heads x head_dim x state. Where the
+        constants hold a decode curve of their own (Calibration.ssm_decode), the decode requests' update kernels
+        are priced on it and the prompts' chunked kernels on ``ssm``, as the engines launch them apart."""
         d = self.dep
-        return kernels.ssm_s(cal.ssm, tokens=M, reqs=R, decode_reqs=D, heads=d.mixer_heads(mx),
-                             dk=mx.state_size, dv=mx.head_dim, chunk=mx.chunk_size, state_bytes=mx.state_bytes,
-                             peak_flops=d.gpu.flops_for("bf16"), bw_Bps=d.gpu.hbm_bw_Bps)
+        price = functools.partial(kernels.ssm_s, heads=d.mixer_heads(mx), dk=mx.state_size, dv=mx.head_dim,
+                                  chunk=mx.chunk_size, state_bytes=mx.state_bytes,
+                                  peak_flops=d.gpu.flops_for("bf16"), bw_Bps=d.gpu.hbm_bw_Bps)
+        if cal.ssm_decode is None or not D:
+            return price(cal.ssm, tokens=M, reqs=R, decode_reqs=D)
+        decode = price(cal.ssm_decode, tokens=D, reqs=D, decode_reqs=D)
+        return decode + (price(cal.ssm, tokens=M - D, reqs=R - D, decode_reqs=0) if M > D else 0.0)
 
     # --- attention -----------------------------------------------------------------------------
     def _attention_graphed(self, s: BatchShape) -> bool:

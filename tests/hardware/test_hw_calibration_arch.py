@@ -129,3 +129,28 @@ def test_a_borrowed_moe_kernel_is_priced_with_its_owners_blackwell_curve() -> No
     with pytest.raises(ValueError, match="flashinfer_trtllm is priced with vllm's kernel tables .* hopper has none"):
         CostModel(Deployment(gpu=load_gpu("h200_sxm"), model=model, engine=sglang, tp=8,
                              moe_kernel="flashinfer_trtllm"))
+
+
+def test_linear_attention_decode_takes_its_own_curve_where_one_is_fitted() -> None:
+    """The Blackwell sets fit the gated-DeltaNet decode kernels on the gdn tables' generation rows alone
+    (ssm_decode); a step's decode requests are priced on it and its prompt tokens on the pooled ssm curve.
+    The Hopper sets have no decode curve: one pooled price, as before."""
+    from hardware import kernels
+
+    model = load_model("Qwen/Qwen3.5-397B-A17B")
+    mx = next(m for m, _ in model.layers if m is not None and m.kind == "gdn")
+    for gpu, split in (("b300_sxm", True), ("h200_sxm", False)):
+        cm = CostModel(Deployment(gpu=load_gpu(gpu), model=model, engine=load_engine("sglang"), tp=4))
+        assert (cm.gcal.ssm_decode is not None) is split
+        kw = dict(heads=cm.dep.mixer_heads(mx), dk=mx.state_size, dv=mx.head_dim, chunk=mx.chunk_size,
+                  state_bytes=mx.state_bytes, peak_flops=load_gpu(gpu).flops_for("bf16"),
+                  bw_Bps=load_gpu(gpu).hbm_bw_Bps)
+        if split:
+            decode = kernels.ssm_s(cm.gcal.ssm_decode, tokens=16, reqs=16, decode_reqs=16, **kw)
+            prompt = kernels.ssm_s(cm.gcal.ssm, tokens=512, reqs=1, decode_reqs=0, **kw)
+            assert cm._ssm_s(mx, 16, 16, 16, cm.gcal) == decode
+            assert cm._ssm_s(mx, 528, 17, 16, cm.gcal) == decode + prompt
+            assert decode < kernels.ssm_s(cm.gcal.ssm, tokens=16, reqs=16, decode_reqs=16, **kw)
+        else:
+            assert cm._ssm_s(mx, 528, 17, 16, cm.gcal) == kernels.ssm_s(cm.gcal.ssm, tokens=528, reqs=17,
+                                                                         decode_reqs=16, **kw)
