@@ -144,7 +144,10 @@ class CostModel:
                  cuda_graph: bool = True, calibration: Calibration | None = None,
                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
                  kv_bucket_tokens: int = 0, graph_mode: str | None = None,
-                 max_capture_size: int | None = None, capture_sizes: tuple[int, ...] | None = None) -> None:
+                 max_capture_size: int | None = None, capture_sizes: tuple[int, ...] | None = None,
+                 moe_calibration: Calibration | None = None) -> None:
+        """``moe_calibration``: the constants of the engine that owns a borrowed MoE kernel family
+        (BORROWED_MOE_KERNELS), where a caller chose other constants than the architecture's own."""
         self.dep = dep
         self.disabled_terms = _check_terms(frozenset(disabled_terms))
         if graph_mode is not None and graph_mode not in GRAPH_MODES:
@@ -168,7 +171,7 @@ class CostModel:
         the deployment's own, or for a kernel family another engine owns (BORROWED_MOE_KERNELS) that engine's
         set for the GPU's architecture, seen the same way."""
         if dep.model.is_moe and dep.moe_kernel in BORROWED_MOE_KERNELS:
-            lent = borrowed_moe_calibration(dep.moe_kernel, dep.gpu.arch)
+            lent = moe_calibration or borrowed_moe_calibration(dep.moe_kernel, dep.gpu.arch)
             floor = dep.engine.graph_kernel_floor_s
             self._moe_cals = {id(self.gcal): lent.graph_mode(floor), id(self.ecal): lent.eager_mode(floor)}
         self.max_num_seqs = max_num_seqs or dep.engine.default_max_num_seqs(dep.gpu)

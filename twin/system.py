@@ -10,8 +10,9 @@ import attrs
 from hardware import CostModel, Deployment, DeploymentError, load_engine, load_gpu, load_model
 from hardware.gpu import derive_gpu, spec_fields
 from hardware._data import read_yaml
-from hardware.calibration import (BORROWED_MOE_KERNELS, CURVE_MOE_KERNELS, Calibration, borrowed_moe_calibration,
-                                  calibration_archs, calibration_for, calibration_from_dict)
+from hardware.calibration import (BORROWED_MOE_KERNELS, CURVE_MOE_KERNELS, Calibration,
+                                  borrowed_moe_calibration, calibration_archs, calibration_for,
+                                  calibration_from_dict)
 from twin.config import SystemSpec, TwinConfig, non_negative, positive
 from twin.errors import ConfigError
 from twin.kv_cache import HostTier, KVCacheManager
@@ -59,30 +60,43 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
     try:
         if dep.model.is_moe and dep.moe_kernel in CURVE_MOE_KERNELS:
             constants(config, dep).moe_for(dep.weight_dtype, dep.moe_kernel)
-        if dep.model.is_moe and dep.moe_kernel in BORROWED_MOE_KERNELS:
+        if dep.model.is_moe and dep.moe_kernel in BORROWED_MOE_KERNELS and moe_constants(config, dep) is None:
             borrowed_moe_calibration(dep.moe_kernel, dep.gpu.arch)
     except ValueError as exc:
         raise ConfigError("engine.moe_kernel", str(exc)) from None
     return dep
 
 
-def constants(config: TwinConfig, dep: Deployment) -> Calibration:
+def constants(config: TwinConfig, dep: Deployment, engine: str | None = None) -> Calibration:
     """The kernel constants a worker is priced with (``hardware.constants``): its GPU architecture's fitted
-    set, another architecture's, or the engine's set in a folder of the user's own fits."""
-    choice = config.hardware.constants
+    set, another architecture's, or the engine's set in a folder of the user's own fits. ``engine``: another
+    engine's set under the same choice (the owner of a borrowed MoE kernel)."""
+    choice, name = config.hardware.constants, engine or dep.engine.name
     if choice in ("auto", dep.gpu.arch):
-        return calibration_for(dep.engine.name, dep.gpu.arch)
+        return calibration_for(name, dep.gpu.arch)
     if choice in ("hopper", *calibration_archs()):
-        return calibration_for(dep.engine.name, choice)
-    path = Path(choice) / f"{dep.engine.name}.yaml"
+        return calibration_for(name, choice)
+    path = Path(choice) / f"{name}.yaml"
     if not path.is_file():
         path = Path(choice) / "default.yaml"
     if not path.is_file():
-        raise ConfigError("hardware.constants", f"{choice} holds no {dep.engine.name}.yaml (nor default.yaml)")
+        raise ConfigError("hardware.constants", f"{choice} holds no {name}.yaml (nor default.yaml)")
     try:
         return calibration_from_dict(str(path), read_yaml(path))
     except (ValueError, TypeError, KeyError) as exc:
         raise ConfigError("hardware.constants", f"{path}: {exc}") from None
+
+
+def moe_constants(config: TwinConfig, dep: Deployment) -> Calibration | None:
+    """The set a borrowed MoE kernel family is priced with (hardware.calibration.BORROWED_MOE_KERNELS): its
+    owner's for the GPU's architecture, or under another choice of ``hardware.constants`` the owner's set of
+    that choice (a Blackwell kernel priced with Hopper constants takes the owner's Hopper default curve, as
+    a transfer test asks); None for every other kernel."""
+    if not (dep.model.is_moe and dep.moe_kernel in BORROWED_MOE_KERNELS):
+        return None
+    if config.hardware.constants in ("auto", dep.gpu.arch):
+        return None   # (CostModel takes the owner's set for the architecture)
+    return constants(config, dep, BORROWED_MOE_KERNELS[dep.moe_kernel])
 
 
 def _deployment_field(field: str, where: str) -> str:
@@ -248,7 +262,7 @@ def cost_model(config: TwinConfig, dep: Deployment, *, max_num_seqs: int | None 
     s, e = config.scheduler, config.engine
     try:
         return CostModel(dep, disabled_terms=frozenset(config.hardware.disabled_terms),
-                         calibration=constants(config, dep),
+                         calibration=constants(config, dep), moe_calibration=moe_constants(config, dep),
                          max_num_seqs=max_num_seqs or s.max_num_seqs,
                          max_num_batched_tokens=max_num_batched_tokens or s.max_num_batched_tokens,
                          graph_mode=e.cuda_graph_mode, max_capture_size=e.cuda_graph_max_size,

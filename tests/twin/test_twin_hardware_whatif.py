@@ -167,3 +167,23 @@ def test_constants_choose_an_architectures_set_or_a_folder_of_ones_own(tmp_path:
     assert err.value.path == "hardware.constants"
     with pytest.raises(ConfigError, match="holds no sglang.yaml"):
         Simulation(load_config(TINY, [f"hardware.constants={tmp_path / 'mine'}", "engine.name=sglang"]))
+
+
+def test_a_borrowed_moe_kernel_follows_the_chosen_constants() -> None:
+    """SGLang with the flashinfer_trtllm MoE runner on a B300 takes vLLM's Blackwell curve; priced with the
+    Hopper constants (the spec-only transfer) it takes vLLM's Hopper default curve instead."""
+    from hardware.calibration import calibration_for
+
+    base = ["engine.name=sglang", "engine.moe_kernel=flashinfer_trtllm", "model.name=Qwen/Qwen3-30B-A3B"]
+
+    def lent(*more: str):
+        cm = Simulation(load_config(TINY, [*base, "hardware.gpu=b300_sxm", *more])).workers[0].prices.cost_model
+        return cm._moe_cals[id(cm.gcal)]
+
+    floor = 4.0e-6   # SGLang's graph kernel floor (hardware/data/engines/sglang.yaml)
+    assert lent().moe_for("bf16") == calibration_for("vllm", "blackwell").graph_mode(floor).moe_for("bf16")
+    assert lent("hardware.constants=hopper").moe_for("bf16") == \
+        calibration_for("vllm", "hopper").graph_mode(floor).moe_for("bf16")
+    with pytest.raises(ConfigError, match="flashinfer_trtllm is priced with vllm's kernel tables") as err:
+        Simulation(load_config(TINY, [*base, "hardware.gpu=h200_sxm"]))
+    assert err.value.path == "engine.moe_kernel"
