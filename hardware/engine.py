@@ -163,6 +163,20 @@ class EngineProfile:
             return 64
         return self.block_size
 
+    def default_moe_kernel(self, gpu: GPUSpec, model_type: str, weight_dtype: str, attn_dp: int = 1) -> str:
+        """The routed-expert kernel family the engine picks when the launch names none (Deployment.moe_kernel):
+        ``default``, its own kernel for the format, except where it selects another. SGLang on Blackwell
+        (SM100) sets --moe-runner-backend flashinfer_trtllm for DeepseekV3ForCausalLM checkpoints quantised
+        fp8 / modelopt_fp8 / modelopt_fp4 without an all-to-all backend (server_args
+        _handle_model_specific_adjustments, 0.5.x): DeepSeek-V3 / R1 in block-FP8, FP8 or NVFP4 on B200,
+        GB200, B300, GB300; its BF16 checkpoints keep the Triton kernel. Attention-DP engines (``attn_dp`` > 1)
+        are left to their own kernel: they are launched with an all-to-all backend (DeepEP) in the recipes,
+        which the rule excludes."""
+        if (self.batch_rule == "sglang" and gpu.arch == "blackwell" and model_type == "deepseek_v3"
+                and weight_dtype in ("fp8_block", "fp8", "fp4") and attn_dp == 1):
+            return "flashinfer_trtllm"
+        return "default"
+
     def default_max_num_batched_tokens(self, gpu: GPUSpec) -> int:
         """Per-step token budget the engine picks for this GPU when the user sets none."""
         if self.batch_rule == "vllm":

@@ -53,6 +53,10 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
                          engine=load_engine(config.engine.name), tp=tp, moe_kernel=config.engine.moe_kernel,
                          moe_routing=config.model.moe_routing, sampling=config.engine.sampling,
                          **parallel, **dtypes)  # type: ignore[arg-type]
+        if dep.moe_kernel == "default" and dep.model.is_moe:   # the kernel the engine selects by itself
+            chosen = dep.engine.default_moe_kernel(dep.gpu, model.model_type, dep.weight_dtype, dep.attn_dp)
+            if chosen != "default":
+                dep = attrs.evolve(dep, moe_kernel=chosen)
     except DeploymentError as exc:
         raise ConfigError(_deployment_field(exc.field, where), str(exc)) from None
     except (ValueError, TypeError, NotImplementedError) as exc:
