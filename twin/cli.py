@@ -69,6 +69,13 @@ def format_summary(summary: dict[str, Any]) -> str:
     for key in ("kv_transfer",):
         if key in summary:  # (as summary.json holds it: an undefined statistic null, not NaN, no JSON)
             lines.append(f"{key}: {json.dumps(jsonable(summary[key]))}")
+    pools: dict[tuple[str, int, int, float], int] = {}
+    for kv in summary.get("kv_capacity", []):   # workers of one role and size on one line
+        key = (kv["role"], kv["blocks"], kv["tokens"], kv["gib_per_gpu"])
+        pools[key] = pools.get(key, 0) + 1
+    for (role, blocks, tokens, gib), n in pools.items():
+        lines.append(f"KV cache: {n} {role} worker{'s' if n != 1 else ''} x {blocks:,} blocks ({tokens:,} tokens, "
+                     f"{gib:,.1f} GiB per GPU)")
     sim = summary["sim"]
     lines.append(f"simulated {sim['simulated_s']:.1f} s in {sim['wall_s']:.2f} s wall ({sim['steps']} steps)")
     return "\n".join(lines)

@@ -171,6 +171,7 @@ class Simulation:
 
         summary["sessions"] = {**closed(self.driver.sessions), "subagents": closed(self.driver.subagents)}
         summary.update(self.system.summary())
+        summary["kv_capacity"] = kv_capacity(self.system, cfg.kv_cache.block_size or 1)
         summary["sim"] = {"simulated_s": self.env.now / 1e9, "wall_s": self.wall_s,
                           "steps": sum(w.ledger.steps for w in self.workers)}
         ledger: dict[str, Any] = {}
@@ -185,6 +186,20 @@ class Simulation:
             token_times = {r.id: [t / 1e9 for t in (r.token_times_ns or [])] for r in self.driver.requests}
         return Results(requests=table, summary=summary, timeseries=self.monitor.table(), ledger=ledger,
                        config=cfg.to_dict(), token_times=token_times)
+
+
+def kv_capacity(system: Any, block_size: int) -> list[dict[str, Any]]:
+    """Each worker's KV pool, as the engines print it at start-up (vLLM's "# GPU blocks"): blocks, the tokens
+    they hold and their GiB on each of the worker's GPUs, with the worker's role (prefill, decode or
+    colocated)."""
+    roles = {w.wid: role for role in ("prefill", "decode") for w in getattr(system, role, [])}
+    out = []
+    for w in system.workers:
+        blocks = w.sched.kv.num_blocks
+        per_block = w.prices.cost_model.dep.bytes_per_block(block_size)
+        out.append({"worker": f"worker{w.wid}", "role": roles.get(w.wid, "colocated"), "blocks": blocks,
+                    "tokens": blocks * block_size, "gib_per_gpu": blocks * per_block / 2**30})
+    return out
 
 
 def build(config: TwinConfig, source: str | Path | None = None, overrides: Sequence[str] = ()) -> Simulation:

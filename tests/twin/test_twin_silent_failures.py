@@ -54,3 +54,20 @@ def test_failures_group_by_kind_and_a_run_that_completes_nothing_exits_non_zero(
     assert main(["sweep", str(config), "--grid", "kv_cache.num_blocks=10,2000", "--out", str(sweep_out)]) == 1
     rows = list(csv.DictReader(open(sweep_out / "sweep.csv")))
     assert rows[0]["error"].startswith("no request completed: 6 of 6 failed") and rows[1]["error"] == ""
+
+
+def test_each_workers_kv_capacity_is_reported_with_its_role(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """As vLLM prints '# GPU blocks' at start-up: Llama-3.1-8B on an H100 at utilisation 0.9 holds 27,792
+    blocks of 16 tokens and 2 MiB (32 layers x 8 KV heads x 128 x K, V x 2 bytes x 16), 54.3 GiB."""
+    cfg = {**TINY, "system": {"kind": "disaggregated", "prefill": {"workers": 1}, "decode": {"workers": 2}}}
+    summary = Simulation(load_config(cfg)).run().summary
+    assert summary["kv_capacity"] == [
+        {"worker": f"worker{i}", "role": role, "blocks": 27792, "tokens": 27792 * 16,
+         "gib_per_gpu": 27792 * 2 / 1024} for i, role in enumerate(("prefill", "decode", "decode"))]
+    config = tmp_path / "disagg.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    assert main(["run", str(config), "--out", str(tmp_path / "r"), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "KV cache: 1 prefill worker x 27,792 blocks (444,672 tokens, 54.3 GiB per GPU)" in out
+    assert "KV cache: 2 decode workers x 27,792 blocks (444,672 tokens, 54.3 GiB per GPU)" in out
