@@ -71,8 +71,8 @@ def format_summary(summary: dict[str, Any]) -> str:
             lines.append(f"{key}: {json.dumps(jsonable(summary[key]))}")
     pools: dict[tuple[str, int, int, float], int] = {}
     for kv in summary.get("kv_capacity", []):   # workers of one role and size on one line
-        key = (kv["role"], kv["blocks"], kv["tokens"], kv["gib_per_gpu"])
-        pools[key] = pools.get(key, 0) + 1
+        pool = (kv["role"], kv["blocks"], kv["tokens"], kv["gib_per_gpu"])
+        pools[pool] = pools.get(pool, 0) + 1
     for (role, blocks, tokens, gib), n in pools.items():
         lines.append(f"KV cache: {n} {role} worker{'s' if n != 1 else ''} x {blocks:,} blocks ({tokens:,} tokens, "
                      f"{gib:,.1f} GiB per GPU)")
@@ -132,6 +132,16 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     for path in plot_results(args.folder, args.out):
         print(path)
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from twin.configref import reference, schema
+
+    if args.config_command == "schema":
+        print(json.dumps(schema(), indent=2))
+    else:
+        print(reference(), end="")
     return 0
 
 
@@ -231,6 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="reuse the points already run in OUT/sweep.jsonl (an interrupted sweep) and run the rest")
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("config", help="the configuration reference (every section, kind and field)")
+    csub = p.add_subparsers(dest="config_command", required=True)
+    csub.add_parser("reference", help="Markdown: every field with its type, default and meaning (docs/config.md)")
+    csub.add_parser("schema", help="a JSON Schema of a config file, for editors")
+    p.set_defaults(func=cmd_config)
 
     for register in _optional_commands():
         register(sub)

@@ -209,6 +209,7 @@ class HardwareConfig:
     nic_bw_Bps: float | None = attrs.field(default=None, validator=positive)
     """NIC bandwidth per GPU, bytes/s."""
     scale: GpuScale = attrs.Factory(GpuScale)
+    """Factors on the GPU's datasheet values for what-if studies (GpuScale; 1: as shipped)."""
     constants: str = attrs.field(default="auto", validator=_constants)
     """The calibrated kernel constants (efficiency curves, floors, collective lines): ``auto``, those fitted
     for the GPU's architecture (``arch``; Hopper's where it has none); an architecture's name (``hopper``,
@@ -245,10 +246,14 @@ class HardwareConfig:
 @attrs.frozen(kw_only=True)
 class ModelConfig:
     name: str = attrs.field(default="meta-llama/Llama-3.1-8B", validator=_known("model", "list_models"))
+    """The model: a Hugging Face id or alias of a shipped model (``python -c "import hardware;
+    print(hardware.list_models())"``)."""
     weight_dtype: str = attrs.field(default="auto", validator=one_of(
         "auto", "bf16", "fp16", "fp8", "fp8_block", "fp4", "int4"))
     """``auto``: the checkpoint's own format (FP8 for an FP8 checkpoint, else BF16)."""
     kv_dtype: str = attrs.field(default="auto", validator=one_of("auto", "bf16", "fp16", "fp8"))
+    """Format of the KV cache (vLLM and SGLang ``--kv-cache-dtype``): ``auto`` is the checkpoint's own (FP8
+    where its quantization config says so, else BF16)."""
     moe_routing: str = attrs.field(default="power_law", validator=one_of(*SERVING_ROUTINGS))
     """How a MoE model's router spreads tokens over experts: ``power_law`` (aiconfigurator's skewed loads,
     hardware.kernels.power_law_load) or ``uniform`` (independent top-k draws). Ignored for dense models."""
@@ -270,8 +275,14 @@ class SpeculativeConfig:
     """
 
     method: str = attrs.field(default="none", validator=one_of(*SPEC_METHODS))
+    """``none`` (off) or ``mtp`` (the model's own next-token-prediction module drafts; a model without one is
+    an error)."""
     num_speculative_tokens: int = attrs.field(default=0, validator=non_negative)
+    """k, the drafts proposed and verified in each decode step of a request (vLLM num_speculative_tokens): 0
+    with method ``none``, at least 1 otherwise."""
     acceptance: float | tuple[float, ...] | None = None
+    """Probability that a draft is accepted given the drafts before it were: one number for every position, or
+    a list of k. Required with a method, left unset with ``none``."""
 
     def __attrs_post_init__(self) -> None:
         k = self.num_speculative_tokens
@@ -308,6 +319,8 @@ class SpeculativeConfig:
 @attrs.frozen(kw_only=True)
 class EngineConfig:
     name: str = attrs.field(default="vllm", validator=_known("engine", "list_engines"))
+    """The serving engine whose defaults, scheduling rules and host costs are modelled: ``vllm``, ``sglang``
+    or ``trtllm`` (profiles in hardware/data/engines/*.yaml)."""
     moe_kernel: str = attrs.field(default="default",
                                   validator=one_of(*MOE_KERNELS))
     """Routed-expert kernel family: ``default`` (the engine's own kernel for the weight format), ``marlin``
@@ -335,6 +348,7 @@ class EngineConfig:
     it applies the model's generation_config defaults). The latter costs the engine's sampler_s_per_vocab
     per sampled row and vocabulary entry (cost term ``sampler``)."""
     speculative: SpeculativeConfig = attrs.Factory(SpeculativeConfig)
+    """Speculative decoding (SpeculativeConfig); off by default."""
     max_model_len: int | None = attrs.field(default=None, validator=positive)
     """Most tokens a request may ask for, prompt plus output (vLLM --max-model-len, SGLang --context-length,
     TensorRT-LLM max_seq_len). Null: the model's context length; more than it is an error, as in the
@@ -354,12 +368,23 @@ class EngineConfig:
 @attrs.frozen(kw_only=True)
 class SchedulerConfig:
     max_num_batched_tokens: int | None = attrs.field(default=None, validator=positive)
+    """Most tokens one step of a worker computes: prompt chunks, decodes and speculative tokens (vLLM
+    --max-num-batched-tokens, SGLang --chunked-prefill-size, TensorRT-LLM max_num_tokens). Null: the engine's
+    default for the GPU (vLLM 8192, or 2048 on Ampere or below 70 GiB; SGLang 2048 to 16384 by the GPU's
+    memory; TensorRT-LLM 8192), filled in when the run is built."""
     max_num_seqs: int | None = attrs.field(default=None, validator=positive)
     """Running requests per worker (null: the engine's default; SGLang derives it from each worker's KV pool
     of T tokens: min(T // 2, min(max(T / context length x 512, 2048), 4096)))."""
     long_prefill_token_threshold: int = attrs.field(default=0, validator=non_negative)
+    """Most tokens one request computes in a step, so a long prompt is split over several steps (vLLM
+    --long-prefill-token-threshold); 0: no limit but the step's budget."""
     policy: str = attrs.field(default="fcfs", validator=one_of("fcfs", "priority"))
+    """Order of the waiting queue (vLLM --scheduling-policy): ``fcfs`` (arrival order) or ``priority`` (lowest
+    session priority first, then arrival; the preemption victim is the lowest-priority, latest arrival)."""
     chunked_prefill: bool = True
+    """Split a prompt over several steps when it does not fit the step's remaining token budget (vLLM
+    --enable-chunked-prefill). False: a prompt waits for a step with room for all of it, and one longer than
+    max_num_batched_tokens fails on arrival."""
     mixed_prefill: bool | None = None
     """Whether a step with prefill work also carries the running decodes (null: the engine's default; vLLM
     and TRT-LLM mix them, SGLang runs prefill batches alone unless --enable-mixed-chunk). vLLM itself always
@@ -369,6 +394,8 @@ class SchedulerConfig:
     """TensorRT-LLM batch_wait_timeout_iters: while decodes run, hold new prompts back for up to this many
     steps until they and the decodes fill batch_wait_max_tokens_ratio of the token budget (0: off)."""
     batch_wait_max_tokens_ratio: float = attrs.field(default=0.0, validator=non_negative)
+    """TensorRT-LLM batch_wait_max_tokens_ratio: held prompts are admitted once they and the step's other
+    tokens reach this fraction of max_num_batched_tokens (used only with batch_wait_iters > 0)."""
     attention_dp_balance: bool = False
     """TensorRT-LLM ``attention_dp_config.enable_balance`` (system.attention_dp > 1 only): prompts are admitted
     only in a step where every attention-DP rank has one and a free seat, or after they have waited
@@ -405,10 +432,20 @@ class SchedulerConfig:
 @attrs.frozen(kw_only=True)
 class KVCacheConfig:
     block_size: int | None = attrs.field(default=None, validator=positive)
+    """Tokens per KV block (vLLM --block-size, SGLang --page-size, TensorRT-LLM tokens_per_block). Null: the
+    engine's (vLLM 16, SGLang 1, or 64 for DeepSeek-V3 / R1 on Blackwell, TensorRT-LLM 32), filled in when the
+    run is built."""
     gpu_memory_utilization: float | None = attrs.field(default=None, validator=fraction)
+    """Fraction of GPU memory the engine takes, read as its kv_memory_rule says: of the whole HBM, the KV
+    cache getting what weights and reserve leave of it (vLLM --gpu-memory-utilization); of the HBM, for
+    weights + KV pool (SGLang --mem-fraction-static); or of the memory left after weights and reserve, all for
+    KV (TensorRT-LLM free_gpu_memory_fraction). Null: 0.9 for vLLM and TensorRT-LLM, filled in when the run is
+    built; for SGLang its mem_fraction_static heuristic, per deployment."""
     num_blocks: int | None = attrs.field(default=None, validator=pool_blocks)
     """Override of the derived capacity (blocks per worker); normally left empty."""
     prefix_caching: bool = True
+    """Keep computed KV blocks cached so later requests with the same prefix reuse them (vLLM
+    --enable-prefix-caching, SGLang's radix cache); false: every prompt is computed in full."""
     host_memory_gib: float | None = attrs.field(default=None, validator=[positive, bytes_gib])
     """Host memory per worker for a KV tier below the GPU (null: none). Evicted cached blocks are demoted
     there; a prefix hit loads them back before the step, timed by the host link."""
@@ -437,6 +474,8 @@ class TransferConfig:
     first_token: str = attrs.field(default="decode", validator=one_of("decode", "prefill"))
     """Where the client's first token comes from (vLLM disaggregated serving: the decode worker)."""
     setup_latency_s: float = attrs.field(default=20e-6, validator=[non_negative, on_clock])
+    """Fixed time each KV hand-off takes before its descriptors and bytes, in seconds (not shortened by
+    layer-wise overlap)."""
     per_descriptor_s: float = attrs.field(default=1.5e-6, validator=[non_negative, on_clock])
     """Serial cost of one transfer descriptor on each GPU (how many a hand-off posts: ``pieces`` below).
     Default from the NIXL measurements in REFERENCES: 1 KiB pieces reach 0.7 GB/s on a 400 Gb/s NIC, i.e.
@@ -459,14 +498,21 @@ class TransferConfig:
 @attrs.frozen(kw_only=True)
 class MetricsConfig:
     sample_interval_s: float = attrs.field(default=1.0, validator=[positive, one_tick, on_clock])
+    """Simulated time between two rows of timeseries.csv (the gauges), in seconds."""
     record_token_times: bool = False
+    """Record the simulated time of every output token of every request, written to token_times.json."""
     slo_ttft_s: float | None = attrs.field(default=None, validator=[positive, on_clock])
+    """Goodput target: a finished request counts in goodput_requests_per_s only if its time to first token is
+    at most this, in seconds (null: no TTFT target)."""
     slo_tpot_s: float | None = attrs.field(default=None, validator=[positive, on_clock])
+    """Goodput target on time per output token, in seconds (null: none; a request with no TPOT meets it)."""
 
 
 @attrs.frozen(kw_only=True)
 class RunConfig:
     seed: int = attrs.field(default=0, validator=non_negative)
+    """Seed of the run's random draws: the workload's lengths, arrival gaps and dataset entries, and the
+    speculative acceptances (same seed, same results)."""
     duration_s: float | None = attrs.field(default=None, validator=[positive, on_clock])
     """No session starts after this simulated time; the run then drains what was sent."""
     max_sim_s: float | None = attrs.field(default=None, validator=[positive, on_clock])
@@ -474,10 +520,14 @@ class RunConfig:
     warmup_s: float = attrs.field(default=0.0, validator=[non_negative, on_clock])
     """Requests arriving before this time are kept in the table but left out of the summary."""
     check_invariants: bool = True
+    """After the run, check that every request ended (a failed one with a reason) and, when all sessions are
+    done, that no worker still has running requests, reserved or referenced blocks; a violation raises
+    InvariantError."""
     fast_forward: bool = True
     """Jump through pure-decode stretches in one event and advance the decodes of mixed steps as one
     cohort (identical results; off = every request step by step)."""
     fast_forward_max_steps: int = attrs.field(default=128, validator=positive)
+    """Most decode steps one fast-forward jump covers (with fast_forward on; 1: none jumped)."""
 
 
 # ------------------------------------------------------------------------------------ pluggable bases

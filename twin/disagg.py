@@ -47,9 +47,13 @@ class PoolConfig:
     ranks of ``tp`` GPUs each, stepping in lockstep (twin.dpgroup); the routers send requests to its ranks."""
 
     workers: int = attrs.field(default=1, validator=positive)
+    """Engines in this pool, each on tp x attention_dp GPUs."""
     tp: int = attrs.field(default=1, validator=positive)
+    """Tensor-parallel GPUs per engine of this pool (Colocated.tp)."""
     ep: int = attrs.field(default=1, validator=positive)
+    """Expert parallelism of MoE layers on this pool's engines (Colocated.ep)."""
     attention_dp: int = attrs.field(default=1, validator=positive)
+    """Data-parallel attention ranks per engine of this pool (Colocated.attention_dp)."""
     redundant_experts: int = attrs.field(default=0, validator=non_negative)
     """Redundant expert slots of every MoE layer on this pool's engines (Colocated.redundant_experts)."""
     gpu: str | None = None
@@ -57,7 +61,11 @@ class PoolConfig:
     num_blocks: int | None = attrs.field(default=None, validator=pool_blocks)
     """KV blocks per worker of this pool (default: derived from memory, or ``kv_cache.num_blocks``)."""
     max_num_seqs: int | None = attrs.field(default=None, validator=positive)
+    """Running requests per worker of this pool (null: scheduler.max_num_seqs, or where that is null what the
+    engine derives from this pool's KV pool); it also sizes the pool's KV memory and CUDA graphs."""
     max_num_batched_tokens: int | None = attrs.field(default=None, validator=positive)
+    """Tokens per step of this pool's workers (null: scheduler.max_num_batched_tokens); it also sizes the
+    pool's KV memory and CUDA graphs."""
 
 
 class _Pending:
@@ -612,8 +620,12 @@ class Disaggregated(SystemSpec):
     """xP yD: prefill workers behind ``router``, decode workers behind ``decode_router``."""
 
     prefill: PoolConfig = attrs.Factory(PoolConfig)
+    """The prefill pool: engines that compute each request's prompt and stage its KV for the decode pool."""
     decode: PoolConfig = attrs.Factory(PoolConfig)
+    """The decode pool: engines that take each request's KV from the prefill pool and generate its output."""
     decode_router: RouterSpec = attrs.Factory(_least_loaded)
+    """How a request's decode worker is chosen when its prefill is done (a router kind, as in ``router``,
+    which chooses the prefill worker)."""
     gpus_per_node: int | None = attrs.field(default=None, validator=positive)
     """GPUs per node for placement (default: the GPU's scale-up domain); same node = NVLink, else the NIC."""
 

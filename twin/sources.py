@@ -82,6 +82,7 @@ class TraceArrival(ArrivalSpec):
     """Each session starts at its own ``arrival_s`` (times multiplied by ``time_scale``)."""
 
     time_scale: float = attrs.field(default=1.0, validator=positive)
+    """Factor on every session's arrival_s (0.5 replays twice as fast)."""
 
     def start_times(self, rng: np.random.Generator, sessions: Sequence[Session]) -> tuple[np.ndarray, int | None]:
         missing = [s.id for s in sessions if s.arrival_s is None]
@@ -95,7 +96,9 @@ class TraceArrival(ArrivalSpec):
 @attrs.frozen(kw_only=True)
 class PoissonArrival(ArrivalSpec):
     rate_per_s: float = attrs.field(validator=[positive, rate_on_clock])
+    """Mean session starts per second (required)."""
     start_s: float = attrs.field(default=0.0, validator=[non_negative, on_clock])
+    """Time the process starts, in seconds; the first session starts one gap after it."""
 
     def start_times(self, rng: np.random.Generator, sessions: Sequence[Session]) -> tuple[np.ndarray, int | None]:
         from workloads.generators import poisson_arrivals
@@ -109,8 +112,11 @@ class GammaArrival(ArrivalSpec):
     """Gamma inter-arrival gaps with coefficient of variation ``cv`` (1 = Poisson, > 1 burstier)."""
 
     rate_per_s: float = attrs.field(validator=[positive, rate_on_clock])
+    """Mean session starts per second (required)."""
     cv: float = attrs.field(default=1.0, validator=positive)
+    """Coefficient of variation of the gaps (1: Poisson; > 1: burstier; vLLM's --burstiness is 1 / cv**2)."""
     start_s: float = attrs.field(default=0.0, validator=[non_negative, on_clock])
+    """Time the process starts, in seconds; the first session starts one gap after it."""
 
     def __attrs_post_init__(self) -> None:
         # The gaps' shape is 1 / cv**2 and their scale 1 / (rate x shape): past float range either way they
@@ -132,6 +138,7 @@ class GammaArrival(ArrivalSpec):
 @attrs.frozen(kw_only=True)
 class AllAtOnce(ArrivalSpec):
     at_s: float = attrs.field(default=0.0, validator=[non_negative, on_clock])
+    """Simulated time at which every session starts, in seconds."""
 
     def start_times(self, rng: np.random.Generator, sessions: Sequence[Session]) -> tuple[np.ndarray, int | None]:
         return np.full(len(sessions), self.at_s), None
@@ -143,6 +150,7 @@ class FixedConcurrency(ArrivalSpec):
     """Closed loop: ``concurrency`` sessions in flight; the next starts when one finishes."""
 
     concurrency: int = attrs.field(validator=positive)
+    """Sessions in flight at once (required)."""
 
     def start_times(self, rng: np.random.Generator, sessions: Sequence[Session]) -> tuple[np.ndarray, int | None]:
         return np.zeros(len(sessions)), self.concurrency
@@ -154,8 +162,11 @@ class Lengths:
     """Token lengths: ``fixed``, or uniform integers in ``[low, high]``. A bare integer means fixed."""
 
     fixed: int | None = attrs.field(default=None, validator=positive)
+    """Every length, in tokens."""
     low: int | None = attrs.field(default=None, validator=positive)
+    """Smallest length of the uniform draw, in tokens (inclusive)."""
     high: int | None = attrs.field(default=None, validator=positive)
+    """Largest length of the uniform draw, in tokens (inclusive)."""
 
     def __attrs_post_init__(self) -> None:
         if (self.fixed is None) == (self.low is None or self.high is None) or (
@@ -194,11 +205,19 @@ class SyntheticWorkload(WorkloadSpec):
     """Open-loop single-call requests with sampled lengths and an arrival process."""
 
     num_requests: int = attrs.field(default=1000, validator=positive)
+    """Requests generated, each a session of one call."""
     arrival: ArrivalSpec = attrs.Factory(_default_poisson)
+    """When the requests start (default: Poisson, 10 per second)."""
     input_tokens: Lengths = attrs.Factory(lambda: Lengths(low=128, high=2048))
+    """Prompt length of each request in tokens, shared prefix included: an integer (fixed) or a Lengths
+    section (default: uniform in [128, 2048])."""
     output_tokens: Lengths = attrs.Factory(lambda: Lengths(low=16, high=512))
+    """Output tokens each request generates: an integer (fixed) or a Lengths section (default: uniform in [16,
+    512])."""
     prefix_group: str | None = None
+    """Name of the prefix every request's prompt starts with (null: none); needed by prefix_tokens."""
     prefix_tokens: int = attrs.field(default=0, validator=non_negative)
+    """Tokens of that shared prefix, at most every prompt's length (0: none)."""
     prompt_pool: int | None = attrs.field(default=None, validator=positive)
     """Distinct prompts the requests draw from, as a benchmark client's dataset (genai-perf's and aiperf's
     ``--num-dataset-entries``, 100 unless given): each entry has its own sampled lengths, and requests that
@@ -249,8 +268,12 @@ class TraceCsvWorkload(WorkloadSpec):
     """Replay of a CSV of arrival time + input and output lengths (Vidur, Azure or plain columns)."""
 
     path: str
+    """The CSV file, with Vidur, Azure or plain columns (workloads.traces.read_request_csv); relative: to the
+    working directory, else the config's folder; ``pkg:`` inside the project."""
     limit: int | None = attrs.field(default=None, validator=positive)
+    """Replay only the first this many rows (null: all)."""
     arrival: ArrivalSpec = attrs.Factory(_trace)
+    """When the requests start (default ``trace``: each row's own arrival time)."""
 
     def build(self, rng: np.random.Generator) -> WorkloadPlan:
         from workloads.generators import read_request_csv
@@ -267,12 +290,17 @@ class SessionsWorkload(WorkloadSpec):
     """A session-script file (``twin workload convert`` output); ``pkg:`` paths name shipped data."""
 
     path: str
+    """The session-script file (relative: to the working directory, else the config's folder; ``pkg:`` inside
+    the project)."""
     arrival: ArrivalSpec | None = None
     """How sessions start; by default their own ``arrival_s`` (all must have one)."""
     max_concurrent_sessions: int | None = attrs.field(default=None, validator=positive)
+    """Most sessions in flight at once: a session whose start time has come waits for one to finish (null: no
+    cap; with arrival kind ``concurrency``, the smaller of the two)."""
     wait_scale: float = attrs.field(default=1.0, validator=non_negative)
     """Multiplies every tool / think wait (0 removes them)."""
     limit: int | None = attrs.field(default=None, validator=positive)
+    """Run only the first this many sessions of the file (null: all)."""
 
     def build(self, rng: np.random.Generator) -> WorkloadPlan:
         from workloads.io import read_sessions
@@ -295,12 +323,26 @@ class LMBenchmarkWorkload(WorkloadSpec):
     """LMBenchmark's synthetic multi-round QA with its own pacing (see ``workloads.generators``)."""
 
     num_users: int = attrs.field(default=10, validator=positive)
+    """Concurrent users (LMBenchmark --num-users): the run starts with users part-way through their rounds,
+    as the client's ramp-up leaves them, and a new one joins every (num_rounds - 1) / qps s."""
     num_rounds: int = attrs.field(default=5, validator=_rounds)
+    """Questions each user asks, one request each (LMBenchmark --num-rounds; at least 2); users present at
+    the start have fewer left."""
     qps: float = attrs.field(default=1.0, validator=[positive, rate_on_clock])
+    """Requests per second over all users (LMBenchmark --qps): a user sends its next round once its previous
+    answer is done and at least num_users / qps s after its previous request."""
     shared_system_prompt: int = attrs.field(default=1000, validator=non_negative)
+    """Tokens of the system prompt every user's requests start with, shared by all users (LMBenchmark
+    --shared-system-prompt)."""
     user_history_prompt: int = attrs.field(default=2000, validator=non_negative)
+    """Tokens of each user's own context, sent after the system prompt in its first request (LMBenchmark
+    --user-history-prompt)."""
     answer_len: int = attrs.field(default=100, validator=positive)
+    """Output tokens of every answer (LMBenchmark --answer-len); each later round's prompt holds the earlier
+    answers."""
     duration_s: float | None = attrs.field(default=None, validator=[positive, on_clock])
+    """New users join while their join time is below this, in seconds (LMBenchmark --time; run.duration_s
+    stops the sends). Null: one user's lifetime, num_users / qps x (num_rounds - 1) s."""
 
     def build(self, rng: np.random.Generator) -> WorkloadPlan:
         from workloads.generators import lmbenchmark_multiround

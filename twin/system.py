@@ -308,7 +308,10 @@ class Colocated(SystemSpec):
     """``replicas`` identical engines, each on ``tp`` GPUs, behind the router."""
 
     replicas: int = attrs.field(default=1, validator=positive)
+    """Identical engines behind the router (data-parallel replicas), each on tp x attention_dp GPUs."""
     tp: int = attrs.field(default=1, validator=positive)
+    """Tensor-parallel GPUs per engine (vLLM --tensor-parallel-size, SGLang --tp-size, TensorRT-LLM
+    tensor_parallel_size)."""
     ep: int = attrs.field(default=1, validator=positive)
     """Expert parallelism of MoE layers."""
     attention_dp: int = attrs.field(default=1, validator=positive)
