@@ -19,7 +19,7 @@ from typing import Any, Union
 
 import attrs
 
-from twin.configio import _hints
+from twin.configio import _hints, _type_name
 from twin.registry import Pluggable, lookup
 from twin.registry import kinds as registered_kinds
 
@@ -56,23 +56,6 @@ def field_docs(cls: type) -> dict[str, str]:
                 if sep and comment.strip() and "type: ignore" not in comment:
                     out[node.target.id] = comment.strip()
     return out
-
-
-def _type_text(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        return " or ".join(_type_text(a) for a in typing.get_args(tp))
-    if origin is tuple:
-        return f"list of {_type_text(typing.get_args(tp)[0])}"
-    if origin is dict:
-        return f"mapping of {_type_text(typing.get_args(tp)[1])}"
-    if tp is type(None):
-        return "null"
-    if isinstance(tp, type) and issubclass(tp, Pluggable):
-        return f"{tp.category} (by kind)"
-    if isinstance(tp, type) and attrs.has(tp):
-        return "section"
-    return getattr(tp, "__name__", str(tp))
 
 
 def _default_text(field: "attrs.Attribute[Any]") -> str:
@@ -113,7 +96,7 @@ def _table(cls: type, path: str) -> list[str]:
         if not f.init:
             continue
         meaning = docs.get(f.name, "").replace("|", "\\|")
-        lines.append(f"| `{path}.{f.name}` | {_type_text(hints[f.name])} | {_default_text(f)} | {meaning} |")
+        lines.append(f"| `{path}.{f.name}` | {_type_name(hints[f.name])} | {_default_text(f)} | {meaning} |")
     for name, sub in _nested(cls):
         lines += ["", f"`{path}.{name}`:", "", *_table(sub, f"{path}.{name}")]
     return lines
