@@ -500,11 +500,6 @@ class SpecRun(PlannedRun):
         per_req = tokens.sum(axis=0)
         self._gaps(a, m, per_req.tolist())
         sched = self.sched
-        # A step that emits n > 1 tokens to a request adds n - 1 gaps of zero (Scheduler.update).
-        extra = int(sum(int(t) - (m - a + 1) for t, r in zip(per_req, self.reqs) if r.measured))
-        if extra:
-            itl = sched.gap_counts
-            itl[0] = itl.get(0, 0) + extra
         if sched.record_token_times:
             times = np.asarray(self.ends[a - 1:m], dtype=np.int64)
             for idx, req in enumerate(self.reqs):
