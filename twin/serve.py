@@ -141,6 +141,8 @@ class SimulationServer:
         data = config.to_dict()
         data["workload"] = {"kind": "external"}
         data["run"] = {**data["run"], "fast_forward": False}  # tokens become visible step by step
+        # Each token's step, so a step's tokens (a speculative decode's accepted drafts) stream as one chunk.
+        data["metrics"] = {**data["metrics"], "record_token_times": True}
         self.config = load_config(data)
         self.time_scale = time_scale
         env = simpy.rt.RealtimeEnvironment(factor=time_scale / 1e9, strict=False)
@@ -492,12 +494,14 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
 
             prompt = len(children[0].prompt_tokens)
 
-            def chunk(index: int, count: int, finish: str | None) -> str:
-                """The ``count``-th token of choice ``index``; with continuous usage stats, that choice's
-                usage so far (as vLLM counts it per output)."""
-                delta = {"role": "assistant", "content": FILLER} if count == 1 else {"content": FILLER}
+            def chunk(index: int, first: int, count: int, finish: str | None) -> str:
+                """Tokens ``first`` .. ``count`` of choice ``index``, made in one engine step, in one chunk (vLLM
+                streams one output per step: a speculative step's accepted drafts arrive together); with
+                continuous usage stats, that choice's usage so far (as vLLM counts it per output)."""
+                text = FILLER * (count - first + 1)
+                delta = {"role": "assistant", "content": text} if first == 1 else {"content": text}
                 choice: dict[str, Any] = ({"index": index, "delta": delta, "finish_reason": finish} if chat
-                                          else {"index": index, "text": FILLER, "finish_reason": finish})
+                                          else {"index": index, "text": text, "finish_reason": finish})
                 out: dict[str, Any] = {"id": rid, "object": kind, "created": int(time.time()),
                                        "model": server.model_name, "choices": [choice]}
                 if continuous:
@@ -524,9 +528,14 @@ def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
                         # carries the finish reason: read before the end, the count may already include it.
                         ready = produced if finished else min(produced, served.max_tokens - 1)
                         ok = finished and req is not None and req.status is Status.FINISHED
+                        times = req.token_times_ns if req is not None else None
                         while sent[index] < ready:
-                            sent[index] += 1
-                            send(chunk(index, sent[index], "length" if ok and sent[index] == produced else None))
+                            start = end = sent[index]
+                            end += 1
+                            while times is not None and end < ready and times[end] == times[start]:
+                                end += 1
+                            send(chunk(index, start + 1, end, "length" if ok and end == produced else None))
+                            sent[index] = end
                 except (BrokenPipeError, ConnectionResetError):
                     abort_all()
                     return

@@ -368,3 +368,25 @@ def test_valid_booleans_and_contents_keep_their_meaning(endpoint):
              for m in (chat, parts)]
     assert usage[0] == usage[1]
     assert render_chat(parts) == render_chat(chat) == f"<|system|>\n<|user|>{text}\n<|assistant|>"
+
+
+def test_a_speculative_steps_tokens_stream_as_one_chunk():
+    """MTP with 3 drafts all accepted: the prompt's step streams token 1, each verify step 4 tokens in one
+    chunk (vLLM streams one output per engine step), the last step the one token left of 10."""
+    cfg = load_config(None, ["model.name=deepseek-ai/DeepSeek-R1", "hardware.gpu=h200_sxm", "system.tp=8",
+                             "engine.speculative.method=mtp", "engine.speculative.num_speculative_tokens=3",
+                             "engine.speculative.acceptance=1.0"])
+    httpd, sim = serve(cfg, port=0, time_scale=0.01)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        text = post(f"http://127.0.0.1:{httpd.server_port}/v1/completions",
+                    {"prompt": [1, 2, 3], "max_tokens": 10, "stream": True})
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        sim.stop()
+    chunks = [json.loads(line[6:]) for line in text.splitlines()
+              if line.startswith("data: ") and line != "data: [DONE]"]
+    assert [c["choices"][0]["text"] for c in chunks] == [" tok", " tok" * 4, " tok" * 4, " tok"]
+    assert [c["choices"][0]["finish_reason"] for c in chunks] == [None, None, None, "length"]
