@@ -1268,3 +1268,10 @@ def test_eplb_slots_of_an_entry_without_a_known_count_are_the_smallest_that_divi
     assert (out["prefill"].redundant_experts, out["decode"].redundant_experts) == (0, 8)   # 264 = 11 x 24
     assert notes == ["decode redundant_experts 8 inferred: ep 24 does not divide 256 experts and the recipe's "
                      "count is not known (the smallest that divides)"]
+
+
+def test_error_spread_beside_the_mape() -> None:
+    from validation.silicon import error_spread
+
+    assert error_spread([5.0, -20.0, 8.0, -1.0]) == {"median_abs": 6.5, "median_signed": 2.0, "within_10": 0.75}
+    assert error_spread([]) == {"median_abs": None, "median_signed": None, "within_10": None}
