@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SHARED = Path("/work/shared/data")
+SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+"""The project's shared reference data, ``../shared/data`` beside this checkout."""
 DEFAULT_VIDUR_DATA = SHARED / "vidur"
 DEFAULT_AZURE_CONV = SHARED / "traces" / "AzureLLMInferenceTrace_conv.csv"
 VIDUR_LIST = "splitwise_conv_poisson6.45_seed42_n{n}.csv"

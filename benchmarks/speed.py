@@ -37,7 +37,7 @@ from benchmarks.scenarios import (  # noqa: E402
 )
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_VIDUR_CACHE = Path("/work/vidur-cache")
+DEFAULT_VIDUR_CACHE = HERE.parent.parent / "vidur-cache"   # beside this checkout: Vidur's trained predictors
 DEFAULT_VIDUR_ATTENTION = DEFAULT_VIDUR_DATA / "SURROGATE_a100_Meta-Llama-3-8B_attention.csv"
 
 

@@ -1,6 +1,6 @@
 """Kernel report: the hardware model's predicted vs measured latency on the opdb kernel tables.
 
-    python -m experiments.kernel_report --data /work/shared/data/measured/opdb [--out DIR]
+    python -m experiments.kernel_report --data ../shared/data/measured/opdb [--out DIR]
 
 Predictions use only the shipped, frozen constants (hardware/data/calibration/<engine>.yaml) and the GPU
 specs, through the same single-kernel functions the step-cost ledger uses (hardware.kernels). Prints, per
@@ -364,7 +364,7 @@ def transfer(data: Path, engines: Iterable[str]) -> list[dict[str, object]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="predicted vs measured kernel latency on the opdb tables")
-    ap.add_argument("--data", type=Path, default=Path("/work/shared/data/measured/opdb"))
+    ap.add_argument("--data", type=Path, default=Path("../shared/data/measured/opdb"))
     ap.add_argument("--engines", nargs="*", default=list(ENGINES), choices=list(ENGINES))
     ap.add_argument("--out", type=Path, default=None,
                     help="folder for kernel_report.csv (kernel_check.csv with --check)")

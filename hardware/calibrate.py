@@ -125,7 +125,7 @@ def possible(r: dict[str, str], table: str, gpu: str) -> bool:
     cache-resident data, which a serving step, whose layers and requests each hold their own weights and KV,
     never does. TRT-LLM 1.2.0rc5's decode-attention table has 1,364 such rows at large batch x context (1,254
     at the GQA ratios fitted; up to 1.73 x the H100's bandwidth), vLLM's and SGLang's none; no GEMM row the
-    fits use is one. Why TRT-LLM's (hardware/STATUS.md, stop 37): its collector allocated a K-only cache
+    fits use is one. Why TRT-LLM's: its collector allocated a K-only cache
     (CacheType.SELFKONLY, aiconfigurator collector/trtllm/collect_attn.py until dec5f4cd2), so V's reads hit
     blocks just read as K and a row crosses HBM with less than the K and V bytes counted here; the table's
     other large rows run fast for the same reason, which this check cannot see."""
@@ -236,7 +236,7 @@ token traffic) must remove to be kept (:func:`fit_moe_curve`): one parameter mor
 not just bend the fit. On the shipped opdb tables the serial term removes 40 % (vLLM w4a16_mxfp4, OpenAI
 triton_kernels) and 13 % (TensorRT-LLM w4a16_mxfp4, the same kernels through its Triton MoE backend)
 against 2-3 % on the Marlin tables (vLLM fp4_marlin, int4) and nothing on the others (the fit with the
-term ends at a higher cost there); the first token term removes 13-65 % on every fitted table (stop 42)."""
+term ends at a higher cost there); the first token term removes 13-65 % on every fitted table."""
 
 
 def _soft_l1_cost(err: np.ndarray, f_scale: float = 0.1) -> float:

@@ -211,19 +211,19 @@ class Calibration:
         (``OP_KERNELS``); elementwise kernels pay it too. ``kernel_floor_s`` is fitted on serving rows
         (validation/report.py fit-host, H100 TRAIN rows), not on the tables.
 
-        This was first written as "the opdb tables time each op eagerly". That is not how they were made.
-        aiconfigurator's collectors replay each op in a captured CUDA graph (collector/helper.py
-        ``benchmark_with_power``, #153 of 2025-12-12; collect_moe.py captured its own graph before that).
+        The opdb tables do not time each op eagerly: aiconfigurator's collectors replay each op in a
+        captured CUDA graph (collector/helper.py ``benchmark_with_power``, #153 of 2025-12-12;
+        collect_moe.py captured its own graph before #153).
         The exceptions are vLLM's block-FP8 GEMMs, timed eagerly (collect_gemm.py ``use_cuda_graph=gemm_type
         != "fp8_block"``), and TensorRT-LLM's MoE, which falls back to eager where capture fails
         (``allow_graph_fail=True``). So the MoE floors of 15-89 us are mostly graph-replay floors of
         multi-kernel ops. Still, the serving rows price graphed decode better with this replacement. A likely
         reason, not measured here: a graph holding one small op, replayed back to back, waits for each
         replay's launch, while a whole-model graph runs its kernels one after another with no launch between.
-        Stop 31 (hardware/STATUS.md) kept the tables' floors in graph steps instead, and the
-        whole file got worse: TPOT MAPE 12.0 -> 14.9 %. vLLM's gpt-oss TPOT went 5.5 -> 33.0 % (H200), and
-        TensorRT-LLM's H100 TRAIN fit went 8.5 -> 17.6 % median |error|. Only the TensorRT-LLM H200 MoE
-        rows gained (gpt-oss 21.6 -> 11.1 %).
+        Keeping the tables' floors in graph steps instead makes the whole file worse: TPOT MAPE 12.0 ->
+        14.9 %, vLLM's gpt-oss TPOT 5.5 -> 33.0 % (H200), TensorRT-LLM's H100 TRAIN fit 8.5 -> 17.6 % median
+        |error|; only the TensorRT-LLM H200 MoE rows gain (gpt-oss 21.6 -> 11.1 %). hardware/MODEL.md,
+        "Open gaps", keeps this open.
         """
         return self._floored(f"{self.name}[graph]", lambda r, kernels: kernels * kernel_floor_s)
 

@@ -717,7 +717,7 @@ class CostModel:
     def _eager_host(self, t: dict[str, float], eager_s: float) -> None:
         """An eager step: the CPU runs the model's Python and launches its kernels while the GPU works
         through those already queued (no host-device sync in the layers of either engine's MoE path,
-        hardware/STATUS.md), so the step lasts max(host, GPU); eager_host is the exposed part."""
+        hardware/MODEL.md, "eager_host"), so the step lasts max(host, GPU); eager_host is the exposed part."""
         gpu = sum(map(t.__getitem__, self._gpu_terms))
         t["eager_host"] = max(0.0, eager_s - gpu)
 

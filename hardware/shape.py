@@ -87,9 +87,8 @@ class BatchShape:
         """The decode requests the decode attention kernel's rate is read at: their context over the longest
         one's, decode_kv / decode_max_kv (the request count of a batch whose contexts are equal, and without
         decode_max_kv). A split-KV decode kernel finishes with the longest request's splits, so a batch
-        runs as decode_kv / decode_max_kv requests of the longest length would: read at the request count,
-        a short request beside a long one made the step cheaper than the long one alone
-        (hardware/STATUS.md, stop 27)."""
+        runs as decode_kv / decode_max_kv requests of the longest length would. Read at the request count,
+        a short request beside a long one would make the step cheaper than the long one alone."""
         return decode_rate_rows(self.num_decode, self.decode_kv, self.decode_max_kv)
 
     @property

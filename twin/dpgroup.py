@@ -64,7 +64,7 @@ _FIRST_SEGMENT = 4
 
 _WORTH = 8.0
 """Mean run length (steps) below which a speculative group plans runs only every _PROBE_EVERY steps: planning
-every rank's SpecRun costs about what 5 of its steps stepped one by one cost (stop 46), and where outside
+every rank's SpecRun costs about what 5 of its steps stepped one by one cost, and where outside
 events cut runs every few steps (a decode pool's KV pulls) it costs more than it saves."""
 _PROBE_EVERY = 8
 

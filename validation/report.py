@@ -65,7 +65,7 @@ own queue. ``--detail`` adds the median excess / interval per (tp_size, c).
 gpu-pairs: the rows that ran the same benchmark (backend and version, model, precision, layout, ISL, OSL,
 concurrency, protocol, measurement date) on both GPUs are a pair, and the pair's measured H200 / H100 ratio of
 TPOT and of TTFT is set against the ratio the twin predicts. The twin changes only the GPU spec between the two
-(hardware/STATUS.md, per-GPU constants), so the transfer error, predicted / measured ratio - 1, is how far
+(hardware/MODEL.md, "Calibration"), so the transfer error, predicted / measured ratio - 1, is how far
 that alone moves a deployment as the measurements move it; repeated rows of a benchmark are averaged first.
 
 implied-rate: a plausibility check of the measurements, independent of the twin. A closed loop of c clients

@@ -151,7 +151,7 @@ where they are known. ``max_batch_size``: the running requests one engine rank s
 has its own); ``max_num_tokens``: the new tokens one step computes at most (--max_num_tokens,
 --max-num-batched-tokens, SGLang's chunk size). A blank or absent cell keeps the limit the row's harness rule
 gives (:func:`deployment_limits`). silicon_h100_h200.csv has neither column: its rows do not record the
-batch caps aiconfigurator's generator chose (hardware/STATUS.md, stop 48)."""
+batch caps aiconfigurator's generator chose (hardware/MODEL.md, "Open gaps")."""
 
 
 def _engine_limit(row: dict[str, str], key: str) -> int:
@@ -1154,7 +1154,7 @@ def row_config(row: dict[str, str], *, waves: int | None = None, prompt_pool: st
     requests per client slot. ``prompt_pool`` (``SAMPLING:K``, a what-if for genai-perf rows only) has their
     requests draw prompts from K x c dataset entries by that rule (``workload.prompt_pool``): aiperf's
     ``--num-dataset-entries`` and ``--dataset-sampling-strategy``; the warm-up's draws are not simulated, so
-    entries it alone sent are not in the cache when the measured requests start (hardware/STATUS.md, stop 39).
+    entries it alone sent are not in the cache when the measured requests start.
     Aggregated rows with attention DP (dp ranks) simulate the engine's dp ranks in lockstep (twin.dpgroup),
     serving all the clients; each rank's limits are its own. So do the engines of a disaggregated pool, whose
     ranks the routers see one by one.

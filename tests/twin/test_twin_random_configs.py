@@ -3,30 +3,30 @@ ends with each request finished or failed with a reason, its outputs are the sam
 and off, and the per-request and summary figures agree with each other.
 
 The examples are drawn from a fixed seed (``derandomize``), so the suite sees the same configurations on
-every run. 2,500 fresh random examples of this space passed at stop 25 (max_examples=2500,
-derandomize=False: about 50 s); a wider search outside the suite found the bugs named in that stop's commits.
-Since stop 32 half the examples also draw the settings of ``_more_knobs``; fresh searches then passed 2,000
-examples of this space with MoE and 8B models and TP 2, 600 with prompts to 3,000 and outputs to 2,000 tokens,
-and 900 replaying the shipped agent sessions with their tool waits. At stop 37, 1,500 and 2,500 fresh examples
-of the whole strategy (seeds 3701 and 3702) passed. Since stop 40 half the synthetic workloads draw
-their prompts from a pool of 1-4 dataset entries (repeated prompts: whole-prompt prefix hits); fresh searches
-then passed 3,000 examples each of the whole strategy (seeds 4001, 4002) and 4,000 each with every synthetic
-workload pooled (seeds 4004, 4005: 3,259 pooled examples). Since stop 41 the disaggregated examples may name
-the connector's cut of a hand-off (``transfer.pieces``); fresh searches with every example disaggregated, its
-cut drawn and half of them with a dearer descriptor, passed 1,500 examples twice (seeds 4102, 4103) and 5,000
-twice (seeds 4105, 4106). Since stop 43 a quarter of the examples run gpt-oss-20b, whose sliding windows are
-per-request state held in the KV pool (KVCacheManager.state_blocks: 128 / 32 / 8 blocks at block sizes 1 / 4 /
-16); fresh searches passed 1,500 (seed 4301) and 5,000 examples twice (seeds 4302, 4303; 996 and 1,012 of
-them on gpt-oss-20b). Since stop 44 examples may run attention-DP engines (gpt-oss-20b, 2-4 lockstep ranks,
-TensorRT-LLM's balance drawn on colocated ones; pools of such engines on disaggregated ones); fresh searches
-of attention-DP examples only passed 150, 600 and 300 (seeds 4401-4403), and 300 and 800 more with the groups'
-fast-forward (seeds 4404, 4405). Since stop 45 vLLM's groups fast-forward too; fresh searches of colocated
-vLLM attention-DP examples only passed 300 and 1,500 (seeds 4501, 4502). Since stop 46 examples may run MTP
-speculative decoding (MiMo-7B, 1-3 drafts), which fast-forwards; fresh searches with it in every example passed
-400 and 600 (seeds 4601, 4603), and 150 of the dp_attention example with MTP, its engine, balance, loads and
-lengths drawn (seed 4602). Since stop 47 attention-DP ranks advance their decodes as lazy cohorts (fast-forward
-on) as workers do, and their decode runs are priced on the decode fast path; fresh searches of 300 and 200
-attention-DP examples of the whole strategy passed (seeds 4703, 4704).
+every run. Fresh searches of the same space (``derandomize=False``, other seeds) are how it is widened:
+each part below passed the searches named with it, outside the suite.
+
+* The base space: 2,500 examples (max_examples=2500, about 50 s).
+* ``_more_knobs`` (drawn by half the examples): 2,000 examples with MoE and 8B models and TP 2, 600 with
+  prompts to 3,000 and outputs to 2,000 tokens, 900 replaying the shipped agent sessions with their tool
+  waits; 1,500 and 2,500 examples of the whole strategy (seeds 3701, 3702).
+* Prompt pools (half the synthetic workloads draw their prompts from 1-4 dataset entries: whole-prompt
+  prefix hits): 3,000 examples each of the whole strategy (seeds 4001, 4002), 4,000 each with every
+  synthetic workload pooled (seeds 4004, 4005: 3,259 pooled examples).
+* The connector's cut of a disaggregated hand-off (``transfer.pieces``): every example disaggregated, its
+  cut drawn and half of them with a dearer descriptor, 1,500 twice (seeds 4102, 4103) and 5,000 twice
+  (seeds 4105, 4106).
+* gpt-oss-20b (a quarter of the examples), whose sliding windows are per-request state held in the KV pool
+  (KVCacheManager.state_blocks: 128 / 32 / 8 blocks at block sizes 1 / 4 / 16): 1,500 (seed 4301) and
+  5,000 twice (seeds 4302, 4303; 996 and 1,012 of them on gpt-oss-20b).
+* Attention-DP engines (gpt-oss-20b, 2-4 lockstep ranks, TensorRT-LLM's balance drawn on colocated ones;
+  pools of such engines on disaggregated ones): attention-DP examples only, 150, 600 and 300 (seeds
+  4401-4403), 300 and 800 with the groups' fast-forward (seeds 4404, 4405); colocated vLLM attention-DP
+  groups, which fast-forward too, 300 and 1,500 (seeds 4501, 4502); ranks advancing their decodes as lazy
+  cohorts, priced on the decode fast path, 300 and 200 of the whole strategy (seeds 4703, 4704).
+* MTP speculative decoding (MiMo-7B, 1-3 drafts), which fast-forwards: in every example, 400 and 600
+  (seeds 4601, 4603), and 150 of the dp_attention example with MTP, its engine, balance, loads and lengths
+  drawn (seed 4602).
 """
 
 from __future__ import annotations

@@ -129,4 +129,6 @@ def main(repo: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "/work/.mirror/SemiAnalysisAI+InferenceX/repo")
+    if len(sys.argv) != 2:
+        sys.exit("usage: python validation/harness/make_inferencemax_disagg.py /path/to/InferenceX/repo")
+    main(sys.argv[1])
