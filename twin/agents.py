@@ -78,6 +78,11 @@ class SessionDriver:
         self._alone_done: simpy.Event | None = None
         self.launcher = env.process(self._launch())
 
+    @property
+    def planned_sessions(self) -> int:
+        """The workload's own sessions, started or still to start (sub-agents not counted)."""
+        return len(self._plan)
+
     def gauges(self) -> dict[str, float]:
         return {"sessions_active": self.active, "sessions_in_wait": self.in_wait}
 

@@ -83,6 +83,7 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from twin.config import load_config
+    from twin.progress import on_terminal
     from twin.results import nothing_completed
     from twin.runner import build
 
@@ -103,7 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     name = config.name or source.stem
     out = Path(args.out) if args.out else Path("results") / name
     out.mkdir(parents=True, exist_ok=True)  # an unusable --out fails now, not after the run
-    results = build(config, source, overrides).run()
+    results = build(config, source, overrides).run(progress=not args.quiet and on_terminal())
     results.write(out)
     if not args.no_plots:
         from twin.plots import plot_results
@@ -167,6 +168,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from twin.progress import on_terminal
     from twin.sweep import make_executor, parse_grid, sweep, write_table
 
     if args.config and args.example:
@@ -177,7 +179,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     executor, shutdown = make_executor(args.jobs, args.dask)
     try:
         rows = sweep(source, grid, overrides=list(args.set or []), executor=executor,
-                     out=Path(args.out) / "runs" if args.keep_runs else None, progress=True,
+                     out=Path(args.out) / "runs" if args.keep_runs else None,
+                     progress=not args.quiet and on_terminal(),
                      journal=Path(args.out) / "sweep.jsonl", resume=args.resume)
     finally:
         shutdown()
@@ -208,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="PATH=VALUE", help="override a config field")
     p.add_argument("--seed", type=int, help="shorthand for --set run.seed=N")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar (shown on stderr only when it is a terminal)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("plot", help="plot a results folder")
@@ -240,6 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(an earlier sweep's runNNNN folders there are removed first)")
     p.add_argument("--resume", action="store_true",
                    help="reuse the points already run in OUT/sweep.jsonl (an interrupted sweep) and run the rest")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar (shown on stderr only when it is a terminal)")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("config", help="the configuration reference (every section, kind and field)")

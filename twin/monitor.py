@@ -38,6 +38,8 @@ class Monitor:
         self.rows: list[tuple[float, ...]] = []
         self._marks: list[tuple[int, int, int, int]] = []
         """Per row: its time (ns) and the output, admitted prompt and cached token counts then."""
+        self.on_sample: Callable[[], None] | None = None
+        """Called after each periodic sample (a progress bar); it must only read the simulation."""
         self.process = env.process(self._run())
 
     def columns(self) -> list[str]:
@@ -98,6 +100,8 @@ class Monitor:
         step = self.interval_ns
         while True:
             self.sample()
+            if self.on_sample is not None:
+                self.on_sample()
             nxt = next_live_event_ns(env)
             if nxt is None:  # nothing else scheduled that can change anything: the simulation can never move
                 self.on_idle()

@@ -12,7 +12,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import yaml
@@ -176,6 +176,37 @@ def nothing_completed(summary: dict[str, Any]) -> str | None:
         f" ({len(reasons) - 1} other kind{'s' if len(reasons) > 2 else ''} of failure)" if len(reasons) > 1 else "")
 
 
+PANDAS_HINT = "pip install -e '.[pandas]'"
+
+
+class Frames(NamedTuple):
+    """A run's tables as pandas DataFrames (:meth:`Results.to_pandas`)."""
+
+    requests: Any
+    """One row per request, the columns of requests.csv."""
+    timeseries: Any
+    """One row per sample, the columns of timeseries.csv."""
+    ledger: Any
+    """One row per worker and cost term: worker, term, seconds, and the worker's steps and busy_s."""
+
+
+def _need(module: str, what: str) -> Any:
+    """Import an optional package of the ``pandas`` extra, or say how to install it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ImportError(f"{what} needs {module}, an optional dependency: {PANDAS_HINT}") from None
+
+
+def _latency(v: Any) -> str:
+    """A latency for :meth:`Results.__repr__`: ms below 10 s, "-" where undefined (no request finished)."""
+    if not isinstance(v, (int, float)) or v != v:
+        return "-"
+    return f"{v * 1e3:.2f} ms" if v < 10 else f"{v:.2f} s"
+
+
 class Results:
     """Everything a run produced; :meth:`write` puts it in a folder."""
 
@@ -207,6 +238,45 @@ class Results:
             times.write_text(json.dumps({str(k): v for k, v in self.token_times.items()}))
         else:  # (an earlier run's in a reused folder would pass for this one's)
             times.unlink(missing_ok=True)
+        return out
+
+    def __repr__(self) -> str:
+        """One line of headline figures (a notebook echoes it; the tables are in the attributes)."""
+        s = self.summary
+        r = s.get("requests", {})
+        ttft = s.get("ttft_s", {}).get("p50")
+        tpot = s.get("tpot_s", {}).get("p50")
+        tput = s.get("throughput", {}).get("output_tokens_per_s", float("nan"))
+        sim_s = s.get("sim", {}).get("simulated_s", float("nan"))
+        return (f"<Results: {r.get('submitted', len(self.requests))} requests, "
+                f"{r.get('completed', '?')} completed, {r.get('failed', '?')} failed; TTFT p50 {_latency(ttft)}, TPOT p50 {_latency(tpot)}; "
+                f"{'-' if tput != tput else f'{tput:,.1f}'} output tok/s; "
+                f"{'-' if sim_s != sim_s else f'{sim_s:.3f}'} s simulated>")
+
+    def to_pandas(self) -> Frames:
+        """The requests, time series and ledger as DataFrames, for a notebook (needs the ``pandas`` extra).
+
+        The ledger is tidy: one row per worker and cost term, the worker's steps and busy seconds repeated
+        on its rows (a hardware what-if, ``ledger["hardware_whatif"]``, is left in :attr:`ledger`).
+        """
+        pd = _need("pandas", "Results.to_pandas()")
+        workers: dict[str, Any] = self.ledger  # (per worker: steps, busy_s and terms_s, a mapping)
+        rows = [(worker, term, seconds, entry["steps"], entry["busy_s"])
+                for worker, entry in workers.items() if isinstance(entry, dict) and "terms_s" in entry
+                for term, seconds in entry["terms_s"].items()]
+        ledger = pd.DataFrame(rows, columns=["worker", "term", "seconds", "steps", "busy_s"])
+        return Frames(requests=pd.DataFrame(self.requests), timeseries=pd.DataFrame(dict(self.timeseries)),
+                      ledger=ledger.astype({"seconds": "float64", "steps": "int64", "busy_s": "float64"}))
+
+    def write_parquet(self, folder: str | Path) -> Path:
+        """requests.parquet, timeseries.parquet and ledger.parquet (:meth:`to_pandas`'s frames) in ``folder``;
+        needs the ``pandas`` extra (pyarrow)."""
+        _need("pyarrow", "Results.write_parquet()")
+        frames = self.to_pandas()
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, frame in frames._asdict().items():
+            frame.to_parquet(out / f"{name}.parquet", engine="pyarrow", index=False)
         return out
 
 

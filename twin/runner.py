@@ -111,22 +111,34 @@ class Simulation:
         return "\n".join(lines)
 
     # --------------------------------------------------------------------------------------- run
-    def run(self) -> Results:
+    def run(self, *, progress: bool = False) -> Results:
+        """Run to the end; ``progress`` shows a bar on stderr (:class:`~twin.progress.RunProgress`), which
+        leaves the results as they are without it."""
         with _roomy_gc():
-            return self._run()
+            return self._run(progress)
 
-    def _run(self) -> Results:
+    def _run(self, progress: bool = False) -> Results:
         cfg = self.config
         start = time.perf_counter()
         until: simpy.Event = self.driver.all_done
         if cfg.run.max_sim_s is not None:
             until = simpy.AnyOf(self.env, [until, self.env.timeout(to_ns(cfg.run.max_sim_s))])
+        bar = None
+        if progress:
+            from twin.progress import RunProgress
+
+            bar = RunProgress(self)
+            self.monitor.on_sample = bar.update
         try:
             self.env.run(until=until)
         except RuntimeError as exc:  # SimPy: no events left but the until-event never fired
             if "No scheduled events left" in str(exc):
                 raise StallError(self._stall_report(self.driver.pending_requests)) from None
             raise
+        finally:
+            if bar is not None:
+                self.monitor.on_sample = None
+                bar.close()
         self.wall_s = time.perf_counter() - start
         for w in self.workers:
             w.stop()
@@ -212,14 +224,15 @@ def build(config: TwinConfig, source: str | Path | None = None, overrides: Seque
 
 
 def run(config: TwinConfig | dict[str, Any] | str | Path | None = None, *, overrides: tuple[str, ...] = (),
-        out: str | Path | None = None) -> Results:
-    """Run one simulation from a config object, a mapping, a YAML path or nothing (the defaults)."""
+        out: str | Path | None = None, progress: bool = False) -> Results:
+    """Run one simulation from a config object, a mapping, a YAML path or nothing (the defaults);
+    ``progress`` shows a bar on stderr."""
     source = config if isinstance(config, (str, Path)) else None
     if not isinstance(config, TwinConfig):
         config = load_config(config, overrides)
     elif overrides:
         config = load_config(config.to_dict(), overrides)
-    results = build(config, source, overrides).run()
+    results = build(config, source, overrides).run(progress=progress)
     if out is not None:
         results.write(out)
     return results

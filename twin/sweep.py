@@ -13,7 +13,6 @@ import itertools
 import json
 import re
 import shutil
-import time
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
@@ -116,6 +115,7 @@ def sweep(base: str | dict[str, Any] | None, grid: dict[str, list[Any]], *, over
     and a fingerprint of its resolved config (and of its workload file's size and time); ``resume`` reuses
     the journalled rows whose place and fingerprint match (and, with ``out``, whose folder is there) and
     runs the rest. A code change is not noticed: resume only an interrupted sweep of the same code.
+    ``progress`` shows a bar of the points done on stderr (:class:`~twin.progress.SweepProgress`).
     """
     for text in overrides or []:  # (applied before each point's grid values, it would be replaced in every one)
         path = text.partition("=")[0].strip()
@@ -151,28 +151,33 @@ def sweep(base: str | dict[str, Any] | None, grid: dict[str, list[Any]], *, over
             _journal(log, i, prints[i], reused[i])
     todo = [i for i in range(len(pts)) if i not in reused]
     results: list[dict[str, Any] | None] = [reused.get(i) for i in range(len(pts))]
-    start = time.perf_counter()
+    bar = None
+    if progress:
+        from twin.progress import SweepProgress
 
-    def finished(i: int, row: dict[str, Any], count: int) -> None:
+        bar = SweepProgress(len(todo), len(reused))
+
+    def finished(i: int, row: dict[str, Any]) -> None:
         results[i] = row
         if log is not None:
             _journal(log, i, prints[i], row)
-        if progress:
-            print(f"{count}/{len(todo)} runs done ({time.perf_counter() - start:.1f} s)"
-                  + (f", {len(reused)} reused" if reused else ""), flush=True)
+        if bar is not None:
+            bar.done()
 
     try:
         if executor is None:
-            for count, i in enumerate(todo, 1):
-                finished(i, run_point(base, overrides or [], pts[i], outs[i]), count)
+            for i in todo:
+                finished(i, run_point(base, overrides or [], pts[i], outs[i]))
         else:
             futures: dict[Future[dict[str, Any]], int] = {
                 executor.submit(run_point, base, overrides or [], pts[i], outs[i]): i for i in todo}
-            for count, fut in enumerate(as_completed(futures), 1):
-                finished(futures[fut], fut.result(), count)
+            for fut in as_completed(futures):
+                finished(futures[fut], fut.result())
     finally:
         if log is not None:
             log.close()
+        if bar is not None:
+            bar.close()
     return [r for r in results if r is not None]
 
 

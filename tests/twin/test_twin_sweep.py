@@ -125,8 +125,11 @@ def test_an_interrupted_sweep_resumes_from_its_journal(tmp_path, monkeypatch):
     assert len(ran) == 3
 
 
-def test_resume_with_kept_runs_reruns_a_point_whose_folder_is_gone(tmp_path, capsys):
-    """With --keep-runs a journalled point is reused only while its run folder is there."""
+def test_resume_with_kept_runs_reruns_a_point_whose_folder_is_gone(tmp_path, capsys, monkeypatch):
+    """With --keep-runs a journalled point is reused only while its run folder is there (the progress bar,
+    shown on a terminal, counts it)."""
+    import twin.progress
+
     config = tmp_path / "base.yaml"
     config.write_text(yaml.safe_dump(BASE))
     out = tmp_path / "out"
@@ -135,9 +138,10 @@ def test_resume_with_kept_runs_reruns_a_point_whose_folder_is_gone(tmp_path, cap
     import shutil
     shutil.rmtree(out / "runs" / "run0001")
     capsys.readouterr()
+    monkeypatch.setattr(twin.progress, "on_terminal", lambda stream=None: True)
     assert main([*args, "--resume"]) == 0
-    printed = capsys.readouterr().out
-    assert "1/1 runs done (" in printed and ", 1 reused" in printed
+    printed = capsys.readouterr().err
+    assert "twin sweep" in printed and "1/1" in printed and "1 reused" in printed
     assert (out / "runs" / "run0000" / "summary.json").exists() and (out / "runs" / "run0001" / "summary.json").exists()
 
 
