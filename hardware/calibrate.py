@@ -102,6 +102,7 @@ class TableSet:
     host_bound_gemm: Mapping[str, Mapping[str, int]]
     gemm_row_tiles: Mapping[str, Mapping[str, tuple[tuple[int, int, int], ...]]]
     out: Path                                    # where its sets ship
+    graph_floors_at_most_fitted: bool = False    # written into its sets (Calibration.graph_floors_at_most_fitted)
 
 
 TABLE_SETS = {
@@ -112,7 +113,8 @@ TABLE_SETS = {
     # Blackwell's GEMMs fit a fixed row tile
     "blackwell": TableSet(arch="blackwell", source="opdb-blackwell", gpus=("b300_sxm",),
                           engines={"vllm": "vllm-0.24.0", "sglang": "sglang-0.5.9", "trtllm": "trtllm-1.3.0rc20"},
-                          host_bound_gemm=HOST_BOUND_GEMM, gemm_row_tiles={}, out=CALIBRATION_DIR / "blackwell"),
+                          host_bound_gemm=HOST_BOUND_GEMM, gemm_row_tiles={}, out=CALIBRATION_DIR / "blackwell",
+                          graph_floors_at_most_fitted=True),
 }
 """The architectures with sets of their own (hardware.calibration.calibration_for); every other architecture is
 priced with the Hopper sets."""
@@ -744,6 +746,12 @@ def _yaml_with_notes(engine: str, data: dict[str, Any], notes: dict[str, str], s
         head.append(f"# {tables.arch.capitalize()} set (hardware.calibration.calibration_for): blocks marked 'no "
                     f"{tables.arch} table' are the engine's Hopper set's, moved to the GPU by its spec alone.")
     data = dict(data)
+    data.pop("graph_floors_at_most_fitted", None)   # (the architecture's choice, written last)
+    if tables.graph_floors_at_most_fitted:
+        data["graph_floors_at_most_fitted"] = True
+        notes = {**notes, "graph_floors_at_most_fitted": (
+            f"graph floors never above the fitted ones: the {tables.arch} tables time fused kernels "
+            "(Calibration.graph_floors_at_most_fitted)")}
     data["provenance"] = (f"fitted by hardware.calibrate on {tables.source} ({tables.engines[engine]}, "
                           f"{'+'.join(tables.gpus)})")
     lines = head + [yaml.safe_dump({"provenance": data.pop("provenance")}, sort_keys=False).strip()]
@@ -759,7 +767,9 @@ def _yaml_with_notes(engine: str, data: dict[str, Any], notes: dict[str, str], s
             lines.append(f"# {note}")
             lines.append(f"{key}: {yaml.safe_dump(_round(val), default_flow_style=True, width=1000).strip()}")
         else:
-            lines.append(f"{key}: {val}")
+            if key in notes:
+                lines.append(f"# {notes[key]}")
+            lines.append(f"{key}: {str(val).lower() if isinstance(val, bool) else val}")
     return "\n".join(lines) + "\n"
 
 

@@ -154,3 +154,18 @@ def test_linear_attention_decode_takes_its_own_curve_where_one_is_fitted() -> No
         else:
             assert cm._ssm_s(mx, 528, 17, 16, cm.gcal) == kernels.ssm_s(cm.gcal.ssm, tokens=528, reqs=17,
                                                                          decode_reqs=16, **kw)
+
+
+def test_blackwell_graph_floors_never_exceed_the_fitted_ones() -> None:
+    """The B300 tables time TRT-LLM-gen's fused MoE (vLLM NVFP4: an 18.3 us floor per call) where the op's
+    kernel count times vLLM's graph kernel floor gives 6 x 4.5 us = 27 us; the Blackwell sets keep the smaller,
+    the Hopper sets the kernel count's (as checked on the Hopper serving rows)."""
+    from hardware.calibration import OP_KERNELS, load_calibration
+
+    bw, hop = load_calibration("blackwell/vllm"), load_calibration("vllm")
+    assert bw.graph_floors_at_most_fitted and not hop.graph_floors_at_most_fitted
+    floor = 4.5e-6
+    assert bw.moe["fp4"].floor_s == 1.832e-05
+    assert bw.graph_mode(floor).moe["fp4"].floor_s == 1.832e-05 < OP_KERNELS["moe"] * floor
+    assert bw.graph_mode(floor).gemm["bf16"].floor_s == min(floor, bw.gemm["bf16"].floor_s)
+    assert hop.graph_mode(floor).moe["fp8"].floor_s == OP_KERNELS["moe_fp8"] * floor
