@@ -418,10 +418,18 @@ def borrowed_moe_calibration(kernel: str, arch: str) -> Calibration:
     """The set whose default MoE curve prices ``kernel`` (BORROWED_MOE_KERNELS) on ``arch``; ValueError where
     that architecture has no set of its own for the owning engine (the kernel does not run there)."""
     owner = BORROWED_MOE_KERNELS[kernel]
-    if arch == REFERENCE_ARCH or not (CALIBRATION_DIR / arch / f"{owner}.yaml").is_file():
+    own = _own_set(owner, arch)
+    if own is None:
         raise ValueError(f"moe_kernel {kernel} is priced with {owner}'s kernel tables on the GPU's architecture, and "
                          f"{arch or 'this architecture'} has none (it runs on: {', '.join(calibration_archs())})")
-    return load_calibration(f"{arch}/{owner}")
+    return load_calibration(own)
+
+
+def _own_set(engine: str, arch: str) -> str | None:
+    """The name of the set fitted for ``engine`` on ``arch``'s own tables, None where only Hopper's exists."""
+    if arch != REFERENCE_ARCH and (CALIBRATION_DIR / arch / f"{engine}.yaml").is_file():
+        return f"{arch}/{engine}"
+    return None
 
 
 def calibration_for(engine: str, arch: str) -> Calibration:
@@ -430,6 +438,5 @@ def calibration_for(engine: str, arch: str) -> Calibration:
     Hopper set (:func:`calibration_for_engine`), moved to the GPU by its spec alone. Kernels change with the
     architecture (Blackwell's tcgen05 GEMMs, TRT-LLM-gen attention and MoE, native FP4), so curves fitted on
     Hopper misprice them; the spec's peaks and bandwidths stay the only GPU-specific numbers within one."""
-    if arch != REFERENCE_ARCH and (CALIBRATION_DIR / arch / f"{engine}.yaml").is_file():
-        return load_calibration(f"{arch}/{engine}")
-    return calibration_for_engine(engine)
+    own = _own_set(engine, arch)
+    return load_calibration(own) if own is not None else calibration_for_engine(engine)

@@ -225,22 +225,18 @@ class HardwareConfig:
 
         return {k: getattr(self, k) for k in SPEC_VALUES if getattr(self, k) is not None}
 
-    def spec(self, gpu: str | None = None) -> Any:
+    def spec(self, gpu: str | None = None, *, scaled: bool = True) -> Any:
         """The GPUSpec a worker runs on: ``gpu`` (a pool's own) or ``hardware.gpu``, with this section's values
-        (for ``hardware.gpu`` only) and factors (for every GPU) applied."""
+        (for ``hardware.gpu`` only) and, unless ``scaled`` is False, its factors (for every GPU) applied."""
         import hardware
         from hardware.gpu import derive_gpu
 
         own = gpu is None or gpu == self.gpu
         base = hardware.load_gpu(self.gpu if gpu is None else gpu)
-        return derive_gpu(base, self.values() if own else None, self.scale.factors())
+        return derive_gpu(base, self.values() if own else None, self.scale.factors() if scaled else None)
 
     def __attrs_post_init__(self) -> None:
-        # A factor the GPU cannot take (flops_fp4 on a GPU with no FP4 rate) fails here, naming it.
-        try:
-            self.spec()
-        except ValueError as exc:
-            raise ValueError(str(exc)) from None
+        self.spec()   # a factor the GPU cannot take (flops_fp4 on a GPU with no FP4 rate) fails here, naming it
 
 
 @attrs.frozen(kw_only=True)

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import attrs
 
-from hardware import CostModel, Deployment, DeploymentError, load_engine, load_gpu, load_model
-from hardware.gpu import derive_gpu, spec_fields
+from hardware import CostModel, Deployment, DeploymentError, load_engine, load_model
+from hardware.gpu import spec_fields
 from hardware._data import read_yaml
 from hardware.calibration import (BORROWED_MOE_KERNELS, CURVE_MOE_KERNELS, Calibration,
                                   borrowed_moe_calibration, calibration_archs, calibration_for,
@@ -384,6 +384,5 @@ def resolve(config: TwinConfig) -> TwinConfig:
             engine.gpu_memory_utilization if engine.memory_fraction_rule == "fixed" else None),
     )
     # Every datasheet value of the named GPU is written out, so the config shows the spec the factors apply to.
-    named = derive_gpu(load_gpu(config.hardware.gpu), config.hardware.values())
-    hardware = attrs.evolve(config.hardware, **spec_fields(named))
+    hardware = attrs.evolve(config.hardware, **spec_fields(config.hardware.spec(scaled=False)))
     return attrs.evolve(config, hardware=hardware, scheduler=scheduler, kv_cache=kv_cache)

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import attrs
 
-from hardware import BatchShape
+from hardware import BatchShape, load_gpu
 from hardware.gpu import spec_fields
 from twin.config import HardwareConfig, TwinConfig
 from twin.errors import ConfigError
@@ -35,14 +35,8 @@ def reference_shapes(max_num_seqs: int, max_num_batched_tokens: int) -> dict[str
 
 
 def is_whatif(hw: HardwareConfig) -> bool:
-    """Whether the section changes its GPU: a value that differs from the named GPU's, or a factor."""
-    if hw.scale.factors():
-        return True
-    import hardware
-
-    shipped = spec_fields(hardware.load_gpu(hw.gpu))
-    return any(shipped[k] != v if k != "peak_flops" else any(shipped[k].get(d) != r for d, r in v.items())
-               for k, v in hw.values().items())
+    """Whether the section changes its GPU: a factor, or a value that differs from the named GPU's."""
+    return bool(hw.scale.factors() or _changed_values(hw))
 
 
 def _term_table(base: dict[str, float], new: dict[str, float]) -> dict[str, Any]:
@@ -91,9 +85,8 @@ def hardware_whatif(config: TwinConfig, workers: Sequence[Any]) -> dict[str, Any
 
 
 def _changed_values(hw: HardwareConfig) -> dict[str, Any]:
-    import hardware
-
-    shipped = spec_fields(hardware.load_gpu(hw.gpu))
+    """The section's datasheet values that differ from the named GPU's as shipped (by format for FLOP/s)."""
+    shipped = spec_fields(load_gpu(hw.gpu))
     out: dict[str, Any] = {}
     for k, v in hw.values().items():
         if k == "peak_flops":
