@@ -47,6 +47,16 @@ class EngineProfile:
     name: str
     version: str = ""
     block_size: int = 16
+    sm100_deepseek_page_size: int = 0
+    """The KV page size the engine's attention backend forces for DeepseekV3ForCausalLM checkpoints on
+    Blackwell (SM100) when the launch sets none; 0: ``block_size``. SGLang 64: it picks trtllm_mla there
+    (server_args._handle_model_specific_adjustments, 0.5.x), which takes pages of 32 or 64 tokens and sets 64
+    (_handle_attention_backend_compatibility)."""
+    sm100_deepseek_moe_kernel: str = "default"
+    """The routed-expert kernel family the engine selects for quantised (FP8, block-FP8, NVFP4)
+    DeepseekV3ForCausalLM checkpoints on Blackwell when the launch names none and runs no all-to-all backend
+    (Deployment.moe_kernel); ``default``: its own kernel. SGLang flashinfer_trtllm (the same server_args
+    adjustment: fp8 / modelopt_fp8 / modelopt_fp4 without --moe-a2a-backend)."""
     gpu_memory_utilization: float = 0.9
     kv_memory_rule: str = "total"
     """What gpu_memory_utilization is a fraction of. total (vLLM gpu_memory_utilization): of the whole HBM,
@@ -146,6 +156,14 @@ class EngineProfile:
                                  f"{value!r}")
         if not is_count(self.block_size, 1):
             raise ValueError(f"engine {self.name!r}: block_size must be an integer >= 1, got {self.block_size!r}")
+        if not is_count(self.sm100_deepseek_page_size):
+            raise ValueError(f"engine {self.name!r}: sm100_deepseek_page_size must be an integer >= 0, got "
+                             f"{self.sm100_deepseek_page_size!r}")
+        from hardware.calibration import MOE_KERNELS
+
+        if self.sm100_deepseek_moe_kernel not in MOE_KERNELS:
+            raise ValueError(f"engine {self.name!r}: sm100_deepseek_moe_kernel must be one of "
+                             f"{', '.join(MOE_KERNELS)}, got {self.sm100_deepseek_moe_kernel!r}")
         if not is_count(self.runtime_reserve_bytes):
             raise ValueError(f"engine {self.name!r}: runtime_reserve_bytes must be an integer >= 0, got "
                              f"{self.runtime_reserve_bytes!r}")
@@ -155,26 +173,21 @@ class EngineProfile:
 
     def default_block_size(self, gpu: GPUSpec, model_type: str = "") -> int:
         """Tokens per KV page when the user sets none: the profile's ``block_size``, except where the engine's
-        attention backend forces its own. SGLang serves DeepseekV3ForCausalLM checkpoints on Blackwell (SM100)
-        with the trtllm_mla backend unless told otherwise (server_args._handle_model_specific_adjustments, 0.5.x),
-        and that backend takes pages of 32 or 64 tokens, setting 64 (server_args._handle_attention_backend_
-        compatibility): DeepSeek-V3 / R1 on B200, GB200, B300, GB300."""
-        if self.batch_rule == "sglang" and gpu.arch == "blackwell" and model_type == "deepseek_v3":
-            return 64
+        attention backend forces its own (``sm100_deepseek_page_size``: DeepSeek-V3 / R1 on B200, GB200, B300,
+        GB300)."""
+        if self.sm100_deepseek_page_size and gpu.arch == "blackwell" and model_type == "deepseek_v3":
+            return self.sm100_deepseek_page_size
         return self.block_size
 
     def default_moe_kernel(self, gpu: GPUSpec, model_type: str, weight_dtype: str, attn_dp: int = 1) -> str:
         """The routed-expert kernel family the engine picks when the launch names none (Deployment.moe_kernel):
-        ``default``, its own kernel for the format, except where it selects another. SGLang on Blackwell
-        (SM100) sets --moe-runner-backend flashinfer_trtllm for DeepseekV3ForCausalLM checkpoints quantised
-        fp8 / modelopt_fp8 / modelopt_fp4 without an all-to-all backend (server_args
-        _handle_model_specific_adjustments, 0.5.x): DeepSeek-V3 / R1 in block-FP8, FP8 or NVFP4 on B200,
-        GB200, B300, GB300; its BF16 checkpoints keep the Triton kernel. Attention-DP engines (``attn_dp`` > 1)
-        are left to their own kernel: they are launched with an all-to-all backend (DeepEP) in the recipes,
-        which the rule excludes."""
-        if (self.batch_rule == "sglang" and gpu.arch == "blackwell" and model_type == "deepseek_v3"
-                and weight_dtype in ("fp8_block", "fp8", "fp4") and attn_dp == 1):
-            return "flashinfer_trtllm"
+        ``default``, its own kernel for the format, except where it selects another
+        (``sm100_deepseek_moe_kernel``: DeepSeek-V3 / R1 in block-FP8, FP8 or NVFP4 on Blackwell; BF16
+        checkpoints keep the engine's kernel). Attention-DP engines (``attn_dp`` > 1) are left to their own
+        kernel: the recipes launch them with an all-to-all backend (DeepEP), which the selection excludes."""
+        if (gpu.arch == "blackwell" and model_type == "deepseek_v3" and weight_dtype in ("fp8_block", "fp8", "fp4")
+                and attn_dp == 1):
+            return self.sm100_deepseek_moe_kernel
         return "default"
 
     def default_max_num_batched_tokens(self, gpu: GPUSpec) -> int:
