@@ -795,31 +795,25 @@ def fit_ssm(data: Path, engine: str, start: dict[str, Any], log: Callable[[str],
     notes: dict[str, str] = {}
     if engine not in SSM_TABLES:
         return out, notes
-    gpus = tables.gpus
-    rows = _sample(gdn_rows(data, SSM_TABLES[engine], gpus))
-    if rows:
-        flops, nbytes, m = gdn_features(rows)
-        peak, bw = _gpu_arrays(rows, lambda r: "bf16")
-        p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(rows, "latency") * 1e-3, start["ssm"])
+    rows = _sample(gdn_rows(data, SSM_TABLES[engine], tables.gpus))
+    borrowed = "" if SSM_TABLES[engine].startswith(engine) else \
+        f"; {engine} has no gdn table and runs the same vendored FLA Triton kernels"
+    src = f"{tables.source} gdn_perf {SSM_TABLES[engine]}"
+    # ssm on every row; ssm_decode on the decode kernels alone (conv update + recurrent update, one token a
+    # request), which the context rows outnumber ten to one in the pooled fit.
+    fits = (("ssm", rows, f"(conv + gated-delta-rule kernels summed; Mamba2 uses the same curve{borrowed})"),
+            ("ssm_decode", [r for r in rows if r["phase"] == "generation"],
+             f"generation rows (conv update + recurrent update summed{borrowed})"))
+    for block, subset, what in fits:
+        if not subset:
+            continue
+        flops, nbytes, m = gdn_features(subset)
+        peak, bw = _gpu_arrays(subset, lambda r: "bf16")
+        p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(subset, "latency") * 1e-3, start["ssm"])
         p["floor_s"] /= 2.0          # the ledger adds the floor twice (conv + scan kernels)
-        out["ssm"] = p
-        borrowed = "" if SSM_TABLES[engine].startswith(engine) else \
-            f"; {engine} has no gdn table and runs the same vendored FLA Triton kernels"
-        notes["ssm"] = (f"fitted on {tables.source} gdn_perf {SSM_TABLES[engine]} (conv + gated-delta-rule kernels "
-                        f"summed; Mamba2 uses the same curve{borrowed}): {_summary(err)}")
-        log(f"{engine} ssm: {_summary(err)}")
-        # The decode kernels (conv update + recurrent update, one token a request) on their own: the
-        # context rows outnumber them ten to one and set the pooled curve.
-        dec = [r for r in rows if r["phase"] == "generation"]
-        if dec:
-            flops, nbytes, m = gdn_features(dec)
-            peak, bw = _gpu_arrays(dec, lambda r: "bf16")
-            p, err = fit_roofline(flops, nbytes, m, peak, bw, _f(dec, "latency") * 1e-3, start["ssm"])
-            p["floor_s"] /= 2.0
-            out["ssm_decode"] = p
-            notes["ssm_decode"] = (f"fitted on {tables.source} gdn_perf {SSM_TABLES[engine]} generation rows "
-                                   f"(conv update + recurrent update summed{borrowed}): {_summary(err)}")
-            log(f"{engine} ssm_decode: {_summary(err)}")
+        out[block] = p
+        notes[block] = f"fitted on {src} {what}: {_summary(err)}"
+        log(f"{engine} {block}: {_summary(err)}")
     return out, notes
 
 
