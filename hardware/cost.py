@@ -126,6 +126,7 @@ class _Group:
     gemms: tuple[_Gemm, ...]
     allreduce_per_layer: int
     moe_allreduce: bool
+    norm_allreduce: bool        # the q / k norm's statistics all-reduced over the TP group (qk_norm_across_heads)
     ew_bytes_per_token: float
     ew_kernels: int
     kernels: int
@@ -236,15 +237,20 @@ class CostModel:
         for (mixer, ffn), count in layer_groups:
             gemms: list[_Gemm] = []
             ar, ew, n_kernels, blocks = 0, 0.0, 0, 0
-            moe_ar = False
+            moe_ar = norm_ar = False
             if mixer is not None:
                 blocks += 1
                 for lin in d.mixer_linears(mixer):
                     gemms.append(self._gemm(lin, _TERM_OF_LINEAR.get(lin.name, "qkv_proj")))
                 ar += 1 if d.tp > 1 else 0
                 if mixer.is_attention:
-                    ew += 2 * (d.mixer_heads(mixer) + d.mixer_kv_heads(mixer)) * mixer.head_dim * ACT_BYTES
+                    qk_bytes = (d.mixer_heads(mixer) + d.mixer_kv_heads(mixer)) * mixer.head_dim * ACT_BYTES
+                    ew += 2 * qk_bytes
                     n_kernels += 2
+                    if mixer.qk_norm_across_heads and d.tp > 1:
+                        norm_ar = True     # sum of squares per rank, all-reduce, then scale: a pass of its own
+                        ew += qk_bytes
+                        n_kernels += 2
             if ffn is not None:
                 blocks += 1
                 for lin in d.ffn_linears(ffn):
@@ -262,7 +268,8 @@ class CostModel:
             ew += blocks * (4 + m.residual_reads) * h * ACT_BYTES
             ew_k = blocks * self.cal.elementwise_kernels_per_block
             n_kernels += len(gemms) + ew_k + ar
-            groups.append(_Group(count, mixer, ffn, tuple(gemms), ar, moe_ar, ew, ew_k, n_kernels))
+            groups.append(_Group(count, mixer, ffn, tuple(gemms), ar, moe_ar, norm_ar, ew, ew_k + norm_ar,
+                                 n_kernels))
         self.draft: _Group | None = None
         self._draft_attention: tuple[tuple[int, MixerSpec, int, int], ...] | None = None
         """The MTP layer's attention as an attention group (_attention_time), if it has attention."""
@@ -291,7 +298,8 @@ class CostModel:
         self.attn_layers = sum(g.count for g in self.groups if g.mixer is not None and g.mixer.is_attention)
         self.pp_hops = kernels.pipeline_hops(d.pp, d.tp * d.attn_dp, d.gpu.scaleup_domain_gpus)
         """Per stage boundary of a pipeline-parallel worker, whether it crosses a node (the NIC) or not (NVLink)."""
-        self.collectives_per_step = (sum(g.count * (g.allreduce_per_layer + g.moe_allreduce) for g in self.groups)
+        self.collectives_per_step = (sum(g.count * (g.allreduce_per_layer + g.moe_allreduce + g.norm_allreduce)
+                                         for g in self.groups)
                                      + len(self.pp_hops))
         self.a2a_link_Bps = self._link_Bps(d.tp * d.attn_dp) * self.cal.alltoall.bw_eff
         self._attn_groups = tuple((g.count, g.mixer, d.mixer_heads(g.mixer), d.mixer_kv_heads(g.mixer))
@@ -377,6 +385,8 @@ class CostModel:
             t[gm.term] += n * gm.time_s(M, graph)
         t["elementwise"] += n * (M * g.ew_bytes_per_token / ew_Bps + g.ew_kernels * cal.elementwise.floor_s)
         t["tp_allreduce"] += n * g.allreduce_per_layer * self._allreduce_s(msg, d.tp)
+        if g.norm_allreduce:    # one FP32 sum of squares for q and one for k per token
+            t["tp_allreduce"] += n * self._allreduce_s(M * 2 * 4, d.tp)
         if g.mixer is not None and g.mixer.kind in ("mamba2", "gdn"):
             t["ssm_scan"] += n * self._ssm_s(g.mixer, M, R, D, cal)
         if g.ffn is not None and g.ffn.kind == "moe":

@@ -32,6 +32,11 @@ class MixerSpec:
          forget gate decays each key channel, not each head, through a rank-gate_rank bottleneck (f_a:
          hidden -> gate_rank, whole on every rank; f_b: gate_rank -> heads x head_dim), and the output gate
          is full rank (hidden -> heads x head_dim) unless out_gate_rank > 0 (g_a / g_b the same way).
+    qk_norm_across_heads: the RMSNorm of q and of k spans every head of the layer, not one head (MiniMax-M2's
+         ``qk_norm_type: per_layer``), so a tensor-parallel rank holding some heads cannot normalise alone: the
+         engines compute each token's sum of squares per rank, all-reduce it over the TP group and then scale
+         (vLLM ``MiniMaxText01RMSNormTP.forward_qk``): one more small all-reduce and one more elementwise
+         pass per layer.
     """
 
     kind: str
@@ -59,6 +64,7 @@ class MixerSpec:
     o_lora_rank: int = 0            # csa: each group's output rank
     gate_rank: int = 0              # gdn: KDA's per-channel forget gate through this rank (0: GDN, one per head)
     out_gate_rank: int = 0          # gdn with gate_rank: the output gate's rank (0: full rank)
+    qk_norm_across_heads: bool = False  # gqa: q and k RMS-normalised over all heads at once (see below)
 
     def __attrs_post_init__(self) -> None:
         if self.kind not in MIXER_KINDS:

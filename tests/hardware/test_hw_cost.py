@@ -1694,3 +1694,32 @@ def test_weight_only_formats_by_gpu_and_engine() -> None:
         assert exc.value.field == "weight_dtype"
     assert d("h100_sxm", "fp4", "trtllm").curve_dtype == "fp4"
     assert d("a100_sxm", "bf16", "trtllm").curve_dtype == "bf16"
+
+
+def minimax(tp: int, across_heads: bool | None = None) -> CostModel:
+    """MiniMax-M2.5 on an H100 under the hand-checkable calibration; ``across_heads`` overrides the model's
+    q / k norm span (None: as its config says)."""
+    model = load_model("MiniMaxAI/MiniMax-M2.5")
+    if across_heads is not None:
+        model = attrs.evolve(model, layers=tuple((attrs.evolve(mx, qk_norm_across_heads=across_heads), ffn)
+                                                 for mx, ffn in model.layers))
+    d = Deployment(gpu=load_gpu("h100_sxm"), model=model, engine=SERIAL, tp=tp, weight_dtype="bf16",
+                   kv_dtype="bf16")
+    return CostModel(d, calibration=CAL)
+
+
+def test_a_norm_over_all_heads_adds_one_small_allreduce_and_one_pass_per_layer_under_tp() -> None:
+    # MiniMax-M2 (qk_norm_type: per_layer): 62 layers, 48 query and 8 KV heads of 128, on 2 ranks 24 + 4
+    assert load_model("MiniMaxAI/MiniMax-M2.5").layers[0][0].qk_norm_across_heads
+    assert not load_model("meta-llama/Llama-3.1-8B").layers[0][0].qk_norm_across_heads
+    shape = BatchShape.from_requests([1] * 8, [1000] * 8)
+    with_norm, without = (minimax(2, flag).step_cost(shape).terms for flag in (True, False))
+    allreduce = 6e-6 + 2 * (2 - 1) / 2 * (8 * 2 * 4) / (450e9 * 0.9)    # 8 tokens x 2 FP32 sums of squares
+    # (a pure-decode step replays a CUDA graph: the kernel's floor is the engine's graph floor G)
+    qk_pass = 8 * (24 + 4) * 128 * 2 / (load_gpu("h100_sxm").hbm_bw_Bps * 0.5) + G
+    assert with_norm["tp_allreduce"] - without["tp_allreduce"] == pytest.approx(62 * allreduce, rel=1e-9)
+    assert with_norm["elementwise"] - without["elementwise"] == pytest.approx(62 * qk_pass, rel=1e-9)
+    assert {k for k in with_norm if with_norm[k] != without[k]} <= {"tp_allreduce", "elementwise",
+                                                                     "kernel_launch"}
+    # one rank holds every head: nothing to reduce
+    assert minimax(1).step_cost(shape).terms == minimax(1, False).step_cost(shape).terms
