@@ -1,4 +1,4 @@
-"""The ``twin`` command: run, plot, workload tools. Errors print one clear message and exit non-zero."""
+"""The ``twin`` command: run, plot, report, workload tools. Errors print one message and exit non-zero."""
 
 from __future__ import annotations
 
@@ -136,6 +136,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from twin.report import write_report
+
+    print(write_report(args.folder, args.out or Path(args.folder) / "report.html"))
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     from twin.configref import reference, schema
 
@@ -219,6 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder")
     p.add_argument("--out", help="where to write the PNGs (default: the results folder)")
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("report", help="one self-contained HTML page of a run or sweep folder")
+    p.add_argument("folder", help="a folder written by `twin run --out` or `twin sweep --out`")
+    p.add_argument("-o", "--out", help="the HTML file (default: FOLDER/report.html)")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("serve", help="an OpenAI-compatible endpoint backed by the simulation")
     p.add_argument("config", nargs="?", help="YAML config (its workload is ignored; default: the chat example)")
