@@ -20,7 +20,7 @@ from hardware.kernels import SERVING_ROUTINGS
 from twin.configio import (INT64_MAX, from_dict, key_lines, parse_override, read_yaml, set_path, to_dict,
                            within)
 from twin.errors import ConfigError
-from twin.sim import CLOCK_MAX_NS
+from twin.clock import CLOCK_MAX_NS
 from twin.registry import Pluggable
 
 

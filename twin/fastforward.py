@@ -31,7 +31,7 @@ from hardware import BatchShape
 from twin.kv_cache import NO_PLACEHOLDERS
 from twin.request import NO_TIME, Request
 from twin.scheduler import Scheduler, SchedulerOutput
-from twin.sim import CLOCK_MAX_NS
+from twin.clock import CLOCK_MAX_NS
 
 _NEVER = CLOCK_MAX_NS
 """A step no run reaches."""

@@ -26,7 +26,7 @@ from twin.cohort import DecodeCohort
 from twin.errors import InvariantError
 from twin.kv_cache import NO_PLACEHOLDERS, KVCacheManager
 from twin.request import NO_TIME, Request, Status
-from twin.sim import CLOCK_MAX_NS
+from twin.clock import CLOCK_MAX_NS
 
 
 @attrs.frozen(kw_only=True)

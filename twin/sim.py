@@ -11,24 +11,14 @@ from typing import Any, Generator
 import simpy
 from simpy.events import NORMAL, EventPriority
 
-NS = 1_000_000_000
-
-CLOCK_MAX_NS = 1 << 62
-"""The latest instant the simulated clock holds (about 146 years): it counts nanoseconds in 64-bit integers,
-and the scheduler's "no cutoff" and fast-forward's "never" sit here."""
-
-CLOCK_RANGE = f"the simulated clock's range (at most {CLOCK_MAX_NS / 1e9:.4g} s: it counts nanoseconds in 64 bits)"
-"""How errors name that limit."""
+# (the clock's units live apart from SimPy, for the state machines; the processes take them from here too)
+from twin.clock import CLOCK_MAX_NS as CLOCK_MAX_NS, CLOCK_RANGE as CLOCK_RANGE, NS as NS, to_ns as to_ns
 
 ProcessGen = Generator[simpy.Event, Any, None]
 """The type of a SimPy process function's generator."""
 
 LATE = EventPriority(2)
 """SimPy priority after URGENT (0) and NORMAL (1): processed last among the events of one instant."""
-
-
-def to_ns(seconds: float) -> int:
-    return int(round(seconds * NS))
 
 
 def now_ns(env: simpy.Environment) -> int:

@@ -13,7 +13,7 @@ from twin.config import (CLOCK_MAX_S, ArrivalSpec, WorkloadSpec, non_negative, o
                          rate_on_clock)
 from twin.errors import ConfigError
 from twin.registry import register
-from twin.sim import CLOCK_RANGE
+from twin.clock import CLOCK_RANGE
 from workloads.generators import POOL_SAMPLINGS
 from workloads.sessions import Session
 
