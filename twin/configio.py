@@ -263,8 +263,16 @@ def key_lines(path: str | Path) -> dict[str, int]:
     return lines
 
 
+EMPTY_CONFIG = ("the file holds no settings (it is empty, or only comments or null): expected a mapping "
+                "with at least one section (model:, hardware:, workload: ...); start from "
+                "`twin run --example chat` (`twin run --list-examples` lists them), see "
+                "`twin config reference` for every field, or write {} to run every default on purpose")
+"""Why an empty config file is refused: one that says nothing ran the defaults without a word (issue 52)."""
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """A YAML mapping from a file; syntax errors name the file and line."""
+    """A YAML mapping from a file; syntax errors name the file and line. A file with no document (empty, only
+    comments) or a null one is refused (:data:`EMPTY_CONFIG`); an explicit ``{}`` asks for every default."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -279,7 +287,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         raise ConfigError("", f"{where}invalid YAML: {getattr(exc, 'problem', exc)}", source=str(path)) from None
     if data is None:
-        return {}
+        raise ConfigError("", EMPTY_CONFIG, source=str(path))
     if not isinstance(data, dict):
         raise ConfigError("", "the top level of a config must be a mapping", source=str(path))
     return data

@@ -3,7 +3,7 @@
 Nothing here imports ``simpy``, ``twin`` or ``hardware``, and nothing is loaded at import time.
 """
 
-from workloads.errors import WorkloadFormatError
+from workloads.errors import WorkloadFormatError, WorkloadWarning
 from workloads.sessions import FORMAT_NAME, FORMAT_VERSION, Call, Session, prompt_tokens, session_to_dict
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "Call",
     "Session",
     "WorkloadFormatError",
+    "WorkloadWarning",
     "prompt_tokens",
     "session_to_dict",
 ]

@@ -1,7 +1,8 @@
 """``workload convert`` and ``workload stats`` subcommands, added to a caller's argparse subparsers.
 
 Each subcommand sets ``func`` on the parsed namespace: ``args.func(args)`` runs it and returns the exit
-code (0 ok, 2 bad input or options); errors are printed as one line on stderr, without a traceback.
+code (0 ok, 2 bad input or options); errors are printed as one line on stderr, without a traceback, and so
+are the converters' warnings (:class:`~workloads.errors.WorkloadWarning`: input converted with a correction).
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ import inspect
 import json
 import os
 import sys
+import warnings
 from typing import Any
 
 from workloads.convert import CONVERTERS
-from workloads.errors import WorkloadFormatError
+from workloads.errors import WorkloadFormatError, WorkloadWarning
 from workloads.io import read_sessions, write_sessions
 from workloads.stats import format_stats, workload_stats
 
@@ -79,7 +81,11 @@ def run_convert(args: argparse.Namespace) -> int:
             names = [n for n, p in accepted.items() if p.kind == p.KEYWORD_ONLY]
             return _error(f"format {args.format!r} takes no option {key!r}; its options: {names}")
     try:
-        sessions = converter(list(args.inputs), **options)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", WorkloadWarning)  # one per file, even for equal messages
+            sessions = converter(list(args.inputs), **options)
+        for warning in caught:
+            _warn(warning)
         write_sessions(
             args.output,
             sessions,
@@ -116,6 +122,14 @@ def _jsonable(value: Any) -> bool:
     except TypeError:
         return False
     return True
+
+
+def _warn(warning: warnings.WarningMessage) -> None:
+    """A converter's warning as one line on stderr; any other warning as Python shows it."""
+    if issubclass(warning.category, WorkloadWarning):
+        print(f"warning: {warning.message}", file=sys.stderr)
+    else:
+        warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
 
 
 def _error(message: str) -> int:

@@ -56,3 +56,7 @@ def is_finite(value: int | float) -> bool:
         return math.isfinite(value)
     except OverflowError:
         return False
+
+
+class WorkloadWarning(UserWarning):
+    """Input converted with a correction the user should know of (``path: what was corrected``)."""

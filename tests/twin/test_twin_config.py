@@ -204,6 +204,31 @@ def test_cli_bad_config_exits_non_zero_without_traceback(capsys):
     assert "scheduler.max_num_seqs" in err and "Traceback" not in err
 
 
+
+@pytest.mark.parametrize("text", ["", "  \n\n", "# scheduler:\n#   max_num_seqs: 8\n", "~\n", "null\n"])
+def test_cli_refuses_a_config_file_that_holds_no_settings(tmp_path, capsys, text):
+    """Issue 52 item 9: an empty config file (or one of comments only) ran every default without a word."""
+    path = tmp_path / "empty.yaml"
+    path.write_text(text)
+    out = tmp_path / "res"
+    assert main(["run", str(path), "--no-plots", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"twin: error: {path}: the file holds no settings (it is empty, or only comments or "
+                   "null): expected a mapping with at least one section (model:, hardware:, workload: ...); "
+                   "start from `twin run --example chat` (`twin run --list-examples` lists them), see "
+                   "`twin config reference` for every field, or write {} to run every default on purpose\n")
+    assert not out.exists()
+
+
+def test_an_explicit_empty_mapping_runs_every_default(tmp_path, capsys):
+    """``{}`` is the way to ask for the defaults on purpose (the empty file's error says so)."""
+    path = tmp_path / "defaults.yaml"
+    path.write_text("{}  # every default\n")
+    assert load_config(path) == load_config(None)
+    out = tmp_path / "res"
+    assert main(["run", str(path), "--no-plots", "--out", str(out), "--set", "workload.num_requests=5"]) == 0
+    assert json.loads((out / "summary.json").read_text())["requests"]["completed"] == 5
+
 def test_cli_runs_a_small_example_and_writes_results(tmp_path, capsys):
     out = tmp_path / "res"
     code = main(["run", "--example", "chat", "--out", str(out), "--set", "workload.num_requests=20", "--seed", "3"])

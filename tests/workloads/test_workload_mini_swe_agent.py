@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from workloads.cli import register
 from workloads.convert.mini_swe_agent import (
+    CLOCK_SKEW_TOLERANCE_S,
     TOOL_WAIT_QUANTILES,
     TOOL_WAIT_QUANTILES_S,
     convert_mini_swe_agent,
     convert_trajectory,
     sample_tool_wait_s,
 )
-from workloads.errors import WorkloadFormatError
+from workloads.errors import WorkloadFormatError, WorkloadWarning
 from workloads.io import read_sessions
 from workloads.sessions import Call, prompt_tokens
 
@@ -223,3 +227,83 @@ def test_directories_duplicates_and_empty_dirs(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(WorkloadFormatError, match="found none"):
         convert_mini_swe_agent([tmp_path / "empty"])
+
+
+def stamped(path: Path, observed_after_s: list[float]) -> Path:
+    """A tiny tool-calling trajectory: call k sent at 100 + 10 k s, its observation stamped
+    ``observed_after_s[k]`` after it (negative: before it, as real clock quirks do); then one last call."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Fix the bug."},
+    ]
+    for k in range(len(observed_after_s) + 1):
+        sent_s = 100.0 + 10 * k
+        function = {"name": "bash", "arguments": '{"command": "ls"}'}
+        call = {"id": f"c{k}", "type": "function", "function": function}
+        usage = {"prompt_tokens": 1000 + 100 * k, "completion_tokens": 20}
+        messages.append(
+            {"role": "assistant", "content": "", "tool_calls": [call],
+             "extra": {"timestamp": sent_s, "response": {"usage": usage}}}
+        )
+        if k < len(observed_after_s):
+            messages.append(
+                {"role": "tool", "tool_call_id": f"c{k}", "content": "ok",
+                 "extra": {"timestamp": sent_s + observed_after_s[k]}}
+            )
+    doc = {"trajectory_format": "mini-swe-agent-1.1", "instance_id": path.stem.split(".")[0]}
+    path.write_text(json.dumps({**doc, "messages": messages}))
+    return path
+
+
+def test_observations_stamped_slightly_before_their_call_wait_0_and_each_file_warns(tmp_path: Path) -> None:
+    """Issue 52 item 8: real output stamps an observation up to ~1 s before its call; one such message made
+    the whole batch fail. Within the tolerance the wait is 0 and each file warns once, with the count."""
+    a = stamped(tmp_path / "a.traj.json", [0.5, -0.8, 2.0, -0.25])
+    b = stamped(tmp_path / "b.traj.json", [-CLOCK_SKEW_TOLERANCE_S])  # the tolerance itself is still skew
+    clean = stamped(tmp_path / "c.traj.json", [1.0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sessions = convert_mini_swe_agent([a, b, clean])
+    assert [[c.wait_after_s for c in s.calls] for s in sessions] == [
+        [0.5, 0.0, 2.0, 0.0, 0.0],
+        [0.0, 0.0],
+        [1.0, 0.0],
+    ]
+    assert [(w.category, str(w.message)) for w in caught] == [
+        (WorkloadWarning, f"{a}: 2 calls with a tool observation stamped before the call "
+                          "(clock skew, at most 0.800 s): tool wait taken as 0"),
+        (WorkloadWarning, f"{b}: 1 call with a tool observation stamped before the call "
+                          "(clock skew, at most 10.000 s): tool wait taken as 0"),
+    ]
+
+
+def test_an_observation_stamped_far_before_its_call_is_an_error(tmp_path: Path) -> None:
+    path = stamped(tmp_path / "far.traj.json", [0.5, -12.0])
+    with pytest.raises(WorkloadFormatError) as info:
+        convert_mini_swe_agent([path])
+    assert str(info.value) == (
+        f"{path}: messages[5].extra.timestamp: expected a timestamp at or after the call's "
+        "(messages[4]: 110.0), got 98.0: 12.000 s before it, more than the 10 s taken as clock skew"
+    )
+
+
+def test_cli_prints_each_clock_skew_warning_as_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser(prog="twin workload")
+    register(parser.add_subparsers(required=True))
+    a = stamped(tmp_path / "a.traj.json", [-0.8, -0.3])
+    b = stamped(tmp_path / "b.traj.json", [-0.8, -0.3])  # the same counts: still its own line
+    args = parser.parse_args(["convert", "mini-swe-agent", str(a), str(b), "-o", str(tmp_path / "o.jsonl")])
+    assert args.func(args) == 0
+    assert read_sessions(tmp_path / "o.jsonl")[0].calls[0].wait_after_s == 0.0
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"warning: {path}: 2 calls with a tool observation stamped before the call "
+        "(clock skew, at most 0.800 s): tool wait taken as 0"
+        for path in (a, b)
+    ]
+    far = stamped(tmp_path / "far.traj.json", [-12.0])
+    args = parser.parse_args(["convert", "mini-swe-agent", str(far), "-o", str(tmp_path / "f.jsonl")])
+    assert args.func(args) == 2
+    assert capsys.readouterr().err.startswith(f"error: {far}: messages[3].extra.timestamp: ")

@@ -32,12 +32,19 @@ command finished). Without them, a draw from :data:`TOOL_WAIT_QUANTILES_S` (fitt
 trajectories), capped by the provider's ``created`` stamps: ``created(k+1) - created(k) + 1 s`` bounds the
 tool time plus the next call's own time. The draws use ``numpy.random.default_rng([seed, crc32(id)])``,
 so a session's waits do not depend on which other files are converted. The last call waits 0.
+
+Clock quirks: the two stamps are taken at different points, and real trajectories sometimes stamp an
+observation up to about a second before the call that asked for it. An inversion of at most
+:data:`CLOCK_SKEW_TOLERANCE_S` is taken as that skew: the wait is 0 and one
+:class:`~workloads.errors.WorkloadWarning` per file counts the calls and gives the largest inversion. A
+larger one is not skew but a broken file, an error naming the message and both stamps.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from workloads.convert._access import Doc, load_json
-from workloads.errors import WorkloadFormatError
+from workloads.errors import WorkloadFormatError, WorkloadWarning
 from workloads.sessions import Call, Session
 from workloads.tokens import ChatTokenModel
 
@@ -53,6 +60,10 @@ PathLike = str | os.PathLike[str]
 
 TOOL_CALLING_PREFIX_TOKENS = 320
 """Shared prefix of tool-calling trajectories: DeepSeek's first-call cache hits (module docstring)."""
+
+CLOCK_SKEW_TOLERANCE_S = 10.0
+"""Largest observation-before-call inversion taken as clock skew (wait 0 and a warning), seconds; a larger
+one is an error. Seen in real output: up to about 1 s; tool waits reach 60 s, so 10 s is far from both."""
 
 TOOL_WAIT_QUANTILES = (
     0.0,
@@ -199,7 +210,16 @@ def convert_trajectory(
     else:
         prefix = 0
 
-    waits = _waits(messages, calls_at, seed, session_id)
+    waits, skews_s = _waits(messages, calls_at, seed, session_id)
+    if skews_s:
+        calls_word = "call" if len(skews_s) == 1 else "calls"
+        warnings.warn(
+            WorkloadWarning(
+                f"{path}: {len(skews_s)} {calls_word} with a tool observation stamped before the call "
+                f"(clock skew, at most {max(skews_s):.3f} s): tool wait taken as 0"
+            ),
+            stacklevel=2,
+        )
     calls: list[Call] = []
     for k, i in enumerate(calls_at):
         keep: int | None = None
@@ -253,31 +273,47 @@ def _created(message: Doc) -> float | None:
     return response.get("created").number() if response.has("created") else None
 
 
-def _waits(messages: list[Doc], calls_at: list[int], seed: int, session_id: str) -> list[float]:
-    """Measured tool waits where timestamps exist, fitted draws (bounded by ``created`` stamps) otherwise."""
+def _waits(
+    messages: list[Doc], calls_at: list[int], seed: int, session_id: str
+) -> tuple[list[float], list[float]]:
+    """Measured tool waits where timestamps exist, fitted draws (bounded by ``created`` stamps) otherwise;
+    and the inversions, seconds, of the calls whose observation is stamped before them (their wait is 0)."""
     rng = np.random.default_rng([seed, zlib.crc32(session_id.encode("utf-8"))])
     draws = sample_tool_wait_s(rng, len(calls_at))
     waits: list[float] = []
+    skews_s: list[float] = []
     for k, i in enumerate(calls_at):
         if k + 1 == len(calls_at):
             waits.append(0.0)
             break
         nxt = calls_at[k + 1]
         sent = _timestamp(messages[i])
-        done = None
+        done: float | None = None
+        done_at = i
         for j in range(i + 1, nxt):
-            done = _timestamp(messages[j]) if _timestamp(messages[j]) is not None else done
+            stamp = _timestamp(messages[j])
+            if stamp is not None:
+                done, done_at = stamp, j
         if sent is not None and done is not None:
             if done < sent:
-                raise messages[nxt - 1].fail(
-                    f"expected a timestamp at or after the call's ({sent}), got {done}",
-                    messages[nxt - 1].where + ".extra.timestamp",
-                )
-            waits.append(done - sent)
+                skews_s.append(_skew_s(messages[i], messages[done_at], sent, done))
+            waits.append(max(0.0, done - sent))
             continue
         wait = float(draws[k])
         start, end = _created(messages[i]), _created(messages[nxt])
         if start is not None and end is not None:
             wait = min(wait, max(0.0, end - start + 1.0))
         waits.append(wait)
-    return waits
+    return waits, skews_s
+
+
+def _skew_s(call: Doc, observation: Doc, sent: float, done: float) -> float:
+    """How far ``observation`` is stamped before ``call``; beyond :data:`CLOCK_SKEW_TOLERANCE_S`, an error."""
+    skew_s = sent - done
+    if skew_s > CLOCK_SKEW_TOLERANCE_S:
+        raise observation.fail(
+            f"expected a timestamp at or after the call's ({call.where}: {sent}), got {done}: "
+            f"{skew_s:.3f} s before it, more than the {CLOCK_SKEW_TOLERANCE_S:g} s taken as clock skew",
+            observation.where + ".extra.timestamp",
+        )
+    return skew_s
