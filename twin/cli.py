@@ -131,7 +131,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from twin.plots import plot_results
 
-    for path in plot_results(args.folder, args.out):
+    for path in plot_results(args.folder, args.out, compare=args.compare, hit_window_tokens=args.hit_window_tokens):
         print(path)
     return 0
 
@@ -225,6 +225,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plot", help="plot a results folder")
     p.add_argument("folder")
     p.add_argument("--out", help="where to write the PNGs (default: the results folder)")
+    p.add_argument("--compare", metavar="OTHER_RUN",
+                   help="overlay a second results folder (dashed): writes timeseries_compare.png and "
+                        "latency_cdf_compare.png")
+    p.add_argument("--hit-window-tokens", type=float, metavar="N",
+                   help="prefix-hit rate over the last N admitted prompt tokens (default: the run's / 20)")
     p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("report", help="one self-contained HTML page of a run or sweep folder")

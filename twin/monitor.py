@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Sequence, Sized
 
 import numpy as np
 import simpy
@@ -11,8 +11,16 @@ from twin.sim import ProcessGen, next_live_event_ns
 from twin.worker import Worker
 
 
+def _pull_queue(worker: Worker) -> Sized | None:
+    """A disaggregated decode worker's queue of staged requests waiting for their KV (None elsewhere)."""
+    from twin.disagg import DecodeWorker
+
+    return worker.pull_queue if isinstance(worker, DecodeWorker) else None
+
+
 class Monitor:
-    """Gauges per worker (waiting, running, KV usage, cached blocks) and totals (tokens/s, hit rate).
+    """Gauges per worker (waiting, running, KV usage, cached blocks; host-tier usage where the worker has a
+    host tier, the pull queue of a disaggregated decode worker) and totals (tokens/s, hit rate).
 
     At each tick, if no other event that can change anything is scheduled, nothing can ever happen again:
     ``on_idle`` is called (the runner raises a stall error there if work is pending) and sampling stops.
@@ -35,6 +43,8 @@ class Monitor:
         self.extra = extra
         """System-specific gauges (staged KV, pull queues, links), sampled with the others."""
         self._extra_names: list[str] = list(extra()) if extra is not None else []
+        self._pull_queues = [_pull_queue(w) for w in workers]
+        """Per worker: its queue of staged requests waiting for their KV (decode workers), or None."""
         self.rows: list[tuple[float, ...]] = []
         self._marks: list[tuple[int, int, int, int]] = []
         """Per row: its time (ns) and the output, admitted prompt and cached token counts then."""
@@ -45,9 +55,13 @@ class Monitor:
     def columns(self) -> list[str]:
         cols = ["time_s", "waiting", "running", "kv_usage", "output_tokens_per_s", "prefix_hit_rate",
                 "preemptions"]
-        for w in self.workers:
+        for w, queue in zip(self.workers, self._pull_queues):
             cols += [f"w{w.wid}_waiting", f"w{w.wid}_running", f"w{w.wid}_kv_usage", f"w{w.wid}_kv_cached_blocks",
                      f"w{w.wid}_host_blocks"]
+            if w.sched.kv.host is not None:
+                cols.append(f"w{w.wid}_host_usage")
+            if queue is not None:
+                cols.append(f"w{w.wid}_pull_queue")
         return cols + self._extra_names
 
     def sample(self) -> None:
@@ -55,7 +69,7 @@ class Monitor:
         waiting = running = tokens = prompt = cached = preempt = 0
         used = total = 0
         per_worker: list[float] = []
-        for w in self.workers:
+        for w, queue in zip(self.workers, self._pull_queues):
             w.sync()
             s = w.sched
             nw, nr = len(s.waiting), len(s.running)
@@ -71,6 +85,10 @@ class Monitor:
             host = s.kv.host
             per_worker += [nw, nr, pool.num_used / pool.num_blocks, pool.num_cached,
                            len(host.keys) if host is not None else 0]
+            if host is not None:
+                per_worker.append(len(host.keys) / host.capacity_blocks)
+            if queue is not None:
+                per_worker.append(len(queue))
         now = int(self.env.now)
         if self._marks and self._marks[-1][0] == now:  # the run's last sample, on a tick: it replaces that row
             self._marks.pop()
