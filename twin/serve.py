@@ -2,8 +2,10 @@
 
 Unmodified benchmark clients (vLLM's bench, LMBenchmark, any ``openai`` client) can run against a
 simulated deployment. The simulation runs in a SimPy real-time environment on its own thread (one
-simulated second takes ``time_scale`` wall seconds); HTTP threads hand requests over through a queue and
-stream tokens as the simulation produces them.
+simulated second takes ``time_scale`` wall seconds); the HTTP server (FastAPI on uvicorn, as vLLM's own
+OpenAI server: :mod:`twin.serve_app`, :mod:`twin.serve_http`, the optional extra ``servetwin[serve]``) hands
+requests over through a queue and streams tokens as the simulation produces them. This module is the
+simulation's side, and imports no HTTP framework: the ``external`` workload is registered from here.
 
 Prompt tokens: token ids when the client sends them; otherwise text is cut by
 :func:`workloads.tokens.approx_tokens` (a Llama-3-style pre-tokenizer split, long pieces every 6
@@ -26,32 +28,33 @@ from __future__ import annotations
 import json
 import math
 import queue
-import re
-import select
-import socket
 import threading
-import time
 import zlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Iterator, TypeVar
 
 import attrs
 import simpy
 import simpy.rt
 
+from hardware import load_model
 from twin.config import TwinConfig, WorkloadSpec
+from twin.errors import TwinError
 from twin.registry import register
 from twin.request import Request, Status
 from twin.sim import ProcessGen, now_ns, to_ns
+from twin.serve_metrics import LatencyHistograms
 from twin.tokens import ROOT_KEY
-from workloads.tokens import approx_tokens
+
+if TYPE_CHECKING:
+    from twin.serve_http import HTTPServer
+    from twin.worker import Worker
 
 FILLER = " tok"
 POLL_S = 0.002
 GONE = "the client disconnected (aborted, as vLLM aborts a request whose client goes away)"
+EXTRA = "pip install 'servetwin[serve]'"
+"""What installs the HTTP server's packages (FastAPI, uvicorn)."""
 T = TypeVar("T")
-_BODY_PIECE = 1 << 20
-"""Bytes of a request body read at a time."""
 
 
 @register("workload", "external")
@@ -154,6 +157,11 @@ class SimulationServer:
         self.context_length = limit
         """Prompt + max_tokens above the engine's max_model_len (as the simulated engine enforces it) is
         refused with a 400, as vLLM refuses it."""
+        self.vocab_size = load_model(self.config.model.name).vocab_size
+        """Token ids must be below it (vLLM: "Token id ... is out of vocabulary")."""
+        self.latency = LatencyHistograms()
+        self._ended: queue.SimpleQueue[Request] = queue.SimpleQueue()
+        """Requests that ended, handed from the simulation thread to the next ``/metrics`` read."""
         self.inbox: queue.Queue[ServedRequest] = queue.Queue()
         self.aborts: queue.Queue[tuple[ServedRequest, str]] = queue.Queue()
         """Requests whose clients went away, to be dropped as the engines abort them."""
@@ -193,7 +201,7 @@ class SimulationServer:
                 req = Request(id=len(self.requests), prompt_tokens=len(served.prompt_tokens),
                               max_output_tokens=served.max_tokens, block_keys=block_keys(tokens, block_size),
                               arrival_ns=now_ns(env), session=f"http-{len(self.requests)}")
-                req.on_finish = lambda r, s=served: s.done.set()  # type: ignore[misc]
+                req.on_finish = lambda r, s=served: self._ended_one(r, s)  # type: ignore[misc]
                 served.req = req
                 self.requests.append(req)
                 self.sim.system.submit(req)
@@ -203,9 +211,47 @@ class SimulationServer:
             yield env.timeout(poll_ns)
         self._halt.succeed()
 
+    def _ended_one(self, req: Request, served: ServedRequest) -> None:
+        self._ended.put(req)  # (before ``done``: a client that reads /metrics after its reply finds it there)
+        served.done.set()
+
+    # ------------------------------------------------------------------------------------- refusals
+    def refusal(self, prompt_tokens: int, max_tokens: int) -> str | None:
+        """Why the deployment refuses a request outright, in the words of vLLM's 400, or None: prompt +
+        max_tokens above max_model_len, or more KV than every worker of a stage that must hold it could ever
+        hold. (vLLM does not start with a max_model_len its KV cache cannot hold, so its context length
+        ends there; the twin's pool may be smaller, and a request it could never hold used to be a 503.)"""
+        asked = f"{prompt_tokens} prompt + {max_tokens} max_tokens"
+        if prompt_tokens + max_tokens > self.context_length:
+            return f"This model's maximum context length is {self.context_length} tokens: {asked} ask for more"
+        for workers, holds_output in self._stages():
+            probe = Request(id=-1, prompt_tokens=prompt_tokens, max_output_tokens=max_tokens if holds_output else 1,
+                            block_keys=(), arrival_ns=0)
+            reasons = []
+            for w in workers:
+                probe.worker = w.wid
+                reasons.append(w.sched.unservable(probe))
+            if all(reasons):
+                pool = max(w.sched.kv.num_blocks * w.sched.kv.block_size for w in workers)
+                return (f"This model's maximum context length is bounded by its KV cache ({pool} tokens a worker):"
+                        f" {asked} can never be held ({reasons[0]})")
+        return None
+
+    def _stages(self) -> list[tuple[list[Worker], bool]]:
+        """The workers a request must fit in, by stage, and whether that stage holds its output too: a
+        disaggregated deployment's prefill workers hold the prompt (and one token), its decode workers all."""
+        from twin.disagg import DisaggSystem
+
+        system = self.sim.system
+        if isinstance(system, DisaggSystem):
+            return [(list(system.prefill), False), (list(system.decode), True)]
+        return [(list(self.sim.workers), True)]
+
     # ---------------------------------------------------------------------------------- metrics
     def prometheus(self) -> str:
-        """Gauges and counters under vLLM's metric names."""
+        """Gauges, counters and latency histograms under vLLM's metric names."""
+        for req in _drain(self._ended):
+            self.latency.observe(req)
         label = f'model_name="{self.model_name}"'
         running = waiting = 0
         used = total = preempt = prompt = generated = cached = 0
@@ -231,26 +277,10 @@ class SimulationServer:
         out = []
         for name, kind, value in lines:
             out += [f"# TYPE {name} {kind}", f"{name}{{{label}}} {value}"]
-        return "\n".join(out) + "\n"
+        return "\n".join([*out, *self.latency.lines(label)]) + "\n"
 
 
-def _usage(prompt: int, completion: int) -> dict[str, int]:
-    """An OpenAI ``usage`` object."""
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
-def _token_ids(prompt: list[Any], name: str) -> list[int]:
-    """A prompt given as token ids: a non-empty list, every item an integer (a JSON true is not one), else a
-    ValueError naming it."""
-    if not prompt:
-        raise ValueError(f"{name} must be a non-empty list of token ids, got []")
-    for i, t in enumerate(prompt):
-        if isinstance(t, bool) or not isinstance(t, int):
-            raise ValueError(f"{name}[{i}] must be a token id (an integer), got {json.dumps(t)}")
-    return list(prompt)
-
-
-def _drain(inbox: queue.Queue[T]) -> Iterator[T]:
+def _drain(inbox: queue.Queue[T] | queue.SimpleQueue[T]) -> Iterator[T]:
     """What is in ``inbox`` now, taken out in order, without waiting."""
     while True:
         try:
@@ -259,322 +289,19 @@ def _drain(inbox: queue.Queue[T]) -> Iterator[T]:
             return
 
 
-def make_handler(server: SimulationServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:  # quiet by default
-            pass
-
-        def _json(self, code: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _error(self, code: int, message: str, kind: str = "invalid_request_error") -> None:
-            self._json(code, {"error": {"message": message, "type": kind, "code": code}})
-
-        def do_GET(self) -> None:
-            route = self.path.split("?", 1)[0].rstrip("/")  # a query string does not change the route
-            if route == "/v1/models":
-                self._json(200, {"object": "list", "data": [{"id": server.model_name, "object": "model",
-                                                              "owned_by": "servetwin", "created": 0}]})
-            elif route in ("/health", "/ping"):
-                self._json(200, {"status": "ok"})
-            elif route == "/metrics":
-                data = server.prometheus().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            else:
-                self._error(404, f"no route {self.path}")
-
-        def do_POST(self) -> None:
-            path = self.path.split("?", 1)[0].rstrip("/")
-            if path not in ("/v1/completions", "/v1/chat/completions"):
-                self._error(404, f"no route {self.path}")
-                return
-            try:
-                body = json.loads(self._body() or b"{}")
-                if not isinstance(body, dict):
-                    raise ValueError("the body must be a JSON object")
-                chat = path.endswith("chat/completions")
-                model = body.get("model")
-                if model is not None and model != server.model_name:  # (vLLM's _check_model)
-                    self._error(404, f"The model `{model}` does not exist.", "NotFoundError")
-                    return
-                tokens = self._prompt(body, chat)
-                max_tokens = self._max_tokens(body, chat)
-                n = self._n(body)
-                self._refuse_unsimulated(body, chat)
-                stream = self._flag(body, "stream")
-                options = body.get("stream_options") or {}
-                if not isinstance(options, dict):
-                    raise ValueError("stream_options must be an object")
-                include_usage = self._flag(options, "include_usage", "stream_options.include_usage")
-                # (vLLM: usage in every chunk only with include_usage as well)
-                continuous = self._flag(options, "continuous_usage_stats",
-                                        "stream_options.continuous_usage_stats") and include_usage
-            except (ValueError, TypeError, KeyError, AttributeError) as exc:
-                self._error(400, f"bad request: {exc}")
-                return
-            if not tokens:
-                self._error(400, "need a non-empty prompt")
-                return
-            context = server.context_length
-            if len(tokens) + max_tokens > context:
-                self._error(400, f"this model's maximum context length is {context} tokens: {len(tokens)} prompt "
-                                 f"+ {max_tokens} max_tokens ask for more")
-                return
-            children = [ServedRequest(tokens, max_tokens) for _ in range(n)]
-            for served in children:  # one hand-over after another: the intake adds them at one instant
-                server.submit(served)
-            rid = f"{'chatcmpl' if chat else 'cmpl'}-{id(children[0]):x}"
-            if stream:
-                self._stream(children, rid, chat, include_usage, continuous)
-            else:
-                while not all(served.done.wait(0.05) for served in children):
-                    if not server.thread.is_alive():
-                        self._error(500, "the simulation thread stopped")
-                        return
-                    if self._gone():
-                        for served in children:
-                            server.abort(served, GONE)
-                        return
-                self._finish(children, rid, chat)
-
-        def _body(self) -> bytes:
-            """The request's body, read in pieces as it arrives: a Content-Length of 10**11 was one allocation
-            of that size (a MemoryError, a traceback and no reply), and a negative one read until the client
-            closed. A length that is not a whole number, or a body that ends short of it, is a ValueError."""
-            text = self.headers.get("Content-Length", "0").strip()
-            if re.fullmatch("[0-9]+", text) is None:
-                self.close_connection = True  # (where this body ends, and the next request begins, is unknown)
-                raise ValueError(f"Content-Length must be a whole number of bytes, got {text!r}")
-            left = int(text)
-            pieces = []
-            while left > 0:
-                piece = self.rfile.read(min(left, _BODY_PIECE))
-                if not piece:
-                    raise ValueError(f"the body ended after {int(text) - left} of its {text} bytes")
-                pieces.append(piece)
-                left -= len(piece)
-            return b"".join(pieces)
-
-        def _gone(self) -> bool:
-            """Whether the client closed its connection: its socket reads as ended (a client that sent
-            more, e.g. its next request on the same connection, is still there)."""
-            try:
-                readable, _, _ = select.select([self.connection], [], [], 0)
-                return bool(readable) and not self.connection.recv(1, socket.MSG_PEEK)
-            except OSError:  # reset by the peer
-                return True
-
-        @staticmethod
-        def _max_tokens(body: dict[str, Any], chat: bool) -> int:
-            """max_completion_tokens, else max_tokens, else the default (256 for chat, 16 as OpenAI's
-            completions): a whole number >= 1, never rounded or replaced."""
-            for key in ("max_completion_tokens", "max_tokens"):
-                value = body.get(key)
-                if value is None:
-                    continue
-                if isinstance(value, bool) or not isinstance(value, int):
-                    raise ValueError(f"{key} must be an integer, got {json.dumps(value)}")
-                if value < 1:
-                    raise ValueError(f"{key} must be >= 1, got {value}")
-                return value
-            return 256 if chat else 16
-
-        @staticmethod
-        def _n(body: dict[str, Any]) -> int:
-            """Completions asked for (``n``, default 1): a whole number >= 1."""
-            value = body.get("n")
-            if value is None:
-                return 1
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"n must be an integer >= 1, got {json.dumps(value)}")
-            return value
-
-        @staticmethod
-        def _flag(body: dict[str, Any], key: str, name: str | None = None) -> bool:
-            """A boolean field, false when absent or null. Anything else is a ValueError naming it ("no" was
-            truthy, so it streamed): a JSON boolean, as max_tokens must be a JSON integer (pydantic's lax
-            mode behind vLLM's models also takes "yes" / "no" / 1 / 0, and refuses every other value)."""
-            value = body.get(key)
-            if value is None:
-                return False
-            if not isinstance(value, bool):
-                raise ValueError(f"{name or key} must be a boolean (true or false), got {json.dumps(value)}")
-            return value
-
-        @classmethod
-        def _refuse_unsimulated(cls, body: dict[str, Any], chat: bool) -> None:
-            """Options the twin cannot answer are refused, naming them, rather than dropped; ``best_of`` as
-            vLLM's V1 engine refuses it (only 1 is accepted)."""
-            for key in ("echo", "logprobs") if chat else ("echo",):  # (a completions request's logprobs is a count)
-                cls._flag(body, key)
-            best_of = body.get("best_of")
-            if best_of is not None and best_of != 1:
-                raise ValueError(f"best_of is not supported (vLLM's V1 engine accepts only 1), got "
-                                 f"{json.dumps(best_of)}")
-            # (identity tests: a completions request's ``logprobs: 0`` asks for the chosen tokens' logprobs)
-            asked = [key for key in ("logprobs", "top_logprobs", "echo")
-                     if body.get(key) is not None and body.get(key) is not False
-                     and not (chat and key == "top_logprobs" and body.get(key) == 0)]
-            if asked:
-                raise ValueError(f"{', '.join(asked)} not simulated: the twin's replies are filler tokens "
-                                 f"with no probabilities or prompt text")
-
-        @staticmethod
-        def _prompt(body: dict[str, Any], chat: bool) -> list[str] | list[int]:
-            field = "messages" if chat else "prompt"
-            if field not in body:
-                raise ValueError(f"missing field '{field}' (required)")
-            if chat:
-                messages = body["messages"]
-                if not isinstance(messages, list) or not messages:
-                    raise ValueError("messages must be a non-empty list")
-                return approx_tokens(render_chat(messages))
-            prompt = body["prompt"]
-            if isinstance(prompt, list):
-                if not prompt:  # (vLLM: "please provide at least one prompt")
-                    raise ValueError("prompt must be non-empty: a string, a list of token ids or a list of one "
-                                     "string or token list, got []")
-                if isinstance(prompt[0], int):
-                    return _token_ids(prompt, "prompt")
-                if len(prompt) != 1:
-                    raise ValueError("one prompt per request")
-                prompt = prompt[0]
-                if isinstance(prompt, list):  # a batch of one token list, as vLLM takes it
-                    return _token_ids(prompt, "prompt[0]")
-            if not isinstance(prompt, str):
-                raise ValueError("prompt must be a string or a list of token ids")
-            return approx_tokens(prompt)
-
-        @staticmethod
-        def _usage(children: list[ServedRequest]) -> dict[str, int]:
-            """The prompt once (the children share it) and every child's completion tokens, as vLLM counts."""
-            return _usage(len(children[0].prompt_tokens),
-                          sum(s.req.num_output_tokens for s in children if s.req is not None))
-
-        def _finish(self, children: list[ServedRequest], rid: str, chat: bool) -> None:
-            choices: list[dict[str, Any]] = []
-            for index, served in enumerate(children):
-                req = served.req
-                assert req is not None
-                if req.status is not Status.FINISHED:
-                    self._error(503, f"request failed: {req.fail_reason}")
-                    return
-                text = FILLER * req.num_output_tokens
-                choices.append({"index": index, "message": {"role": "assistant", "content": text},
-                                "finish_reason": "length"} if chat else
-                               {"index": index, "text": text, "finish_reason": "length"})
-            self._json(200, {"id": rid, "object": "chat.completion" if chat else "text_completion",
-                             "created": int(time.time()), "model": server.model_name, "choices": choices,
-                             "usage": self._usage(children)})
-
-        def _stream(self, children: list[ServedRequest], rid: str, chat: bool, include_usage: bool,
-                    continuous: bool = False) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            kind = "chat.completion.chunk" if chat else "text_completion"
-
-            def send(payload: str) -> None:
-                data = f"data: {payload}\n\n".encode()
-                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                self.wfile.flush()
-
-            prompt = len(children[0].prompt_tokens)
-
-            def chunk(index: int, first: int, count: int, finish: str | None) -> str:
-                """Tokens ``first`` .. ``count`` of choice ``index``, made in one engine step, in one chunk (vLLM
-                streams one output per step: a speculative step's accepted drafts arrive together); with
-                continuous usage stats, that choice's usage so far (as vLLM counts it per output)."""
-                text = FILLER * (count - first + 1)
-                delta = {"role": "assistant", "content": text} if first == 1 else {"content": text}
-                choice: dict[str, Any] = ({"index": index, "delta": delta, "finish_reason": finish} if chat
-                                          else {"index": index, "text": text, "finish_reason": finish})
-                out: dict[str, Any] = {"id": rid, "object": kind, "created": int(time.time()),
-                                       "model": server.model_name, "choices": [choice]}
-                if continuous:
-                    out["usage"] = _usage(prompt, count)
-                return json.dumps(out)
-
-            def abort_all() -> None:
-                for served in children:
-                    if not served.done.is_set():
-                        server.abort(served, GONE)
-
-            sent = [0] * len(children)
-            while True:
-                done = all(served.done.wait(POLL_S / len(children)) for served in children)
-                if not done and self._gone():
-                    abort_all()
-                    return
-                try:
-                    for index, served in enumerate(children):
-                        finished = served.done.is_set()
-                        req = served.req
-                        produced = req.num_output_tokens if req is not None else 0
-                        # The last token waits for the request's end (the same simulated instant), so it
-                        # carries the finish reason: read before the end, the count may already include it.
-                        ready = produced if finished else min(produced, served.max_tokens - 1)
-                        ok = finished and req is not None and req.status is Status.FINISHED
-                        times = req.token_times_ns if req is not None else None
-                        while sent[index] < ready:
-                            start = end = sent[index]
-                            end += 1
-                            while times is not None and end < ready and times[end] == times[start]:
-                                end += 1
-                            send(chunk(index, start + 1, end, "length" if ok and end == produced else None))
-                            sent[index] = end
-                except (BrokenPipeError, ConnectionResetError):
-                    abort_all()
-                    return
-                if done or not server.thread.is_alive():
-                    break
-            for served in children:
-                req = served.req
-                if req is not None and req.status is not Status.FINISHED:
-                    send(json.dumps({"error": {"message": f"request failed: {req.fail_reason}"}}))
-                    break
-            if include_usage:
-                send(json.dumps({"id": rid, "object": kind, "created": int(time.time()), "model": server.model_name,
-                                 "choices": [], "usage": self._usage(children)}))
-            send("[DONE]")
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-
-    return Handler
-
-
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 1024
-    """Connections waiting to be accepted (socketserver's default of 5 reset most of a burst of 64
-    benchmark clients)."""
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that went away mid-reply is not a server error (no traceback)."""
-        import sys
-
-        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
-            return
-        super().handle_error(request, client_address)
-
-
 def serve(config: TwinConfig, host: str = "127.0.0.1", port: int = 8000, time_scale: float = 1.0,
-          served_model_name: str | None = None) -> tuple[ThreadingHTTPServer, SimulationServer]:
-    """Start the simulation thread and an HTTP server (not yet serving: call ``serve_forever``)."""
+          served_model_name: str | None = None) -> tuple[HTTPServer, SimulationServer]:
+    """Start the simulation thread and bind the HTTP server (not yet serving: call ``serve_forever``). Without
+    the ``serve`` extra, or on a port in use, a TwinError says what to do."""
+    try:
+        from twin.serve_app import create_app
+        from twin.serve_http import HTTPServer
+    except ImportError as exc:
+        if exc.name not in {"fastapi", "starlette", "uvicorn", "pydantic", "h11"}:
+            raise
+        raise TwinError(f"twin serve needs FastAPI and uvicorn ({exc.name} is not installed): {EXTRA}") from None
     sim = SimulationServer(config, time_scale, served_model_name)
-    httpd = _Server((host, port), make_handler(sim))
-    httpd.daemon_threads = True
+    app = create_app(sim)
+    httpd = HTTPServer(app, host, port, on_stop=app.state.waker.close)
     sim.start()
     return httpd, sim

@@ -390,3 +390,214 @@ def test_a_speculative_steps_tokens_stream_as_one_chunk():
               if line.startswith("data: ") and line != "data: [DONE]"]
     assert [c["choices"][0]["text"] for c in chunks] == [" tok", " tok" * 4, " tok" * 4, " tok"]
     assert [c["choices"][0]["finish_reason"] for c in chunks] == [None, None, None, "length"]
+
+
+# ------------------------------------------------------------------ FastAPI / uvicorn server (issue 52 item 7)
+def start(config, **kwargs):
+    """A server for ``config`` on a free port, serving on a thread: (base URL, simulation, stop)."""
+    httpd, sim = serve(config, port=0, time_scale=0.01, **kwargs)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+
+    def stop():
+        httpd.shutdown()
+        httpd.server_close()
+        sim.stop()
+
+    return f"http://127.0.0.1:{httpd.server_port}", sim, stop
+
+
+def test_the_official_openai_client_streams_chat_and_completions(endpoint):
+    """openai's own client, pointed at the twin: chat and completions stream token by token (the first chat
+    delta with the role, the last with the finish reason, the usage last), a whole reply and the model list
+    read as from vLLM; a request over the context length is a BadRequestError of vLLM's type (it was an
+    invalid_request_error)."""
+    import openai
+
+    base, sim = endpoint
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="twin", max_retries=0)
+    chunks = list(client.chat.completions.create(
+        model=sim.model_name, messages=[{"role": "user", "content": "Hello there"}], max_tokens=6, stream=True,
+        stream_options={"include_usage": True}))
+    deltas = [c.choices[0] for c in chunks if c.choices]
+    assert "".join(d.delta.content for d in deltas) == " tok" * 6 and deltas[0].delta.role == "assistant"
+    assert [d.finish_reason for d in deltas][-1] == "length" and {d.finish_reason for d in deltas[:-1]} == {None}
+    assert chunks[-1].usage.completion_tokens == 6 and chunks[-1].model == sim.model_name
+    texts = list(client.completions.create(model=sim.model_name, prompt=[1, 2, 3], max_tokens=4, stream=True))
+    assert "".join(c.choices[0].text for c in texts) == " tok" * 4 and texts[-1].choices[0].finish_reason == "length"
+    whole = client.chat.completions.create(model=sim.model_name, messages=[{"role": "user", "content": "hi"}],
+                                           max_tokens=3)
+    assert whole.choices[0].message.content == " tok" * 3 and whole.usage.completion_tokens == 3
+    assert [m.id for m in client.models.list()] == [sim.model_name]
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model=sim.model_name, prompt=[1], max_tokens=200_000)
+    assert info.value.status_code == 400 and info.value.type == "BadRequestError"
+    assert "maximum context length is 131072 tokens" in info.value.message
+
+
+def test_token_ids_outside_the_vocabulary_are_a_400_naming_them(endpoint):
+    """Llama 3.1's vocabulary has 128,256 ids (vLLM refuses others: "Token id ... is out of vocabulary"); they
+    were simulated as any other token. Its last id is one."""
+    for prompt, message in (
+            ([1, 2, 128256], "prompt[2] must be a token id in the model's vocabulary, 0 to 128255, got 128256"),
+            ([[5, -1]], "prompt[0][1] must be a token id in the model's vocabulary, 0 to 128255, got -1")):
+        assert_refused(endpoint, "completions", {"prompt": prompt}, message)
+    base, _ = endpoint
+    out = json.loads(post(f"{base}/v1/completions", {"prompt": [0, 128255], "max_tokens": 1}))
+    assert out["usage"]["prompt_tokens"] == 2
+
+
+def test_a_chat_role_openai_does_not_know_is_a_400(endpoint):
+    """OpenAI's roles are system, developer, user, assistant, tool and function; "wizard" was rendered as a
+    turn of its own."""
+    assert_refused(endpoint, "chat/completions", {"messages": [{"role": "wizard", "content": "hi"}]},
+                   'messages[0].role must be one of system, developer, user, assistant, tool, function, '
+                   'got \\"wizard\\"')
+    base, _ = endpoint
+    for role in ("developer", "tool", "function"):
+        out = json.loads(post(f"{base}/v1/chat/completions", {"messages": [{"role": role, "content": "hi"}],
+                                                               "max_tokens": 1}))
+        assert out["usage"]["completion_tokens"] == 1
+
+
+def histograms(text: str) -> dict[str, dict]:
+    """``/metrics`` histograms: name -> {"type", "buckets": [(le, cumulative count)], "sum", "count"}."""
+    out: dict[str, dict] = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE ") and line.endswith(" histogram"):
+            out[line.split()[2]] = {"buckets": []}
+        elif not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            name = series.split("{", 1)[0]
+            for suffix in ("_bucket", "_sum", "_count"):
+                base = name[: -len(suffix)]
+                if name.endswith(suffix) and base in out:
+                    if suffix == "_bucket":
+                        out[base]["buckets"].append((series.split('le="', 1)[1].rstrip('"}'), int(value)))
+                    else:
+                        out[base][suffix[1:]] = float(value)
+                    assert 'model_name="meta-llama/Llama-3.1-8B"' in series
+    return out
+
+
+VLLM_EDGES = {  # vllm/v1/metrics/buckets.py: PREFILL_LATENCY, TOKEN_STEP_LATENCY, ACCUMULATED_PHASE_LATENCY
+    "vllm:time_to_first_token_seconds": [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                                         5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0],
+    "vllm:inter_token_latency_seconds": [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+                                         5.0, 7.5, 10.0, 20.0, 40.0, 80.0],
+    "vllm:e2e_request_latency_seconds": [0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+                                         40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0],
+}
+
+
+def test_metrics_have_vllms_latency_histograms(endpoint):
+    """/metrics had gauges and counters only: it now has vLLM's TTFT, inter-token and end-to-end histograms
+    with vLLM's bucket edges, holding the simulated request's own latencies (simulated seconds)."""
+    base, sim = endpoint
+    post(f"{base}/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 5})
+    (req,) = sim.requests
+    found = histograms(urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode())
+    assert sorted(found) == sorted(VLLM_EDGES)
+    times = req.token_times_ns
+    observed = {"vllm:time_to_first_token_seconds": [(req.first_token_ns - req.arrival_ns) / 1e9],
+                "vllm:inter_token_latency_seconds": [(b - a) / 1e9 for a, b in zip(times, times[1:])],
+                "vllm:e2e_request_latency_seconds": [(req.finish_ns - req.arrival_ns) / 1e9]}
+    assert len(observed["vllm:inter_token_latency_seconds"]) == 4
+    for name, edges in VLLM_EDGES.items():
+        h, values = found[name], observed[name]
+        assert [le for le, _ in h["buckets"]] == [*map(str, edges), "+Inf"]
+        assert [n for _, n in h["buckets"]] == [sum(v <= e for v in values) for e in edges] + [len(values)]
+        assert h["count"] == len(values) and h["sum"] == pytest.approx(sum(values), rel=1e-12)
+
+
+def test_inter_token_latency_counts_one_gap_per_engine_step():
+    """As vLLM V1 observes it: a speculative step's accepted drafts arrive together, one gap (3 gaps for the
+    4 steps of test_a_speculative_steps_tokens_stream_as_one_chunk, not 9)."""
+    base, sim, stop = start(load_config(None, [
+        "model.name=deepseek-ai/DeepSeek-R1", "hardware.gpu=h200_sxm", "system.tp=8", "engine.speculative.method=mtp",
+        "engine.speculative.num_speculative_tokens=3", "engine.speculative.acceptance=1.0"]))
+    try:
+        post(f"{base}/v1/completions", {"prompt": [1, 2, 3], "max_tokens": 10})
+        text = urllib.request.urlopen(f"{base}/metrics", timeout=10).read().decode()
+    finally:
+        stop()
+    count = next(line for line in text.splitlines() if line.startswith("vllm:inter_token_latency_seconds_count"))
+    assert count.endswith(" 3")
+
+
+def test_a_prompt_larger_than_the_kv_pool_is_a_bad_request_as_in_vllm():
+    """A pool of 64 blocks of 16 tokens cannot hold a 2,000-token prompt: the request used to be simulated and
+    failed (a 503); vLLM, whose context length never exceeds what its KV cache holds, answers a
+    BadRequestError about the maximum context length. Nothing is simulated; a request that fits is served."""
+    import openai
+
+    base, sim, stop = start(load_config(None, ["kv_cache.num_blocks=64"]))
+    try:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="twin", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as info:
+            client.completions.create(model=sim.model_name, prompt=list(range(2000)), max_tokens=2)
+        assert info.value.type == "BadRequestError" and info.value.body["code"] == 400
+        assert info.value.body["message"] == (
+            "This model's maximum context length is bounded by its KV cache (1024 tokens a worker): 2000 prompt + "
+            "2 max_tokens can never be held (needs 126 KV blocks (2000 prompt + 2 output tokens) but worker 0 "
+            "holds only 64)")
+        assert not sim.requests
+        fits = client.completions.create(model=sim.model_name, prompt=list(range(500)), max_tokens=2)
+        assert fits.usage.total_tokens == 502
+    finally:
+        stop()
+
+
+def test_the_default_max_tokens_is_documented_and_served(endpoint):
+    """16 for completions (OpenAI's default), 256 for chat: in the request models' field descriptions, which
+    the server's OpenAPI schema (/openapi.json, /docs) now publishes, in the README, and what a request
+    without max_tokens gets."""
+    from pathlib import Path
+
+    base, _ = endpoint
+    schema = json.loads(urllib.request.urlopen(f"{base}/openapi.json", timeout=10).read())
+    for route, model, default in (("/v1/completions", "CompletionRequest", 16),
+                                  ("/v1/chat/completions", "ChatCompletionRequest", 256)):
+        body = schema["paths"][route]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body == {"$ref": f"#/components/schemas/{model}"}
+        field = schema["components"]["schemas"][model]["properties"]["max_tokens"]
+        assert field["description"].endswith(f"default {default}.")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert "without one, 16 for completions and 256 for chat" in readme
+    assert json.loads(post(f"{base}/v1/completions", {"prompt": "hi"}))["usage"]["completion_tokens"] == 16
+    chat = json.loads(post(f"{base}/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}))
+    assert chat["usage"]["completion_tokens"] == 256
+
+
+def test_a_port_in_use_is_an_error_naming_it(capsys):
+    """It was "twin: error: [Errno 98] Address already in use", which names no port."""
+    import socket
+
+    from twin.cli import main
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    port = holder.getsockname()[1]
+    try:
+        assert main(["serve", "--port", str(port)]) == 2
+    finally:
+        holder.close()
+    assert capsys.readouterr().err == (f"twin: error: port {port} on 127.0.0.1 is in use (another server is "
+                                       f"listening there): choose another with --port\n")
+
+
+def test_without_the_serve_extra_twin_serve_says_what_to_install(monkeypatch, capsys):
+    """FastAPI and uvicorn are the optional extra ``serve``: without them, the command says so (exit 2)."""
+    import sys
+
+    from twin.cli import main
+    from twin.errors import TwinError
+
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # (an import of it fails)
+    for name in ("twin.serve_app", "twin.serve_http"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    with pytest.raises(TwinError, match=r"pip install 'servetwin\[serve\]'$"):
+        serve(load_config(None), port=0)
+    assert main(["serve", "--port", "0"]) == 2
+    assert capsys.readouterr().err == ("twin: error: twin serve needs FastAPI and uvicorn (fastapi is not "
+                                       "installed): pip install 'servetwin[serve]'\n")
