@@ -398,6 +398,12 @@ class SchedulerConfig:
     attention_dp_timeout_iters steps, or when some rank has no decodes (twin.dpgroup)."""
     attention_dp_timeout_iters: int = attrs.field(default=50, validator=non_negative)
     """``attention_dp_config.timeout_iters`` (TensorRT-LLM's default 50)."""
+    recv_interval: int = attrs.field(default=1, validator=positive)
+    """SGLang --scheduler-recv-interval: the scheduler takes new requests from its input queue only when a
+    counter reaches this value; each decode step adds 1, any step with prompt tokens enough to take them at
+    the next turn, and an idle scheduler takes them at once (SchedulerRecvSkipper and the
+    SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_* defaults). A request that arrives during decode waits for up to
+    this many decode steps before it can be admitted. 1: every step (every engine's default)."""
     attention_dp_batching_wait_iters: int = attrs.field(default=10, validator=non_negative)
     """``attention_dp_config.batching_wait_iters`` (default 10): with every rank ready and decoding, prompts
     are held this many steps more."""

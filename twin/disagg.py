@@ -133,6 +133,9 @@ class DisaggSystem:
         if config.scheduler.attention_dp_balance:
             raise ConfigError("scheduler.attention_dp_balance", "the attention-DP balance is modelled for "
                               "colocated engines only (a disaggregated pool's ranks are routed to one by one)")
+        if config.scheduler.recv_interval > 1:
+            raise ConfigError("scheduler.recv_interval", "the input queue's receive interval is modelled for "
+                              "colocated engines only")
         self.on_done = on_done
         assert config.kv_cache.block_size is not None
         self.block_size = config.kv_cache.block_size

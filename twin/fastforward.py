@@ -200,6 +200,7 @@ class PlannedRun:
             finished = [r for r in self.reqs if r.num_output_tokens >= r.max_output_tokens]
         sched.sampled(self.reqs, finished, ends[m - 1])
         sched.count_decode_steps(steps)  # after the finish: an idle worker restarts SGLang's ratio
+        sched.count_recv_turns(m - max(a, 2) + 1)  # the turns that formed steps 2 .. m of the run
         return finished
 
 
@@ -556,6 +557,7 @@ def plan_decode_run(sched: Scheduler, out: SchedulerOutput, start_ns: int, price
     limits = sched.limits
     if held and (limits.batch_wait_iters or limits.batch_wait_max_tokens_ratio):
         return None  # (a held step would still count its admissible prompts: Scheduler._hold_prompts)
+    max_steps = min(max_steps, 1 + sched.decodes_before_recv())
     if (out.lazy or out.preempted or out.host_load_s or (len(sched.waiting) and not held) or max_steps < 2
             or stats.num_decode != stats.num_reqs):
         return None

@@ -69,6 +69,9 @@ class SchedulerLimits:
     step and the next are formed at the same instant: a request queued at the instant a step was formed is
     seen by the next step unless it came after that step was formed (a client answering the step that
     ended); without async_output such a tie is never seen."""
+    recv_interval: int = 1
+    """SGLang's --scheduler-recv-interval (config ``scheduler.recv_interval``): arrivals wait in an input queue
+    until the receive counter reaches it (:meth:`Scheduler.poll`); 1: admitted by the next step."""
     preemption: str = "vllm"
     """When a running request cannot get the KV slots of its step, requests are preempted (their KV freed,
     recomputed when resumed) until it can. ``vllm`` (Scheduler.schedule): the FCFS victim is the newest
@@ -93,6 +96,11 @@ SGLANG_CLIP_NEW_TOKENS = 4096
 """SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION: the output counted per request is at most this."""
 SGLANG_RETRACT_STEPS = 20
 """SGLANG_RETRACT_DECODE_STEPS: after a retraction the ratio covers this many more steps per request."""
+RECV_WEIGHT_DECODE = 1
+"""SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_DECODE (and _TARGET_VERIFY): a decode step's share of the receive
+counter."""
+RECV_WEIGHT_OTHER = 1000
+"""SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_DEFAULT: a step with prompt tokens (extend, mixed): receive next turn."""
 
 
 @attrs.define
@@ -375,6 +383,12 @@ class Scheduler:
         """SGLang's new-token ratio (admission_reserve sglang) is ``_ratio_base`` less SGLANG_RATIO_DECAY per
         pure-decode step since it was set (``_ratio_steps``), at least SGLANG_MIN_RATIO: counted, not
         subtracted step by step, so a fast-forwarded run of steps gives the same value."""
+        self.inbox: list[Request] = []
+        """Arrivals still in SGLang's input queue (limits.recv_interval > 1): taken by :meth:`poll`."""
+        self._recv_counter = 0
+        """SGLang's receive counter (SchedulerRecvSkipper._counter) after the last turn that polled."""
+        self._recv_weight = 0
+        """What the step applied since that turn adds at the next (0: none applied)."""
         self.drafter = drafter
         """Speculative decoding (None: off): every decode verifies 1 + k tokens, its last one and k drafts,
         and needs KV slots for all of them (lookahead); the step emits 1 + the drafts accepted."""
@@ -441,6 +455,12 @@ class Scheduler:
         req.enqueued_ns = now
         if req.queued_ns == NO_TIME:
             req.queued_ns = now
+        if self.limits.recv_interval > 1:
+            if self.has_work:
+                self.inbox.append(req)
+                return True
+            # An idle scheduler spins through its turns: it takes the request at once, its counter restarting.
+            self._recv_counter = self._recv_weight = 0
         if now == self._step_start_ns and self.limits.async_output:  # a step was formed at this instant
             if self._late_ns != now:
                 self._late_ns = now
@@ -453,7 +473,9 @@ class Scheduler:
         """Drop ``req`` between steps, as an engine aborts a request whose client went away: it leaves the
         queue or the batch, its KV blocks are freed (cached ones stay cached, as after a finish) and it
         fails with ``reason``. False when it is not here (it ended already)."""
-        if req.status is Status.WAITING or req.status is Status.PREEMPTED:
+        if req in self.inbox:
+            self.inbox.remove(req)
+        elif req.status is Status.WAITING or req.status is Status.PREEMPTED:
             self.waiting.remove(req)
         elif req.status is Status.RUNNING and req in self.running:
             if self.cohort is not None and len(self.cohort):
@@ -481,7 +503,41 @@ class Scheduler:
 
     @property
     def has_work(self) -> bool:
-        return bool(self.running) or len(self.waiting) > 0 or bool(self._deferred)
+        return bool(self.running) or len(self.waiting) > 0 or bool(self._deferred) or bool(self.inbox)
+
+    # ------------------------------------------------------------------------- input queue (SGLang)
+    def poll(self) -> None:
+        """A scheduler turn's receive (SGLang Scheduler.recv_requests with --scheduler-recv-interval T): the
+        step applied since the last turn adds its weight to the counter (a decode 1, a step with prompt tokens
+        RECV_WEIGHT_OTHER); at T the counter restarts and the input queue joins the waiting queue. With nothing
+        running or waiting the scheduler spins through idle turns and takes it at once."""
+        weight, self._recv_weight = self._recv_weight, 0
+        idle = not self.running and not len(self.waiting)
+        if not weight and not idle:
+            return  # (a second pass at one step boundary)
+        self._recv_counter += weight
+        if self._recv_counter >= self.limits.recv_interval or idle:
+            self._recv_counter = 0
+            for req in self.inbox:
+                self.waiting.add(req)
+            self.inbox.clear()
+
+    def decodes_before_recv(self) -> int:
+        """How many more decode steps may follow the last one formed before a turn takes the input queue
+        (fast-forward stops there); unbounded while the queue is empty."""
+        if not self.inbox:
+            return CLOCK_MAX_NS
+        return self.limits.recv_interval - self._recv_counter - 1
+
+    def count_recv_turns(self, turns: int) -> None:
+        """Fast-forwarded decode steps: ``turns`` scheduler turns between them, each adding a decode's weight.
+        A turn that reaches the interval restarts the counter with the input queue empty: a run stops before
+        one that would take a queued request (:meth:`decodes_before_recv`), and the turns of steps formed
+        before an arrival are counted before the worker looks at it (twin.worker.Worker._resumable)."""
+        if self.limits.recv_interval == 1:
+            return
+        self._recv_counter = (self._recv_counter + turns) % self.limits.recv_interval
+        self._recv_weight = RECV_WEIGHT_DECODE
 
     # --------------------------------------------------------------------------------------- schedule
     def schedule(self, now: int, admit_prompts: bool = True) -> SchedulerOutput:
@@ -489,6 +545,8 @@ class Scheduler:
         attention-DP group's balance holds them back: twin.dpgroup)."""
         self._step_start_ns = now
         self._admitting = admit_prompts
+        if self.limits.recv_interval > 1:
+            self.poll()
         cutoff = self._cutoff(now)
         lookahead = cutoff != _NO_CUTOFF
         placeholders = lookahead and self.limits.async_output
@@ -1040,6 +1098,7 @@ class Scheduler:
             self.sampled(fresh, finished, now)
         stats = out.stats
         self.count_decode_steps(1 if not out.preempted and stats.num_decode == stats.num_reqs else 0)
+        self._recv_weight = RECV_WEIGHT_DECODE if stats.num_decode == stats.num_reqs else RECV_WEIGHT_OTHER
         return finished
 
     def _after(self, req: Request, cutoff: int) -> bool:

@@ -218,6 +218,7 @@ def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max
                              max_model_len=config.engine.max_model_len or dep.model.context_length,
                              batch_wait_iters=s.batch_wait_iters,
                              batch_wait_max_tokens_ratio=s.batch_wait_max_tokens_ratio,
+                             recv_interval=s.recv_interval,
                              lookahead=dep.engine.host_overlap,
                              # vLLM's async scheduling is modelled for mixed steps without speculative
                              # decoding (SchedulerLimits.async_output); otherwise the plain lookahead
@@ -343,6 +344,9 @@ class Colocated(SystemSpec):
         if config.scheduler.attention_dp_balance and dp == 1:
             raise ConfigError("scheduler.attention_dp_balance", "balances prompts over attention-DP ranks: it needs "
                                                                 "system.attention_dp > 1 (this engine has 1 rank)")
+        if config.scheduler.recv_interval > 1 and dp > 1:
+            raise ConfigError("scheduler.recv_interval", "the input queue's receive interval is modelled for one "
+                                                         "scheduler per engine: it needs system.attention_dp 1")
         if dp == 1:
             workers = [Worker(env, wid, build_scheduler(config, blocks, dep, max_num_seqs=seqs), prices, on_done,
                               fast_forward_steps=fast_forward_steps(config))

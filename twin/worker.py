@@ -298,7 +298,7 @@ class Worker:
         return not self._aborts
 
     def load(self) -> int:
-        return len(self.sched.running) + len(self.sched.waiting)
+        return len(self.sched.running) + len(self.sched.waiting) + len(self.sched.inbox)
 
     def load_fraction(self) -> float:
         return self.load() / self.sched.limits.max_num_seqs
@@ -453,7 +453,7 @@ class Worker:
         # (Requests compare by identity, so list equality is "the same requests in the same order".)
         if not self.quiet() or len(sched.waiting) or sched.running != run.reqs:
             return False
-        further = run.safe_further(run.k - m)
+        further = min(run.safe_further(run.k - m), sched.decodes_before_recv())
         if further < 1:
             return False
         run.truncate(m + further)

@@ -9,9 +9,10 @@ changes nothing for any other GPU.
 
 ``launch`` keys: ``layout`` (how the script turns the search-space entry's TP / EP / dp-attn into
 engine flags: :data:`LAYOUTS`), ``max_num_seqs``, ``max_num_batched_tokens``, ``cuda_graph_max_size``,
-``gpu_memory_utilization``, ``kv_dtype``, ``block_size``, ``prefix_caching``, and ``by_tp`` (the same keys for
-one launched TP, where the script branches on it). A value is a number, ``CONC`` (one engine rank's share of
-the client's concurrency) or ``2*ISL``.
+``gpu_memory_utilization``, ``kv_dtype``, ``block_size``, ``prefix_caching``, ``recv_interval`` (SGLang's
+--scheduler-recv-interval), and ``by_tp`` (the same keys for one launched TP, where the script branches on it).
+A value is a number, ``CONC`` (one engine rank's share of the client's concurrency), ``2*ISL``, or
+``{"conc_at_least": C, "then": A, "else": B}`` where the script picks a value by $CONC.
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ def layout(launch: dict[str, Any], tp: int, dp: int, ep: int, isl: int, osl: int
 
 
 def _value(value: Any, conc: int, isl: int) -> Any:
+    if isinstance(value, dict):  # {"conc_at_least": C, "then": A, "else": B}: the script branches on $CONC
+        return value["then"] if conc >= value["conc_at_least"] else value["else"]
     if value == "CONC":
         return conc
     if value == "2*ISL":

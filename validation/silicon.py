@@ -650,7 +650,7 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
             out.update(max_num_seqs=bs, max_num_batched_tokens=bs + spec.isl + 1500)
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.gpu not in HOPPER:
         b300 = _b300_settings(row, spec)
-        out.update({k: b300[k] for k in ("max_num_seqs", "max_num_batched_tokens") if k in b300})
+        out.update({k: b300[k] for k in ("max_num_seqs", "max_num_batched_tokens", "recv_interval") if k in b300})
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "vllm":
         if "minimax" in spec.model.lower():
             # minimaxm2.5_fp8_h100.sh: --max-num-seqs 256; minimaxm2.5_fp8_h200.sh: neither flag (a36346339,

@@ -462,6 +462,14 @@ def test_sessions_still_running_at_the_time_limit_are_counted_unfinished(tmp_pat
     {"engine": {"name": "sglang"}, "scheduler": {"mixed_prefill": True}, "kv_cache": {"num_blocks": 1500},
      "workload": {"kind": "synthetic", "num_requests": 40, "arrival": {"kind": "concurrency", "concurrency": 12},
                   "input_tokens": {"low": 80, "high": 160}, "output_tokens": {"low": 20, "high": 120}}},
+    # SGLang's --scheduler-recv-interval: arrivals wait in the input queue through decode steps; the runs
+    # stop at the turn that takes them (Scheduler.decodes_before_recv), cut short by an arrival or not.
+    {"engine": {"name": "sglang"}, "scheduler": {"recv_interval": 7},
+     "workload": {"kind": "synthetic", "num_requests": 60, "arrival": {"kind": "concurrency", "concurrency": 12},
+                  "input_tokens": {"low": 80, "high": 160}, "output_tokens": {"low": 20, "high": 300}}},
+    {"engine": {"name": "sglang"}, "scheduler": {"recv_interval": 30}, "kv_cache": {"num_blocks": 400},
+     "workload": {"kind": "synthetic", "num_requests": 60, "arrival": {"kind": "poisson", "rate_per_s": 40.0},
+                  "input_tokens": {"low": 80, "high": 160}, "output_tokens": {"low": 20, "high": 300}}},
     # top-k / top-p sampling priced per sampled row (the sampler term), closed loop.
     {"engine": {"sampling": "top_k_top_p"},
      "workload": {"kind": "synthetic", "num_requests": 40, "arrival": {"kind": "concurrency", "concurrency": 12},

@@ -510,3 +510,35 @@ def test_the_reservation_follows_the_batch_through_admissions_preemptions_aborts
     assert (seen["pulled"] > 0) == (system == "disaggregated")
     for w in sim.workers:
         assert w.sched.reserved_blocks == 0
+
+
+def test_sglang_recv_interval_takes_arrivals_only_at_the_turn_its_counter_reaches():
+    """--scheduler-recv-interval 3: decode steps add 1 to the counter, a step with prompt tokens enough to
+    receive at the next turn, an idle scheduler receives at once (SchedulerRecvSkipper)."""
+    sched = make_scheduler(num_blocks=64, max_num_batched_tokens=64, recv_interval=3)
+    a = make_request(1, 4, 20)
+    sched.add_request(a, 0)                      # idle: taken at once
+    assert not sched.inbox and len(sched.waiting) == 1
+    assert step(sched) == ([(1, 4)], [], [])     # a prompt step: the next turn receives
+    b = make_request(2, 4, 20)
+    sched.add_request(b, 1)
+    assert sched.inbox == [b] and len(sched.waiting) == 0
+    assert step(sched) == ([(1, 1), (2, 4)], [], [])   # taken at the turn after the prompt step
+    assert step(sched) == ([(1, 1), (2, 1)], [], [])   # (the mixed step's weight: this turn receives nothing)
+    c = make_request(3, 4, 20)
+    sched.add_request(c, 2)
+    # decodes only since the last receive: the turns count 1, 2, 3; c is taken at the third
+    assert step(sched) == ([(1, 1), (2, 1)], [], [])
+    assert step(sched) == ([(1, 1), (2, 1)], [], [])
+    assert sched.inbox == [c]
+    assert step(sched) == ([(1, 1), (2, 1), (3, 4)], [], [])
+    assert not sched.inbox
+
+
+def test_an_aborted_request_leaves_sglangs_input_queue():
+    sched = make_scheduler(num_blocks=64, recv_interval=5)
+    sched.add_request(make_request(1, 4, 20), 0)
+    step(sched)
+    b = make_request(2, 4, 20)
+    sched.add_request(b, 1)
+    assert sched.abort(b, 2, "client went away") and not sched.inbox and b.status is Status.FAILED

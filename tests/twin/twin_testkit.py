@@ -30,12 +30,13 @@ def make_scheduler(*, num_blocks: int, block_size: int = 4, max_num_batched_toke
                    mixed_prefill: bool = True, lookahead: bool = False,
                    reserve_full_kv: bool = False, batch_wait: tuple[int, float] = (0, 0.0),
                    drafter: Drafter | None = None, admission_reserve: str = "none",
-                   preemption: str = "vllm", state_blocks: int = 0) -> Scheduler:
+                   preemption: str = "vllm", state_blocks: int = 0, recv_interval: int = 1) -> Scheduler:
     limits = SchedulerLimits(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                              long_prefill_token_threshold=threshold, chunked_prefill=chunked_prefill,
                              mixed_prefill=mixed_prefill, lookahead=lookahead, reserve_full_kv=reserve_full_kv,
                              batch_wait_iters=batch_wait[0], batch_wait_max_tokens_ratio=batch_wait[1],
-                             admission_reserve=admission_reserve, preemption=preemption)
+                             admission_reserve=admission_reserve, preemption=preemption,
+                             recv_interval=recv_interval)
     return Scheduler(limits, KVCacheManager(num_blocks, block_size, prefix_caching, state_blocks=state_blocks), policy,
                      drafter=drafter)
 

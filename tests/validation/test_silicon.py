@@ -1176,32 +1176,32 @@ def test_b300_rows_get_the_launch_flags_of_their_script() -> None:
     assert sched == {"max_num_batched_tokens": 2048} and "block_size" not in kv and model["kv_dtype"] == "fp8"
     sched, kv, eng, model = parts(b300_row("Qwen/Qwen3.5-397B-A17B", "sglang", "fp8", "2026-04-17T00:00:00.000Z",
                                            SGLANG_0510, 64, tp_size="4"))
-    assert sched == {"max_num_seqs": 64, "max_num_batched_tokens": 16384}
+    assert sched == {"max_num_seqs": 64, "max_num_batched_tokens": 16384, "recv_interval": 10}
     assert eng == {"cuda_graph_max_size": 64, "moe_kernel": FI_TRTLLM}
     assert kv == {"prefix_caching": False, "gpu_memory_utilization": 0.8} and model["kv_dtype"] == "fp8"
     sched, kv, eng, model = parts(b300_row("Qwen/Qwen3.5-397B-A17B", "sglang", "bf16", "2026-04-18T00:00:00.000Z",
                                            SGLANG_0510, 16, tp_size="8"))
-    assert sched == {"max_num_seqs": 128, "max_num_batched_tokens": 32768}
+    assert sched == {"max_num_seqs": 128, "max_num_batched_tokens": 32768, "recv_interval": 30}  # CONC >= 16
     assert eng == {"cuda_graph_max_size": 16, "moe_kernel": FI_TRTLLM}
     assert kv == {"prefix_caching": False, "gpu_memory_utilization": 0.82} and "kv_dtype" not in model
     sched, kv, eng, model = parts(b300_row("Qwen/Qwen3.5-397B-A17B", "sglang", "fp4", "2026-04-18T00:00:00.000Z",
                                            SGLANG_0510, 8, tp_size="4"))
-    assert sched == {"max_num_seqs": 128, "max_num_batched_tokens": 32768}
+    assert sched == {"max_num_seqs": 128, "max_num_batched_tokens": 32768, "recv_interval": 10}  # CONC < 16
     assert eng == {"cuda_graph_max_size": 8, "moe_kernel": FI_TRTLLM}
     assert kv["gpu_memory_utilization"] == 0.8 and model["kv_dtype"] == "fp8"
     dsr1_fp8 = functools.partial(b300_row, "deepseek-ai/DeepSeek-V3", "sglang", "fp8", "2026-04-17T00:00:00.000Z",
                                  SGLANG_0510)
     sched, kv, eng, model = parts(dsr1_fp8(16, tp_size="8"))
-    assert sched == {"max_num_seqs": 128, "max_num_batched_tokens": 32768}
+    assert sched == {"max_num_seqs": 128, "max_num_batched_tokens": 32768, "recv_interval": 30}
     assert eng == {"cuda_graph_max_size": 128, "moe_kernel": FI_TRTLLM}
     assert kv == {"prefix_caching": False, "gpu_memory_utilization": 0.82} and model["kv_dtype"] == "fp8"
     sched, kv, eng, _ = parts(dsr1_fp8(8, isl=8192, tp_size="4"))
-    assert sched == {"max_num_seqs": 32, "max_num_batched_tokens": 8192}
+    assert sched == {"max_num_seqs": 32, "max_num_batched_tokens": 8192, "recv_interval": 10}  # TP 4: always 10
     assert eng == {"cuda_graph_max_size": 32, "moe_kernel": FI_TRTLLM}
     assert kv["gpu_memory_utilization"] == 0.95
     sched, kv, eng, model = parts(b300_row("deepseek-ai/DeepSeek-V3", "sglang", "fp4", "2026-04-17T00:00:00.000Z",
                                            SGLANG_0510, 8, tp_size="64", moe_tp_size="8", moe_ep_size="8"))
-    assert sched == {"max_num_seqs": 256, "max_num_batched_tokens": 16384}
+    assert sched == {"max_num_seqs": 256, "max_num_batched_tokens": 16384, "recv_interval": 10}
     assert eng == {"cuda_graph_max_size": 256, "moe_kernel": FI_TRTLLM}
     assert kv == {"prefix_caching": False, "gpu_memory_utilization": 0.85} and model["kv_dtype"] == "fp8"
     sched, kv, eng, model = parts(b300_row("moonshotai/Kimi-K2.5", "vllm", "fp4", "2026-04-20T00:00:00.000Z",
