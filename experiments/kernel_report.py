@@ -1,6 +1,8 @@
 """Kernel report: the hardware model's predicted vs measured latency on the opdb kernel tables.
 
-    python -m experiments.kernel_report --data ../shared/data/measured/opdb [--out DIR]
+    python -m experiments.kernel_report [--data kernel-tables/opdb] [--out DIR]
+
+The tables are not shipped; ``python -m hardware.opdb_import`` writes them once into kernel-tables/.
 
 Predictions use only the shipped, frozen constants (hardware/data/calibration/<engine>.yaml) and the GPU
 specs, through the same single-kernel functions the step-cost ledger uses (hardware.kernels). Prints, per
@@ -43,6 +45,7 @@ from hardware.calibrate import (ENGINES, GEMM_DTYPES, GPUS, KV_BYTES, MOE_DTYPES
                                 possible, read_table, read_table_file)
 from hardware.calibration import CURVE_MOE_KERNELS, Calibration, calibration_for, moe_curve_key
 from hardware.dtypes import COMPUTE_DTYPE, DTYPE_BYTES
+from hardware.opdb_import import DEFAULT_DIR, MISSING_TABLES_HINT
 
 MAX_ROWS = 20000
 Row = dict[str, str]
@@ -364,7 +367,9 @@ def transfer(data: Path, engines: Iterable[str]) -> list[dict[str, object]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="predicted vs measured kernel latency on the opdb tables")
-    ap.add_argument("--data", type=Path, default=Path("../shared/data/measured/opdb"))
+    ap.add_argument("--data", type=Path, default=DEFAULT_DIR / "opdb",
+                    help=f"folder with the opdb tables of H100 / H200 (default: {DEFAULT_DIR / 'opdb'}, written "
+                         "once by python -m hardware.opdb_import)")
     ap.add_argument("--engines", nargs="*", default=list(ENGINES), choices=list(ENGINES))
     ap.add_argument("--out", type=Path, default=None,
                     help="folder for kernel_report.csv (kernel_check.csv with --check)")
@@ -383,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check is not None:
         return _check_main(args.check, args.engines, args.gpu, args.out, args.arch)
     if not args.data.is_dir():
-        print(f"error: --data {args.data} is not a folder", file=sys.stderr)
+        print(f"error: --data {args.data} is not a folder{MISSING_TABLES_HINT}", file=sys.stderr)
         return 2
     rows = report(args.data, args.engines)
     _print_rows(rows)

@@ -1,8 +1,11 @@
 """Fit the throughput family's efficiency curves and floors on measured kernel tables (aiconfigurator opdb).
 
-    python -m hardware.calibrate --data ../shared/data/measured/opdb --out hardware/data/calibration
-    python -m hardware.calibrate --arch blackwell --data ../shared/data/measured/opdb-blackwell \
+    python -m hardware.calibrate [--data kernel-tables/opdb] --out hardware/data/calibration
+    python -m hardware.calibrate --arch blackwell [--data kernel-tables/opdb-blackwell] \
         --out hardware/data/calibration/blackwell
+
+The tables (aiconfigurator's, about 34 MB compressed) are not shipped: ``python -m hardware.opdb_import``
+writes them once into kernel-tables/, where --data looks by default.
 
 One constant set per engine and GPU architecture (TABLE_SETS). Hopper: each engine's kernels (vLLM 0.24.0,
 SGLang 0.5.9, TRT-LLM 1.2.0rc5) fitted jointly on H100 SXM and H200 SXM; Blackwell: on B300 SXM (vLLM 0.24.0,
@@ -33,6 +36,7 @@ from hardware._data import read_yaml
 from hardware.calibration import CALIBRATION_DIR, CURVE_MOE_KERNELS, moe_curve_key
 from hardware.dtypes import COMPUTE_DTYPE, DTYPE_BYTES
 from hardware.gpu import load_gpu
+from hardware.opdb_import import DEFAULT_DIR, MISSING_TABLES_HINT
 
 GPUS = ("h100_sxm", "h200_sxm")
 ENGINES = {"vllm": "vllm-0.24.0", "sglang": "sglang-0.5.9", "trtllm": "trtllm-1.2.0rc5"}
@@ -819,7 +823,10 @@ def fit_ssm(data: Path, engine: str, start: dict[str, Any], log: Callable[[str],
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, required=True, help="folder with the opdb *.csv.gz tables")
+    ap.add_argument("--data", type=Path, default=None,
+                    help=f"folder with the opdb *.csv.gz tables (default: {DEFAULT_DIR}/<the --arch's folder>: "
+                         f"{', '.join(str(DEFAULT_DIR / t.source) for t in TABLE_SETS.values())}, written once by "
+                         "python -m hardware.opdb_import)")
     ap.add_argument("--arch", default="hopper", choices=list(TABLE_SETS),
                     help="the GPU architecture the tables were measured on (TABLE_SETS: its GPUs, engine versions "
                          "and default --out; hopper: hardware/data/calibration, another: a sub-folder of it)")
@@ -833,10 +840,12 @@ def main(argv: list[str] | None = None) -> int:
                          "block and curve of the shipped <engine>.yaml of --arch as it is (a refit of one kernel "
                          "family)")
     args = ap.parse_args(argv)
-    if not args.data.is_dir():
-        print(f"error: --data {args.data} is not a folder", file=sys.stderr)
-        return 2
     tables = TABLE_SETS[args.arch]
+    if args.data is None:
+        args.data = DEFAULT_DIR / tables.source
+    if not args.data.is_dir():
+        print(f"error: --data {args.data} is not a folder{MISSING_TABLES_HINT}", file=sys.stderr)
+        return 2
     if args.gpus:
         unknown = sorted(set(args.gpus) - set(tables.gpus))
         if unknown:

@@ -7,12 +7,14 @@ import argparse
 from typing import Any
 
 from twin.cli import at_least_one
+from validation.samples import SAMPLES, columns_help
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from validation.samples import resolve_csv
     from validation.silicon import format_summary, validate_silicon
 
-    summary = validate_silicon(args.csv, args.out, jobs=args.jobs, limit=args.limit, match=args.match,
+    summary = validate_silicon(resolve_csv(args.csv), args.out, jobs=args.jobs, limit=args.limit, match=args.match,
                                waves=args.waves, resume=args.resume, prompt_pool=args.prompt_pool,
                                settings=args.set or ())
     print(format_summary(summary))
@@ -23,9 +25,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     p = sub.add_parser("validate", help="compare predictions with measured benchmarks")
     vsub = p.add_subparsers(dest="validate_command", required=True)
-    v = vsub.add_parser("silicon", help="simulate each row of a silicon-sample CSV (TTFT / TPOT)")
-    v.add_argument("csv")
-    v.add_argument("--out", required=True)
+    v = vsub.add_parser("silicon", help="simulate each row of a silicon-sample CSV (TTFT / TPOT)",
+                        description="Simulate each row of a measured CSV as its benchmark ran and compare the\n"
+                                    "predicted mean TTFT and TPOT with the measured ones.",
+                        epilog=columns_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    v.add_argument("csv", metavar="CSV",
+                   help=f"a measured CSV (.csv or .csv.gz) with the columns below, or the name of a shipped "
+                        f"sample: {', '.join(SAMPLES)} (a file of that name, where there is one, wins)")
+    v.add_argument("--out", required=True, help="folder for rows.csv, rows.jsonl and summary.json")
     v.add_argument("--jobs", type=at_least_one, default=1, help="worker processes")
     v.add_argument("--limit", type=at_least_one, help="only the first N rows")
     v.add_argument("--match", help="only rows whose id matches this regular expression")

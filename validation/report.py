@@ -1,16 +1,16 @@
 """End-to-end validation report on the measured serving rows, and the engine host-term fit.
 
-    python -m validation.report run --csv ../shared/data/measured/silicon_h100_h200.csv \
+    python -m validation.report run --csv h100_h200 \
         --out out/val --jobs 2            # simulate every row (validation.silicon), then print the tables
     python -m validation.report report --out out/val   # tables from an earlier run
-    python -m validation.report fit-host --csv .../silicon_h100_h200.csv   # engine host terms
-    python -m validation.report fit-eager --csv .../silicon_h100_h200.csv \
+    python -m validation.report fit-host --csv h100_h200   # engine host terms
+    python -m validation.report fit-eager --csv h100_h200 \
         --journal out/zero_c16/rows.jsonl [--engines trtllm vllm]   # eager-step host terms
-    python -m validation.report fit-eager --csv .../silicon_h100_h200.csv \
+    python -m validation.report fit-eager --csv h100_h200 \
         --journal out/zero_c16/rows.jsonl --engines sglang --train-models deepseek [--by-group]
-    python -m validation.report implied-rate --csv .../silicon_h100_h200.csv \
-        [--opdb ../shared/data/measured/opdb] [--top 30]   # FLOP rate each row's measurement implies
-    python -m validation.report ttft-steps --csv .../silicon_h100_h200.csv \
+    python -m validation.report implied-rate --csv h100_h200 \
+        [--opdb kernel-tables/opdb] [--top 30]   # FLOP rate each row's measurement implies
+    python -m validation.report ttft-steps --csv h100_h200 \
         --journal out/eager/rows.jsonl [--engine trtllm]   # genai-perf TTFT in prompt steps
     python -m validation.report points --out out/val [--metric tpot] \
         [--by backend,backend_version,system,model] [--top 20]   # where the file's MAPE comes from
@@ -18,11 +18,11 @@
         [--max-conc 32] [--detail]   # closed-loop TTFT excess against one inter-completion interval
     python -m validation.report gpu-pairs --out out/val [--by backend,model]
                                      # the same benchmark on both GPUs: measured vs predicted H200 / H100
-    python -m validation.report repeats --csv .../silicon_h100_h200.csv [--out out/val] \
+    python -m validation.report repeats --csv h100_h200 [--out out/val] \
         [--spread 0.2]   # configurations measured more than once: how far apart, and what that costs
-    python -m validation.report transfer --csv .../silicon_h100_h200.csv --out out/transfer \
+    python -m validation.report transfer --csv h100_h200 --out out/transfer \
         --systems h200_sxm --constants validation/constants/h100_only   # H200 rows: own fit vs H100's
-    python -m validation.report transfer --csv .../silicon_blackwell_dev.csv --out out/bw \
+    python -m validation.report transfer --csv blackwell_dev --out out/bw \
         --systems b300_sxm,gb300 --constants hopper   # Blackwell rows: B300 kernels vs the spec alone
 
 Tables: MAPE of TPOT and TTFT per backend, per model and per benchmark protocol, for the aggregated rows the
@@ -98,6 +98,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import attrs
 import numpy as np
+
+from validation.samples import SAMPLES, resolve_csv
 
 TRAIN_GPU = "h100_sxm"
 STEP_HOST = (0.0, 0.5e-3, 1e-3, 1.5e-3, 2e-3, 2.5e-3, 3e-3, 3.5e-3, 4e-3)
@@ -838,11 +840,22 @@ def transfer(csv_path: Path, out: Path, systems: Sequence[str], constants: str, 
     return "\n".join(lines)
 
 
+CSV_HELP = f"a measured CSV (.csv, .csv.gz) or a shipped sample's name ({', '.join(SAMPLES)})"
+
+
+def csv_argument(text: str) -> Path:
+    """``--csv``: a file, or a shipped sample's name (validation.samples.resolve_csv)."""
+    try:
+        return resolve_csv(text)
+    except FileNotFoundError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="simulate the rows, then print the report")
-    run.add_argument("--csv", type=Path, required=True)
+    run.add_argument("--csv", type=csv_argument, required=True, help=CSV_HELP)
     run.add_argument("--out", type=Path, required=True)
     run.add_argument("--jobs", type=int, default=2)
     run.add_argument("--match", default=None)
@@ -851,10 +864,10 @@ def main(argv: list[str] | None = None) -> int:
     rep = sub.add_parser("report", help="print the report of an earlier run")
     rep.add_argument("--out", type=Path, required=True)
     fit = sub.add_parser("fit-host", help="fit the engine host terms on the TRAIN rows")
-    fit.add_argument("--csv", type=Path, required=True)
+    fit.add_argument("--csv", type=csv_argument, required=True, help=CSV_HELP)
     fit.add_argument("--engines", nargs="*", default=["vllm", "trtllm", "sglang"])
     eag = sub.add_parser("fit-eager", help="fit the eager-step host terms on the TRAIN rows' TTFT")
-    eag.add_argument("--csv", type=Path, required=True)
+    eag.add_argument("--csv", type=csv_argument, required=True, help=CSV_HELP)
     eag.add_argument("--journal", type=Path, required=True, help="rows.jsonl of a run with those terms at 0")
     eag.add_argument("--engines", nargs="*", default=["trtllm", "sglang"])
     eag.add_argument("--max-conc", type=int, default=16)
@@ -863,11 +876,11 @@ def main(argv: list[str] | None = None) -> int:
     eag.add_argument("--by-group", action="store_true",
                      help="also print the per-MoE-layer value each (GPU, model) group's rows want")
     imp = sub.add_parser("implied-rate", help="the FLOP rate each row's measurement implies (plausibility)")
-    imp.add_argument("--csv", type=Path, required=True)
+    imp.add_argument("--csv", type=csv_argument, required=True, help=CSV_HELP)
     imp.add_argument("--opdb", type=Path, default=None, help="opdb folder: flag rows above its fastest GEMM")
     imp.add_argument("--top", type=int, default=30)
     stp = sub.add_parser("ttft-steps", help="genai-perf rows' TTFT in units of the lone prompt step")
-    stp.add_argument("--csv", type=Path, required=True)
+    stp.add_argument("--csv", type=csv_argument, required=True, help=CSV_HELP)
     stp.add_argument("--journal", type=Path, required=True, help="rows.jsonl of a twin validate run")
     stp.add_argument("--engine", default="trtllm")
     pts = sub.add_parser("points", help="the share of the file's MAPE each group of rows carries")
@@ -890,7 +903,7 @@ def main(argv: list[str] | None = None) -> int:
                                                           "measured CSV")
     tr = sub.add_parser("transfer", help="rows of some GPUs with their own fitted constants against constants "
                                          "fitted elsewhere")
-    tr.add_argument("--csv", type=Path, required=True)
+    tr.add_argument("--csv", type=csv_argument, required=True, help=CSV_HELP)
     tr.add_argument("--out", type=Path, required=True)
     tr.add_argument("--systems", required=True, help="comma-separated GPUs whose rows to predict (h200_sxm)")
     tr.add_argument("--constants", required=True,
@@ -899,7 +912,7 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--every", type=int, default=1, help="only every k-th of the GPUs' rows, in file order")
     tr.add_argument("--mode", choices=("agg", "disagg"), default=None, help="only aggregated or disaggregated rows")
     rp = sub.add_parser("repeats", help="configurations the measured CSV holds more than once: how far apart")
-    rp.add_argument("--csv", type=Path, required=True)
+    rp.add_argument("--csv", type=csv_argument, required=True, help=CSV_HELP)
     rp.add_argument("--out", type=Path, default=None,
                     help="folder of a twin validate run: also the MAPE no one prediction can beat on its rows")
     rp.add_argument("--spread", type=float, default=0.2, help="count pairs further apart than this fraction")

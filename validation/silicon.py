@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import csv
 import functools
+import gzip
 import hashlib
 import json
 import math
 import re
+import zlib
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from datetime import datetime, time, timedelta
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence, TextIO
 
 import attrs
 import numpy as np
@@ -28,25 +30,43 @@ from twin.errors import TwinError
 from twin.kv_cache import cdiv
 from twin.results import jsonable
 from validation import inferencemax_b300
+from validation.samples import REQUIRED_COLUMNS
 from workloads.errors import utf8_lines
 
 WEIGHT_FORMATS = {"": "bf16", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_block": "fp8_block",
                   "nvfp4": "fp4", "fp4": "fp4", "mxfp4": "fp4", "int4_wo": "int4", "int4": "int4"}
-REQUIRED = ("id", "backend", "model_path", "system", "mode", "isl", "osl", "silicon_ttft_ms", "silicon_tpot_ms")
+REQUIRED = REQUIRED_COLUMNS   # (validation.samples lists every column read, for the help and the docs)
 
 
 class Skip(Exception):
     """This row cannot be represented; the message says why."""
 
 
-def read_rows(path: str | Path) -> list[dict[str, str]]:
-    """The CSV's rows; a missing column or an unreadable file is an error naming the file."""
+def _open_csv(path: str | Path) -> TextIO:
+    """A measured CSV as text, gzip-compressed where its name ends .gz."""
     # utf-8-sig: a byte-order mark (Excel writes one) is not part of the first column's name
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.DictReader(utf8_lines(path, fh))
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rt", newline="", encoding="utf-8-sig")
+    return open(path, newline="", encoding="utf-8-sig")
+
+
+def _gzip_lines(path: str | Path, lines: Iterable[str]) -> Iterator[str]:
+    """The lines of an opened CSV; a damaged .gz is an error naming the file (a bare BadGzipFile named none)."""
+    try:
+        yield from lines
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise ValueError(f"{path}: not a readable gzip file ({exc or 'truncated'})") from None
+
+
+def read_rows(path: str | Path) -> list[dict[str, str]]:
+    """The CSV's rows (.csv, or gzip-compressed .csv.gz); a missing column or an unreadable file is an error
+    naming the file."""
+    with _open_csv(path) as fh:
+        reader = csv.DictReader(utf8_lines(path, _gzip_lines(path, fh)))
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
         if missing:
-            raise ValueError(f"{path}: missing column(s) {missing}; expected the silicon sample columns")
+            raise ValueError(f"{path}: missing column(s) {missing}; expected the silicon sample columns "
+                             "(twin validate silicon --help lists them)")
         rows = []
         width = len(reader.fieldnames or [])
         for row in reader:
