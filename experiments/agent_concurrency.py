@@ -18,7 +18,6 @@ peak) and ``summary.md`` (what the figure shows, from the numbers).
 from __future__ import annotations
 
 import argparse
-import csv
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -26,6 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import attrs
 import numpy as np
 
+from experiments.tables import write_rows
 from twin.config import load_config
 from twin.plots import default_hit_window, hit_rate, tokens_label
 from twin.results import Results
@@ -96,12 +96,7 @@ def run_points(agents: Mapping[str, Iterable[int]] = AGENTS, limit: int | None =
 
 
 def write_csv(points: Iterable[Point], path: Path) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(COLUMNS))
-        writer.writeheader()
-        for p in points:
-            writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in p.row().items()})
-    return path
+    return write_rows((p.row() for p in points), COLUMNS, path)
 
 
 def peak(points: Sequence[Point], workload: str) -> Point:

@@ -26,13 +26,13 @@ the numbers and the runs' ``hardware_whatif`` ledgers; ``experiments/bandwidth_c
 from __future__ import annotations
 
 import argparse
-import csv
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import attrs
 
+from experiments.tables import write_rows
 from twin.config import load_config
 from twin.configio import read_yaml
 from twin.runner import Simulation
@@ -109,12 +109,7 @@ def run_points(workloads: Mapping[str, Mapping[str, Any]], scales: Iterable[floa
 
 
 def write_csv(points: Iterable[Point], path: Path) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(COLUMNS))
-        writer.writeheader()
-        for p in points:
-            writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in p.row().items()})
-    return path
+    return write_rows((p.row() for p in points), COLUMNS, path)
 
 
 def plot(points: list[Point], path: Path, dpi: int = 90) -> Path:

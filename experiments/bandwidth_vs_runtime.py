@@ -31,13 +31,13 @@ makes to TPOT, TTFT and throughput) and ``summary.md``.
 from __future__ import annotations
 
 import argparse
-import csv
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
+from experiments.tables import write_rows
 from hardware.cost import HOST_TERMS, TERMS
 from hardware.shape import BatchShape
 from twin.config import load_config
@@ -198,13 +198,7 @@ def baselines(points: Sequence[Point]) -> dict[str, Point]:
 
 def write_csv(points: Sequence[Point], path: Path) -> Path:
     base = baselines(points)
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(COLUMNS))
-        writer.writeheader()
-        for p in points:
-            row = p.row(base[p.service])
-            writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in row.items()})
-    return path
+    return write_rows((p.row(base[p.service]) for p in points), COLUMNS, path)
 
 
 def ledger_bars(p: Point, top: int = 5) -> list[tuple[str, float, str]]:

@@ -28,13 +28,13 @@ second axis) and ``summary.md`` (where the largest term changes, from the number
 from __future__ import annotations
 
 import argparse
-import csv
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
+from experiments.tables import write_rows
 from hardware.cost import CostModel, StepCost
 from hardware.deployment import Deployment
 from hardware.shape import BatchShape
@@ -126,13 +126,7 @@ def run(spec: Mapping[str, Any]) -> tuple[list[Worker], list[Point]]:
 
 
 def write_csv(points: Iterable[Point], path: Path) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(COLUMNS))
-        writer.writeheader()
-        for p in points:
-            for row in p.rows():
-                writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in row.items()})
-    return path
+    return write_rows((row for p in points for row in p.rows()), COLUMNS, path)
 
 
 def panels(points: Sequence[Point]) -> dict[tuple[str, str], list[Point]]:

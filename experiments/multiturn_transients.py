@@ -49,6 +49,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import attrs
 import numpy as np
 
+from experiments.tables import cell, write_rows
 from twin.config import load_config
 from twin.configio import read_yaml
 from twin.results import Results
@@ -239,33 +240,25 @@ def run_all(variants: Mapping[str, Mapping[str, Any]], folder: Path,
             for name, changes in variants.items()]
 
 
-def _fmt(v: Any) -> Any:
-    return f"{v:.6g}" if isinstance(v, float) else v
-
-
 def write_csvs(runs: Iterable[Run], out: Path, stem: str = "multiturn_transients") -> list[Path]:
     """The per-variant, per-sample and per-request tables."""
     runs = list(runs)
     paths = [out / f"{stem}.csv", out / f"{stem}_timeseries.csv", out / f"{stem}_requests.csv"]
-    with open(paths[0], "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(SUMMARY_COLUMNS))
-        writer.writeheader()
-        for r in runs:
-            writer.writerow({k: _fmt(v) for k, v in r.row().items()})
+    write_rows((r.row() for r in runs), SUMMARY_COLUMNS, paths[0])
     with open(paths[1], "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(SERIES_COLUMNS)
         for r in runs:
             s = r.series()
             for i in range(len(s["time_s"])):
-                w.writerow([r.variant, *(_fmt(float(s[c][i])) for c in SERIES_COLUMNS[1:])])
+                w.writerow([r.variant, *(cell(float(s[c][i])) for c in SERIES_COLUMNS[1:])])
     with open(paths[2], "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(REQUEST_COLUMNS)
         for r in runs:
             for q in r.requests:
                 w.writerow([r.variant, "run" if q["arrival_s"] >= r.start_s else "warm-up", q["session"],
-                            int(q["turn"]), _fmt(float(q["arrival_s"]) - r.start_s), _fmt(float(q["ttft_s"])),
+                            int(q["turn"]), cell(float(q["arrival_s"]) - r.start_s), cell(float(q["ttft_s"])),
                             int(q["prompt_tokens"]), int(q["cached_tokens"])])
     return paths
 

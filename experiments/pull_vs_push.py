@@ -21,7 +21,6 @@ results folders (``pull/``, ``push/``: ``twin plot DIR/pull --compare DIR/push``
 from __future__ import annotations
 
 import argparse
-import csv
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -29,6 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import attrs
 import numpy as np
 
+from experiments.tables import write_rows
 from twin.config import load_config
 from twin.configio import read_yaml
 from twin.results import Results
@@ -103,12 +103,7 @@ def point(transfer: str, decode_blocks: int | None | str = "yaml",
 
 
 def write_csv(points: Iterable[Point], path: Path) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(COLUMNS))
-        writer.writeheader()
-        for p in points:
-            writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in p.row().items()})
-    return path
+    return write_rows((p.row() for p in points), COLUMNS, path)
 
 
 # -------------------------------------------------------------------------------------------- figure

@@ -34,6 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
+from experiments.tables import write_rows
 from twin.config import load_config
 from twin.configio import read_yaml
 from twin.runner import Simulation
@@ -198,12 +199,7 @@ def run(rows: Iterable[dict[str, str]]) -> list[Point]:
 
 
 def write_csv(points: Iterable[Point], path: Path) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(COLUMNS))
-        writer.writeheader()
-        for p in points:
-            writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in p.row().items()})
-    return path
+    return write_rows((p.row() for p in points), COLUMNS, path)
 
 
 def deployments(points: Sequence[Point]) -> dict[tuple[str, str], list[Point]]:

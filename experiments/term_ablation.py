@@ -32,6 +32,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
+from experiments.tables import cell, write_rows
 from hardware.cost import TERMS
 from twin.config import load_config
 from twin.configio import read_yaml
@@ -231,17 +232,8 @@ def cells(runs: Sequence[RowRun], terms: Sequence[str]) -> list[Cell]:
     return out
 
 
-def _fmt(v: Any) -> Any:
-    return f"{v:.6g}" if isinstance(v, float) else v
-
-
 def write_csv(table: Iterable[Cell], path: Path) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(COLUMNS))
-        writer.writeheader()
-        for c in table:
-            writer.writerow({k: _fmt(v) for k, v in c.row().items()})
-    return path
+    return write_rows((c.row() for c in table), COLUMNS, path)
 
 
 def write_rows_csv(runs: Iterable[RowRun], path: Path) -> Path:
@@ -249,7 +241,7 @@ def write_rows_csv(runs: Iterable[RowRun], path: Path) -> Path:
         writer = csv.DictWriter(fh, fieldnames=list(ROW_COLUMNS))
         writer.writeheader()
         for r in runs:
-            writer.writerows({k: _fmt(v) for k, v in line.items()} for line in r.rows())
+            writer.writerows({k: cell(v) for k, v in line.items()} for line in r.rows())
     return path
 
 
