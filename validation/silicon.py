@@ -29,7 +29,7 @@ import numpy as np
 from twin.errors import TwinError
 from twin.kv_cache import cdiv
 from twin.results import jsonable
-from validation import inferencemax_b300
+from validation import inferencemax_blackwell
 from validation.samples import REQUIRED_COLUMNS
 from workloads.errors import utf8_lines
 
@@ -248,7 +248,7 @@ def _inferencemax_parallel(row: dict[str, str], par: Parallel, isl: int, osl: in
       2026-03-28 H100 export's tp 4 / dp 4 / ep 16 encodes the tp 4 / ep 4 search-space entry (the script
       has no DP flag).
 
-    Other GPUs: the B300 scripts' own layout (:func:`_inferencemax_b300_parallel`).
+    Other GPUs: the Blackwell (B300, B200) scripts' own layout (:func:`_inferencemax_b300_parallel`).
     """
     if row["system"].strip() not in HOPPER:
         return _inferencemax_b300_parallel(row, par, isl, osl, conc, notes)
@@ -272,8 +272,9 @@ def _inferencemax_parallel(row: dict[str, str], par: Parallel, isl: int, osl: in
 
 def _inferencemax_b300_parallel(row: dict[str, str], par: Parallel, isl: int, osl: int, conc: int,
                                 notes: list[str]) -> Parallel:
-    """The layout InferenceMAX's B300 script launched for an aggregated row (validation/inferencemax_b300.py,
-    ``b300_sxm`` entries of validation/harness/inferencemax_flags.json): the config's search-space entry the
+    """The layout InferenceMAX's Blackwell script launched for an aggregated row
+    (validation/inferencemax_blackwell.py, ``b300_sxm`` / ``b200_sxm`` entries of
+    validation/harness/inferencemax_flags.json): the config's search-space entry the
     row's ISL / OSL, concurrency and export layout fit, launched as the script turns TP / EP_SIZE /
     DP_ATTENTION into flags on the TP GPUs the runner allocates. So the Qwen3.5 NVFP4 rows exported as tp 4 /
     moe_tp 2 / ep 2 run TP 2 / EP 2 (qwen3.5_fp4_b300.sh at 8acbd08b7: --ep-size $EP_SIZE; the grid has no
@@ -282,11 +283,12 @@ def _inferencemax_b300_parallel(row: dict[str, str], par: Parallel, isl: int, os
     run without expert parallelism (the scripts test EP_SIZE > 1; the Hopper scripts' >= 1 does not apply).
     A row no script version matches (the 2026-04-03 wip rows, whose images no InferenceX commit names)
     keeps the export's layout and the engine's defaults."""
-    launch = inferencemax_b300.find(row)
+    launch = inferencemax_blackwell.find(row)
     if launch is None:
-        notes.append("no InferenceX B300 script for the row's date and image: the engine's defaults")
+        notes.append(f"no InferenceX {inferencemax_blackwell.label(row)} script for the row's date and image: "
+                     "the engine's defaults")
         return par
-    run, why = inferencemax_b300.layout(launch, par.tp, par.dp, par.ep, isl, osl, conc)
+    run, why = inferencemax_blackwell.layout(launch, par.tp, par.dp, par.ep, isl, osl, conc)
     fixed = par if run is None else Parallel(tp=run[0], dp=run[1], ep=run[2])
     if fixed != par:
         notes.append(f"harness layout tp {fixed.tp} / dp {fixed.dp} / ep {fixed.ep} "
@@ -297,12 +299,14 @@ def _inferencemax_b300_parallel(row: dict[str, str], par: Parallel, isl: int, os
 
 
 def _b300_settings(row: dict[str, str], spec: "RowSpec") -> dict[str, Any]:
-    """The launch settings of an aggregated row's InferenceMAX B300 script for its launched TP and per-rank
-    concurrency (empty: no script; validation/inferencemax_b300.py)."""
-    launch = inferencemax_b300.find(row)
+    """The launch settings of an aggregated row's InferenceMAX Blackwell (B300, B200) script for its launched
+    layout and per-rank concurrency (empty: no script; validation/inferencemax_blackwell.py)."""
+    launch = inferencemax_blackwell.find(row)
     if launch is None or spec.agg is None:
         return {}
-    return inferencemax_b300.settings(launch, spec.agg.tp, spec.per_rank_concurrency, spec.isl)
+    return inferencemax_blackwell.settings(launch, spec.agg.tp, spec.per_rank_concurrency, spec.isl,
+                                           osl=spec.osl, client_conc=spec.concurrency, dp=spec.agg.dp,
+                                           ep=spec.agg.ep)
 
 
 DISAGG_CONFIGS = Path(__file__).resolve().parent / "harness" / "inferencemax_disagg.json"
@@ -648,8 +652,9 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
     256 on H100, neither flag on H200); its SGLang / TRT-LLM settings are below. An engine whose profile has
     chunked prefill off by default (TRT-LLM) gets it off here. A row's own ``max_batch_size`` /
     ``max_num_tokens`` (:data:`ENGINE_LIMIT_COLUMNS`) replace the batch cap / token budget of any rule.
-    InferenceMAX rows on other GPUs than Hopper take their B300 script's caps (:func:`_b300_settings`), or the
-    engine's defaults where no script matches.
+    InferenceMAX rows on other GPUs than Hopper take their Blackwell script's caps and, TensorRT-LLM, its
+    attention-DP balance and batch-wait settings (:func:`_b300_settings`), or the engine's defaults where no
+    script matches.
     """
     import hardware
 
@@ -670,7 +675,10 @@ def deployment_limits(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> 
             out.update(max_num_seqs=bs, max_num_batched_tokens=bs + spec.isl + 1500)
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.gpu not in HOPPER:
         b300 = _b300_settings(row, spec)
-        out.update({k: b300[k] for k in ("max_num_seqs", "max_num_batched_tokens", "recv_interval") if k in b300})
+        out.update({k: b300[k] for k in ("max_num_seqs", "max_num_batched_tokens", "recv_interval",
+                                         "attention_dp_balance", "attention_dp_timeout_iters",
+                                         "attention_dp_batching_wait_iters", "batch_wait_iters",
+                                         "batch_wait_max_tokens_ratio") if k in b300})
     elif proto is INFERENCEMAX and spec.mode == "agg" and spec.backend == "vllm":
         if "minimax" in spec.model.lower():
             # minimaxm2.5_fp8_h100.sh: --max-num-seqs 256; minimaxm2.5_fp8_h200.sh: neither flag (a36346339,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from twin.cli import build_parser, main
-from validation import inferencemax_b300, silicon
+from validation import inferencemax_blackwell, silicon
 from validation.report import csv_argument
 from validation.samples import (DATA_DIR, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, SAMPLES, columns_markdown,
                                 resolve_csv, sample_path)
@@ -135,7 +135,7 @@ def _columns_read(source: str) -> set[str]:
 
 def test_the_column_list_is_every_column_the_reader_reads() -> None:
     read = set()
-    for module in (silicon, inferencemax_b300):
+    for module in (silicon, inferencemax_blackwell):
         read |= _columns_read(Path(module.__file__ or "").read_text(encoding="utf-8"))
     read |= set(silicon.ENGINE_LIMIT_COLUMNS)          # read in a loop over the constant
     assert read == set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
