@@ -62,7 +62,7 @@ def write_summary(out: Path, results: dict[str, Results]) -> list[dict[str, Any]
             "failed": s["requests"]["failed"], "ttft_mean_s": s["ttft_s"]["mean"], "ttft_p99_s": s["ttft_s"]["p99"],
             "queue_mean_s": s["queue_s"]["mean"], "staged_mean_s": kv["staged_s"]["mean"],
             "staged_p99_s": kv["staged_s"]["p99"], "max_staged_blocks": float(np.nanmax(t["staged_blocks"])),
-            "max_prefill_waiting": float(np.nanmax(t["w0_waiting"])),
+            "max_prefill_waiting": float(np.nanmax(t["prefill0_waiting"])),
             "max_decode_wait": float(np.nanmax(t["decode_wait"])), "pulls": kv["pulls"], "pushes": kv["pushes"],
             "dropped": kv["dropped"], "lease_expiries": kv["lease_expiries"],
         })
@@ -74,9 +74,9 @@ def write_summary(out: Path, results: dict[str, Results]) -> list[dict[str, Any]
 
 
 def plot(out: Path, results: dict[str, Results]) -> Path:
-    panels = [("prefill queue", "w0_waiting"), ("staged KV blocks", "staged_blocks"),
-              ("decode pull queue", "decode_wait"), ("prefill KV usage", "w0_kv_usage"),
-              ("decode KV usage", "w1_kv_usage")]
+    panels = [("prefill queue", "prefill0_waiting"), ("staged KV blocks", "staged_blocks"),
+              ("decode pull queue", "decode_wait"), ("prefill KV usage", "prefill0_kv_usage"),
+              ("decode KV usage", "decode0_kv_usage")]
 
     def ttft(ax: Any, name: str, res: Results) -> None:
         req = res.requests

@@ -103,10 +103,9 @@ class Run:
         req = self.requests
         return req[req["arrival_s"] >= self.start_s]
 
-    def worker(self, role: str) -> int:
-        """Id of the run's first worker of ``role`` (prefill / decode)."""
-        name = next(k["worker"] for k in self.results.summary["kv_capacity"] if k["role"] == role)
-        return int(name.removeprefix("worker"))
+    def worker(self, role: str) -> str:
+        """Name of the run's first worker of ``role`` (prefill / decode), its gauges' prefix."""
+        return str(next(k["worker"] for k in self.results.summary["kv_capacity"] if k["role"] == role))
 
     def pool_tokens(self, role: str) -> int:
         return next(int(k["tokens"]) for k in self.results.summary["kv_capacity"] if k["role"] == role)
@@ -116,12 +115,12 @@ class Run:
         ts = self.results.timeseries
         req = self.requests
         return {"time_s": ts["time_s"] - self.start_s,
-                "prefill_queue": ts[f"w{self.worker('prefill')}_waiting"],
+                "prefill_queue": ts[f"{self.worker('prefill')}_waiting"],
                 "decode_admission_queue": ts["decode_wait"],
                 "hit_rate_trailing": trailing_hit_rate(req["first_scheduled_s"], req["prompt_tokens"],
                                                        req["cached_tokens"], ts["time_s"], HIT_WINDOW_TOKENS,
                                                        since_s=self.start_s),
-                "decode_kv_usage": ts[f"w{self.worker('decode')}_kv_usage"]}
+                "decode_kv_usage": ts[f"{self.worker('decode')}_kv_usage"]}
 
     def row(self) -> dict[str, Any]:
         s = self.results.summary

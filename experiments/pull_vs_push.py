@@ -58,10 +58,9 @@ class Point:
         """The KV pool of the run's worker of ``role`` (prefill / decode), in blocks."""
         return next(int(k["blocks"]) for k in self.results.summary["kv_capacity"] if k["role"] == role)
 
-    def wid(self, role: str) -> int:
-        """The id of the run's worker of ``role`` (its gauges are ``w{id}_...``)."""
-        worker = next(k["worker"] for k in self.results.summary["kv_capacity"] if k["role"] == role)
-        return int(worker.removeprefix("worker"))
+    def worker(self, role: str) -> str:
+        """The name of the run's worker of ``role``, its gauges' prefix (``decode0_kv_usage``)."""
+        return str(next(k["worker"] for k in self.results.summary["kv_capacity"] if k["role"] == role))
 
     @property
     def staged(self) -> np.ndarray:
@@ -145,7 +144,7 @@ def _time_series(axes: Any, featured: Mapping[str, Point]) -> None:
         t = ts["time_s"]
         axes[0].plot(t, p.staged, style, color=colour, label=name)
         axes[1].plot(t, ts["decode_wait"], style, color=colour, label=name)
-        axes[2].plot(t, ts[f"w{p.wid('decode')}_kv_usage"], style, color=colour, label=name,
+        axes[2].plot(t, ts[f"{p.worker('decode')}_kv_usage"], style, color=colour, label=name,
                      alpha=0.8 if p.transfer == "push" else 1)
         done = np.sort(req["finish_s"][req["status"] == "finished"])
         failed = np.sort(req["finish_s"][req["status"] == "failed"])

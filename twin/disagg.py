@@ -584,12 +584,12 @@ class DisaggSystem:
     def gauges(self) -> dict[str, float]:
         out: dict[str, float] = {}
         staged_reqs = staged_blocks = 0
-        for w in self.prefill:
+        for i, w in enumerate(self.prefill):
             reqs = len(w.sched.kv.req_blocks) - len(w.sched.running)
             blocks = sum(len(b) for rid, b in w.sched.kv.req_blocks.items()) - sum(
                 len(w.sched.kv.blocks_of(r)) for r in w.sched.running)
-            out[f"staged_requests_w{w.wid}"] = reqs
-            out[f"staged_blocks_w{w.wid}"] = blocks
+            out[f"staged_requests_prefill{i}"] = reqs    # (named as twin.runner.worker_names names it)
+            out[f"staged_blocks_prefill{i}"] = blocks
             staged_reqs += reqs
             staged_blocks += blocks
         out["staged_requests"] = staged_reqs

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence, Sized
+from typing import Callable, Mapping, Sequence, Sized
 
 import numpy as np
 import simpy
@@ -35,9 +35,12 @@ class Monitor:
     """
 
     def __init__(self, env: simpy.Environment, workers: Sequence[Worker], interval_ns: int,
-                 on_idle: Callable[[], None], extra: Callable[[], dict[str, float]] | None = None) -> None:
+                 on_idle: Callable[[], None], extra: Callable[[], dict[str, float]] | None = None,
+                 names: Mapping[int, str] | None = None) -> None:
         self.env = env
         self.workers = workers
+        self.names = [names[w.wid] if names else f"worker{w.wid}" for w in workers]
+        """Each worker's column prefix (twin.runner.worker_names: prefill0, decode0, worker0 ...)."""
         self.interval_ns = interval_ns
         self.on_idle = on_idle
         self.extra = extra
@@ -55,13 +58,13 @@ class Monitor:
     def columns(self) -> list[str]:
         cols = ["time_s", "waiting", "running", "kv_usage", "output_tokens_per_s", "prefix_hit_rate",
                 "preemptions"]
-        for w, queue in zip(self.workers, self._pull_queues):
-            cols += [f"w{w.wid}_waiting", f"w{w.wid}_running", f"w{w.wid}_kv_usage", f"w{w.wid}_kv_cached_blocks",
-                     f"w{w.wid}_host_blocks"]
+        for w, name, queue in zip(self.workers, self.names, self._pull_queues):
+            cols += [f"{name}_waiting", f"{name}_running", f"{name}_kv_usage", f"{name}_kv_cached_blocks",
+                     f"{name}_host_blocks"]
             if w.sched.kv.host is not None:
-                cols.append(f"w{w.wid}_host_usage")
+                cols.append(f"{name}_host_usage")
             if queue is not None:
-                cols.append(f"w{w.wid}_pull_queue")
+                cols.append(f"{name}_pull_queue")
         return cols + self._extra_names
 
     def sample(self) -> None:

@@ -14,6 +14,7 @@ import csv
 import io
 import json
 import math
+import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Collection, Iterator, Literal, Sequence
@@ -144,27 +145,24 @@ def load_run(folder: str | Path) -> RunData:
 
 
 def _workers(ts: dict[str, np.ndarray], summary: dict[str, Any]) -> tuple[Worker, ...]:
-    """The run's workers by role, as ``summary.json``'s ``kv_capacity`` lists them (``worker3``, decode);
-    without it, every worker with gauges in the time series, colocated."""
-    listed: list[tuple[int, str, int | None]] = []
+    """The run's workers by role, as ``summary.json``'s ``kv_capacity`` lists them (``decode0``, decode);
+    without it, every worker with gauges in the time series (``worker0_waiting``, ``prefill0_waiting`` ...),
+    its role read from its name."""
+    listed: list[tuple[str, str, int | None]] = []
     for entry in summary.get("kv_capacity") or []:
         try:
-            wid = int(str(entry["worker"]).removeprefix("worker"))
-            listed.append((wid, str(entry.get("role", "colocated")), int(entry["blocks"])))
+            listed.append((str(entry["worker"]), str(entry.get("role", "colocated")), int(entry["blocks"])))
         except (KeyError, TypeError, ValueError):
             continue
     if not listed:
-        prefixes = {c.split("_")[0] for c in ts}
-        wids = sorted(int(p[1:]) for p in prefixes if p[:1] == "w" and p[1:].isdigit())
-        listed = [(wid, "colocated", None) for wid in wids]
-    counts: dict[str, int] = {}
-    out = []
-    for wid, role, blocks in listed:
-        index = counts.get(role, 0)
-        counts[role] = index + 1
-        name = f"worker{wid}" if role == "colocated" else f"{role}{index}"
-        out.append(Worker(wid=wid, role=role, name=name, pool_blocks=blocks))
-    return tuple(out)
+        names = sorted({c.split("_")[0] for c in ts if _WORKER_NAME.fullmatch(c.split("_")[0])},
+                       key=lambda n: (n.rstrip("0123456789"), int(n[len(n.rstrip("0123456789")):])))
+        listed = [(n, "colocated" if n.startswith("worker") else n.rstrip("0123456789"), None) for n in names]
+    return tuple(Worker(wid=i, role=role, name=name, pool_blocks=blocks)
+                 for i, (name, role, blocks) in enumerate(listed))
+
+
+_WORKER_NAME = re.compile(r"(worker|prefill|decode)\d+")
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -294,7 +292,7 @@ def timeseries_panels(run: RunData, hit_window_tokens: float | None = None) -> l
 
 def _column(w: Worker, col: str) -> str:
     """A worker's gauge in timeseries.csv (wid -1: the total over all workers)."""
-    return col if w.wid < 0 else f"w{w.wid}_{col}"
+    return col if w.wid < 0 else f"{w.name}_{col}"
 
 
 def _role_panel(title: str, ylabel: str, ts: dict[str, np.ndarray], workers: Sequence[Worker],
@@ -340,13 +338,13 @@ def _kv_usage(ts: dict[str, np.ndarray], workers: Sequence[Worker]) -> Panel:
 def _staged(ts: dict[str, np.ndarray], prefill: Sequence[Worker]) -> Panel:
     """KV held on each prefill worker for requests whose decode worker has not taken it yet, in blocks (the
     worker's pool size in the legend: staged KV filling it stops new prefills)."""
-    have = [w for w in prefill if f"staged_blocks_w{w.wid}" in ts]
+    have = [w for w in prefill if f"staged_blocks_{w.name}" in ts]
     if len(have) > MAX_WORKER_LINES:
         series = [Series(label=f"prefill x{len(have)} total",
-                         values=np.sum([ts[f"staged_blocks_w{w.wid}"] for w in have], axis=0))]
+                         values=np.sum([ts[f"staged_blocks_{w.name}"] for w in have], axis=0))]
     else:
         series = [Series(label=w.name + (f" (pool {w.pool_blocks:,})" if w.pool_blocks else ""),
-                         values=ts[f"staged_blocks_w{w.wid}"]) for w in have]
+                         values=ts[f"staged_blocks_{w.name}"]) for w in have]
     return Panel(title=PANEL_TITLES[5], ylabel="KV blocks", series=tuple(series))
 
 

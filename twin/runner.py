@@ -80,7 +80,8 @@ class Simulation:
         from twin.monitor import Monitor
 
         self.monitor = Monitor(self.env, self.workers, to_ns(cfg.metrics.sample_interval_s), self._on_idle,
-                               lambda: {**self.driver.gauges(), **self.system.gauges()})
+                               lambda: {**self.driver.gauges(), **self.system.gauges()},
+                               names=worker_names(self.system))
         self.wall_s = 0.0
 
     # ------------------------------------------------------------------------------------ wiring
@@ -187,10 +188,11 @@ class Simulation:
         summary["sim"] = {"simulated_s": self.env.now / 1e9, "wall_s": self.wall_s,
                           "steps": sum(w.ledger.steps for w in self.workers)}
         ledger: dict[str, Any] = {}
+        names = worker_names(self.system)
         for w in self.workers:
-            ledger[f"worker{w.wid}"] = {"steps": w.ledger.steps, "busy_s": w.ledger.busy_ns / 1e9,
+            ledger[names[w.wid]] = {"steps": w.ledger.steps, "busy_s": w.ledger.busy_ns / 1e9,
                                        "terms_s": dict(w.ledger.terms_s)}
-        whatif = hardware_whatif(cfg, self.workers)
+        whatif = hardware_whatif(cfg, self.workers, names)
         if whatif is not None:
             ledger["hardware_whatif"] = whatif
         token_times = None
@@ -200,16 +202,25 @@ class Simulation:
                        config=cfg.to_dict(), token_times=token_times)
 
 
+def worker_names(system: Any) -> dict[int, str]:
+    """Each worker's name in the outputs (ledger, KV capacity, time-series columns, plots): ``prefill0``,
+    ``decode0`` ... by role in a disaggregated system, numbered within the role as Dynamo's and SGLang's
+    launchers name their servers; ``worker0`` ... for colocated engines and attention-DP ranks."""
+    names = {w.wid: f"{role}{i}" for role in ("prefill", "decode") for i, w in enumerate(getattr(system, role, []))}
+    return {w.wid: names.get(w.wid, f"worker{w.wid}") for w in system.workers}
+
+
 def kv_capacity(system: Any, block_size: int) -> list[dict[str, Any]]:
     """Each worker's KV pool, as the engines print it at start-up (vLLM's "# GPU blocks"): blocks, the tokens
     they hold and their GiB on each of the worker's GPUs, with the worker's role (prefill, decode or
     colocated)."""
     roles = {w.wid: role for role in ("prefill", "decode") for w in getattr(system, role, [])}
+    names = worker_names(system)
     out = []
     for w in system.workers:
         blocks = w.sched.kv.num_blocks
         per_block = w.prices.cost_model.dep.bytes_per_block(block_size)
-        out.append({"worker": f"worker{w.wid}", "role": roles.get(w.wid, "colocated"), "blocks": blocks,
+        out.append({"worker": names[w.wid], "role": roles.get(w.wid, "colocated"), "blocks": blocks,
                     "tokens": blocks * block_size, "gib_per_gpu": blocks * per_block / 2**30})
     return out
 

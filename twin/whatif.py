@@ -10,7 +10,7 @@ prompt filling the token budget (at most 8,192 tokens).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import attrs
 
@@ -48,9 +48,10 @@ def _term_table(base: dict[str, float], new: dict[str, float]) -> dict[str, Any]
     return {"named_s": sum(base.values()), "whatif_s": sum(new.values()), "moved": moved}
 
 
-def hardware_whatif(config: TwinConfig, workers: Sequence[Any]) -> dict[str, Any] | None:
+def hardware_whatif(config: TwinConfig, workers: Sequence[Any],
+                    names: Mapping[int, str] | None = None) -> dict[str, Any] | None:
     """The comparison for a resolved ``config`` whose workers were built (None when the hardware is as
-    shipped). Workers with the same deployment and pool are reported once, under their ids."""
+    shipped). Workers with the same deployment and pool are reported once, under their names (``names``: twin.runner.worker_names; without it ``worker<id>``)."""
     hw = config.hardware
     if not is_whatif(hw):
         return None
@@ -77,9 +78,9 @@ def hardware_whatif(config: TwinConfig, workers: Sequence[Any]) -> dict[str, Any
             entry[label] = _term_table(dict(cm0.step_cost(shape).terms), dict(cm.step_cost(shape).terms))
         key = repr(entry)
         if key in groups:
-            groups[key]["workers"].append(f"worker{w.wid}")
+            groups[key]["workers"].append(names[w.wid] if names else f"worker{w.wid}")
         else:
-            groups[key] = {"workers": [f"worker{w.wid}"], **entry}
+            groups[key] = {"workers": [names[w.wid] if names else f"worker{w.wid}"], **entry}
     out["workers"] = list(groups.values())
     return out
 

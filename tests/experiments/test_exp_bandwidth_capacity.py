@@ -44,4 +44,4 @@ def test_the_summary_calls_a_decode_heavy_workload_bandwidth_bound(points: list)
     text = report(points, {"tiny": TINY})
     assert "**tiny is HBM bandwidth-bound**: more hbm_bw improves its output throughput" in text
     assert "more hbm_bytes not at all" in text
-    assert "hbm_bytes x0.7 (worker0, worker1): KV pool 9,357 -> 3,827 blocks; decode step unchanged" in text
+    assert "hbm_bytes x0.7 (prefill0, decode0): KV pool 9,357 -> 3,827 blocks; decode step unchanged" in text

@@ -113,7 +113,7 @@ def test_a_recompute_after_lease_expiry_respects_seats_held_by_pulls_and_keeps_t
         assert list(t["status"]) == ["finished"] * 2 and math.isnan(t["kv_expired_s"][0])
         assert t["kv_expired_s"][1] > 0 and res.summary["kv_transfer"]["lease_expiries"] == 1
         assert list(t["queued_s"]) == [0.0, 0.0] and list(t["first_scheduled_s"]) == [0.0, 0.0]
-        assert max(res.timeseries["w1_running"]) == 1
+        assert max(res.timeseries["decode0_running"]) == 1
         for req in sim.driver.requests:
             assert len(req.token_times_ns) == 5 and req.token_times_ns[0] == req.first_token_ns
 

@@ -179,8 +179,8 @@ def test_a_disaggregated_pool_of_attention_dp_engines_steps_each_engines_ranks_t
     res = sim.run()
     assert res.summary["requests"]["completed"] == 24
     assert set(res.requests["worker"]) == {2, 3}          # (a request's worker: where it decoded)
-    for a, b in ((0, 1), (2, 3)):
-        la, lb = res.ledger[f"worker{a}"], res.ledger[f"worker{b}"]
+    for a, b in (("prefill0", "prefill1"), ("decode0", "decode1")):   # (each rank named within its role)
+        la, lb = res.ledger[a], res.ledger[b]
         assert la["steps"] == lb["steps"] > 0 and la["busy_s"] == lb["busy_s"]
 
 

@@ -63,8 +63,8 @@ def test_each_workers_kv_capacity_is_reported_with_its_role(tmp_path: Path,
     cfg = {**TINY, "system": {"kind": "disaggregated", "prefill": {"workers": 1}, "decode": {"workers": 2}}}
     summary = Simulation(load_config(cfg)).run().summary
     assert summary["kv_capacity"] == [
-        {"worker": f"worker{i}", "role": role, "blocks": 27792, "tokens": 27792 * 16,
-         "gib_per_gpu": 27792 * 2 / 1024} for i, role in enumerate(("prefill", "decode", "decode"))]
+        {"worker": name, "role": name.rstrip("01"), "blocks": 27792, "tokens": 27792 * 16,
+         "gib_per_gpu": 27792 * 2 / 1024} for name in ("prefill0", "decode0", "decode1")]
     config = tmp_path / "disagg.yaml"
     config.write_text(yaml.safe_dump(cfg))
     assert main(["run", str(config), "--out", str(tmp_path / "r"), "--no-plots"]) == 0
