@@ -460,7 +460,7 @@ class SpecRun(PlannedRun):
         return list(zip((steps + 2).tolist(), idx.tolist(), grow[steps, idx].tolist(), fills[steps, idx].tolist()))
 
     def shape(self, i: int) -> BatchShape:
-        """_verify_stats of the step: every request a decode of q tokens over its context."""
+        """twin.shapes.verify_shape of the step: every request a decode of q tokens over its context."""
         n = len(self.reqs)
         q = self.q
         kv = self._sum[i] + n * q

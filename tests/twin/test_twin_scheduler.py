@@ -164,7 +164,7 @@ def test_sglang_ratio_restarts_after_a_preemption_and_resets_when_idle():
     off; once the worker is idle the ratio is 0.7 again."""
     from twin.scheduler import SGLANG_INIT_RATIO, SGLANG_MIN_RATIO, SGLANG_RATIO_DECAY
     sched = make_scheduler(num_blocks=320, block_size=1, prefix_caching=False, admission_reserve="sglang")
-    sched._ratio_steps = 600   # as after 600 decode steps
+    sched.admission.ratio_steps = 600   # as after 600 decode steps
     assert sched.new_token_ratio() == SGLANG_MIN_RATIO
     a, b, c = make_request(1, 4, 300), make_request(2, 4, 120), make_request(3, 4, 120)
     sched.add_request(a, 0)

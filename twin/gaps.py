@@ -1,0 +1,81 @@
+"""A worker's histogram of inter-token gaps (the ITL), counted one by one or handed in bulk."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+_RUN_BATCH = 4096
+"""Gaps handed in bulk (:meth:`GapHistogram.add_run`) that are packed into arrays at once."""
+_BLOCK_ITEMS = 1 << 22
+"""Packed gaps that are counted into the histogram's dictionary when there are more."""
+
+
+class GapHistogram:
+    """Inter-token gaps (ns -> count). A step's gaps are counted in :attr:`counts` at once; a fast-forwarded
+    run hands each step's duration with the number of requests it is the gap of (:meth:`add_run`), counted in
+    numpy when the histogram is read (a dictionary update per gap and step costs more than the step's other
+    bookkeeping)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+        """Gaps counted one by one (the scheduler's update adds to it directly)."""
+        self._runs: list[tuple[list[int], int]] = []
+        """Gaps not in ``counts`` yet: step durations, each the gap of ``count`` requests."""
+        self._run_items = 0
+        self._blocks: list[tuple[np.ndarray, np.ndarray]] = []
+        """Those gaps packed into arrays (gaps, counts), a batch at a time."""
+        self._block_items = 0
+
+    def whole(self) -> dict[int, int]:
+        """The whole histogram as a dictionary (what was handed in bulk counted into :attr:`counts`)."""
+        if self._runs or self._blocks:
+            self._count_blocks()
+        return self.counts
+
+    def add_run(self, gaps: list[int], count: int) -> None:
+        """Count each of ``gaps`` ``count`` times: in bulk, later."""
+        self._runs.append((gaps, count))
+        self._run_items += len(gaps)
+        if self._run_items >= _RUN_BATCH:
+            self._pack_runs()
+
+    def _pack_runs(self) -> None:
+        """Turn the lists handed to :meth:`add_run` into arrays (which the garbage collector ignores)."""
+        runs = self._runs
+        if not runs:
+            return
+        gaps = np.fromiter(itertools.chain.from_iterable(g for g, _ in runs), dtype=np.int64,
+                           count=self._run_items)
+        weights = np.repeat(np.array([c for _, c in runs], dtype=np.int64), [len(g) for g, _ in runs])
+        self._blocks.append((gaps, weights))
+        self._block_items += len(gaps)
+        runs.clear()
+        self._run_items = 0
+        if self._block_items > _BLOCK_ITEMS:  # bound the memory of very long runs
+            self._count_blocks()
+
+    def _count_blocks(self) -> None:
+        """Add every gap handed in bulk to :attr:`counts` (integer sums: any order gives them)."""
+        self._pack_runs()
+        if not self._blocks:
+            return
+        values, where = np.unique(np.concatenate([g for g, _ in self._blocks]), return_inverse=True)
+        totals = np.zeros(len(values), dtype=np.int64)
+        np.add.at(totals, where, np.concatenate([w for _, w in self._blocks]))
+        counts = self.counts
+        for gap, n in zip(values.tolist(), totals.tolist()):
+            counts[gap] = counts.get(gap, 0) + n
+        self._blocks.clear()
+        self._block_items = 0
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The whole histogram as arrays of gaps and their counts, without building the dictionary (a gap
+        may appear more than once)."""
+        self._pack_runs()
+        counts = self.counts
+        return (np.concatenate([np.fromiter(counts, dtype=np.int64, count=len(counts)),
+                                *(g for g, _ in self._blocks)]),
+                np.concatenate([np.fromiter(counts.values(), dtype=np.int64, count=len(counts)),
+                                *(w for _, w in self._blocks)]))
