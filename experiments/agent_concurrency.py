@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import attrs
 import numpy as np
 
-from experiments.tables import write_rows
+from experiments.tables import finish, write_rows
 from twin.config import load_config
 from twin.plots import default_hit_window, hit_rate, tokens_label
 from twin.results import Results
@@ -270,9 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     points = run_points()
     csv_path = write_csv(points, out / "agent_concurrency.csv")
     png_path = plot(points, out / "agent_concurrency.png", dpi=args.dpi)
-    (out / "summary.md").write_text(report(points), encoding="utf-8")
-    print(csv_path.read_text(encoding="utf-8"), end="")
-    print(f"wrote {csv_path}, {png_path} and {out / 'summary.md'} in {time.perf_counter() - start:.1f} s")
+    finish(out, report(points), [csv_path, png_path], start, show=csv_path.read_text(encoding="utf-8"))
     return 0
 
 

@@ -32,7 +32,7 @@ from typing import Any, Iterable, Mapping
 
 import attrs
 
-from experiments.tables import write_rows
+from experiments.tables import finish, write_rows
 from twin.config import load_config
 from twin.configio import read_yaml
 from twin.runner import Simulation
@@ -168,9 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     points = run_points(WORKLOADS)
     csv_path = write_csv(points, out / "bandwidth_capacity.csv")
     png_path = plot(points, out / "bandwidth_capacity.png")
-    (out / "summary.md").write_text(report(points, WORKLOADS), encoding="utf-8")
-    print(csv_path.read_text(encoding="utf-8"), end="")
-    print(f"wrote {csv_path}, {png_path} and {out / 'summary.md'} in {time.perf_counter() - start:.1f} s")
+    finish(out, report(points, WORKLOADS), [csv_path, png_path], start, show=csv_path.read_text(encoding="utf-8"))
     return 0
 
 

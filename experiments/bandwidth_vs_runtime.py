@@ -37,7 +37,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
-from experiments.tables import write_rows
+from experiments.tables import finish, write_rows
 from hardware.cost import HOST_TERMS, TERMS
 from hardware.shape import BatchShape
 from twin.config import load_config
@@ -381,10 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     checks = [host_check(name, service) for name, service in SERVICES.items()]
     csv_path = write_csv(points, out / "bandwidth_vs_runtime.csv")
     png = plot(points, out / "bandwidth_vs_runtime.png", checks)
-    text = report(points, checks)
-    (out / "summary.md").write_text(text, encoding="utf-8")
-    print(text, end="")
-    print(f"wrote {csv_path}, {png} and {out / 'summary.md'} in {time.perf_counter() - start:.1f} s")
+    finish(out, report(points, checks), [csv_path, png], start)
     return 0
 
 

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
-from experiments.tables import write_rows
+from experiments.tables import finish, write_rows
 from hardware.cost import CostModel, StepCost
 from hardware.deployment import Deployment
 from hardware.shape import BatchShape
@@ -201,10 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     built, points = run(spec)
     csv_path = write_csv(points, out / "decode_decomposition.csv")
     png_path = plot(points, out / "decode_decomposition.png")
-    text = report(built, points, spec)
-    (out / "summary.md").write_text(text, encoding="utf-8")
-    print(text, end="")
-    print(f"wrote {csv_path}, {png_path} and {out / 'summary.md'} in {time.perf_counter() - start:.1f} s")
+    finish(out, report(built, points, spec), [csv_path, png_path], start)
     return 0
 
 

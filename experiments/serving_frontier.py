@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
-from experiments.tables import write_rows
+from experiments.tables import finish, write_rows
 from twin.config import load_config
 from twin.configio import read_yaml
 from twin.runner import Simulation
@@ -330,10 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     points = run(read_rows(measured_path(spec)))
     csv_path = write_csv(points, out / "serving_frontier.csv")
     png = plot(points, out / "serving_frontier.png")
-    text = report(points)
-    (out / "summary.md").write_text(text, encoding="utf-8")
-    print(text, end="")
-    print(f"wrote {csv_path}, {png} and {out / 'summary.md'} in {time.perf_counter() - start:.1f} s")
+    finish(out, report(points), [csv_path, png], start)
     return 0
 
 

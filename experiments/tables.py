@@ -21,3 +21,14 @@ def write_rows(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], path: 
         for row in rows:
             writer.writerow({k: cell(v) for k, v in row.items()})
     return path
+
+
+def finish(out: Path, summary: str, files: Sequence[Path], start: float, show: str | None = None) -> None:
+    """A study's last step: ``summary.md`` in ``out``, ``show`` on stdout (default: the summary), then one
+    line naming every file written and the wall time since ``start`` (``time.perf_counter``)."""
+    import time
+
+    path = out / "summary.md"
+    path.write_text(summary, encoding="utf-8")
+    print(summary if show is None else show, end="")
+    print(f"wrote {', '.join(map(str, files))} and {path} in {time.perf_counter() - start:.1f} s")

@@ -35,11 +35,11 @@ class Monitor:
     """
 
     def __init__(self, env: simpy.Environment, workers: Sequence[Worker], interval_ns: int,
-                 on_idle: Callable[[], None], extra: Callable[[], dict[str, float]] | None = None,
-                 names: Mapping[int, str] | None = None) -> None:
+                 on_idle: Callable[[], None], extra: Callable[[], dict[str, float]] | None = None, *,
+                 names: Mapping[int, str]) -> None:
         self.env = env
         self.workers = workers
-        self.names = [names[w.wid] if names else f"worker{w.wid}" for w in workers]
+        self.names = [names[w.wid] for w in workers]
         """Each worker's column prefix (twin.runner.worker_names: prefill0, decode0, worker0 ...)."""
         self.interval_ns = interval_ns
         self.on_idle = on_idle

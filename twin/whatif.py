@@ -48,10 +48,9 @@ def _term_table(base: dict[str, float], new: dict[str, float]) -> dict[str, Any]
     return {"named_s": sum(base.values()), "whatif_s": sum(new.values()), "moved": moved}
 
 
-def hardware_whatif(config: TwinConfig, workers: Sequence[Any],
-                    names: Mapping[int, str] | None = None) -> dict[str, Any] | None:
+def hardware_whatif(config: TwinConfig, workers: Sequence[Any], names: Mapping[int, str]) -> dict[str, Any] | None:
     """The comparison for a resolved ``config`` whose workers were built (None when the hardware is as
-    shipped). Workers with the same deployment and pool are reported once, under their names (``names``: twin.runner.worker_names; without it ``worker<id>``)."""
+    shipped). Workers with the same deployment and pool are reported once, under their names (``names``: twin.runner.worker_names)."""
     hw = config.hardware
     if not is_whatif(hw):
         return None
@@ -78,9 +77,9 @@ def hardware_whatif(config: TwinConfig, workers: Sequence[Any],
             entry[label] = _term_table(dict(cm0.step_cost(shape).terms), dict(cm.step_cost(shape).terms))
         key = repr(entry)
         if key in groups:
-            groups[key]["workers"].append(names[w.wid] if names else f"worker{w.wid}")
+            groups[key]["workers"].append(names[w.wid])
         else:
-            groups[key] = {"workers": [names[w.wid] if names else f"worker{w.wid}"], **entry}
+            groups[key] = {"workers": [names[w.wid]], **entry}
     out["workers"] = list(groups.values())
     return out
 

@@ -12,7 +12,7 @@ from hardware.cost import TERMS
 from twin.cli import main
 from twin.config import load_config
 from twin.errors import ConfigError
-from twin.runner import Simulation
+from twin.runner import Simulation, worker_names
 from twin.whatif import hardware_whatif
 
 TINY = {"workload": {"kind": "synthetic", "num_requests": 12, "arrival": {"kind": "poisson", "rate_per_s": 20.0},
@@ -22,7 +22,7 @@ NOT_THROUGHPUT = [t for t, (family, _) in TERMS.items() if family != "throughput
 
 def whatif(*overrides: str) -> dict:
     sim = Simulation(load_config(None, list(overrides)))
-    out = hardware_whatif(sim.config, sim.workers)
+    out = hardware_whatif(sim.config, sim.workers, worker_names(sim.system))
     assert out is not None
     (group,) = out["workers"]
     return group
@@ -77,13 +77,13 @@ def test_values_replace_the_named_gpus_and_the_resolved_config_lists_them(tmp_pa
     assert hw["hbm_bw_Bps"] == 4.8e12 and hw["hbm_bytes"] == 85899345920 and hw["scale"]["hbm_bw"] == 1.5
     assert hw["peak_flops"] == {"bf16": 989e12, "fp8": 2.5e15}
     assert load_config(sim.config.to_dict()).hardware.spec() == spec
-    ledger = hardware_whatif(sim.config, sim.workers)
+    ledger = hardware_whatif(sim.config, sim.workers, worker_names(sim.system))
     assert ledger is not None
     assert ledger["values"] == {"hbm_bw_Bps": 4.8e12, "peak_flops": {"fp8": 2.5e15}}
     assert ledger["factors"] == {"hbm_bw": 1.5} and ledger["spec"]["hbm_bw_Bps"] == pytest.approx(7.2e12)
     # As shipped: no what-if block.
     plain = Simulation(load_config(None, ["hardware.hbm_bw_Bps=3.35e12"]))
-    assert hardware_whatif(plain.config, plain.workers) is None
+    assert hardware_whatif(plain.config, plain.workers, worker_names(plain.system)) is None
 
 
 @pytest.mark.parametrize("override, path, message", [
