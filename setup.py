@@ -1,9 +1,9 @@
-"""Build hook for the one compiled module, twin._blockpool (the KV block pool's per-block loops and the
+"""Build hook for the one compiled module, twin.core._blockpool (the KV block pool's per-block loops and the
 chained block keys' hash loop).
 
 Everything else is declared in pyproject.toml. The extension is optional: where Cython or a C compiler is
-missing, or its build fails, the install goes on without it (with a warning) and twin.kv_cache and
-twin.tokens use their pure-Python pool and key loop, which give the same results, only slower.
+missing, or its build fails, the install goes on without it (with a warning) and twin.core.kv_cache and
+twin.core.tokens use their pure-Python pool and key loop, which give the same results, only slower.
 """
 
 from setuptools import Extension, setup
@@ -28,7 +28,7 @@ class OptionalBuildExt(build_ext):
             self._skipped(err)
 
     def _skipped(self, err: Exception) -> None:
-        self.warn(f"twin._blockpool not built ({err}); the pure-Python block pool will be used")
+        self.warn(f"twin.core._blockpool not built ({err}); the pure-Python block pool will be used")
 
 
 try:
@@ -36,7 +36,7 @@ try:
 except ImportError:  # no Cython in the build environment: pure Python only
     extensions = []
 else:
-    extensions = cythonize([Extension("twin._blockpool", ["twin/_blockpool.pyx"])],
+    extensions = cythonize([Extension("twin.core._blockpool", ["twin/core/_blockpool.pyx"])],
                            compiler_directives={"language_level": "3"}, quiet=True)
 
 setup(ext_modules=extensions, cmdclass={"build_ext": OptionalBuildExt})

@@ -40,7 +40,7 @@ class Scenario:
     def skip_reason(self) -> str | None:
         """Why this scenario cannot run here (a missing system kind or input file), or None."""
         if self.needs_system is not None:
-            import twin.parts  # noqa: F401  (registers the built-in kinds)
+            import twin.builtin_kinds  # noqa: F401  (registers the built-in kinds)
             from twin.registry import kinds
 
             known = kinds("system")

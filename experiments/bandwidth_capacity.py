@@ -34,7 +34,7 @@ import attrs
 
 from experiments.tables import finish, write_rows
 from twin.config import load_config
-from twin.configio import read_yaml
+from twin.config_codec import read_yaml
 from twin.runner import Simulation
 
 DEPLOYMENT = Path(__file__).with_suffix(".yaml")

@@ -41,7 +41,7 @@ from experiments.tables import finish, write_rows
 from hardware.cost import HOST_TERMS, TERMS
 from hardware.shape import BatchShape
 from twin.config import load_config
-from twin.configio import read_yaml
+from twin.config_codec import read_yaml
 from twin.runner import Simulation
 from twin.system import cost_model, kv_blocks, make_deployment, resolve, worker_max_num_seqs
 

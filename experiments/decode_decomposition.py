@@ -39,7 +39,7 @@ from hardware.cost import CostModel, StepCost
 from hardware.deployment import Deployment
 from hardware.shape import BatchShape
 from twin.config import TwinConfig, load_config
-from twin.configio import read_yaml
+from twin.config_codec import read_yaml
 from twin.system import cost_model, kv_blocks, make_deployment, resolve, worker_max_num_seqs
 
 STUDY = Path(__file__).with_suffix(".yaml")

@@ -30,7 +30,7 @@ import numpy as np
 
 from experiments.tables import write_rows
 from twin.config import load_config
-from twin.configio import read_yaml
+from twin.config_codec import read_yaml
 from twin.results import Results
 from twin.runner import Simulation
 

@@ -36,7 +36,7 @@ import attrs
 
 from experiments.tables import finish, write_rows
 from twin.config import load_config
-from twin.configio import read_yaml
+from twin.config_codec import read_yaml
 from twin.runner import Simulation
 from validation.silicon import client_warmup, measured_means, protocol, read_rows, row_config, row_spec
 

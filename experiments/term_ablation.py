@@ -35,7 +35,7 @@ import attrs
 from experiments.tables import cell, write_rows
 from hardware.cost import TERMS
 from twin.config import load_config
-from twin.configio import read_yaml
+from twin.config_codec import read_yaml
 from twin.runner import Simulation
 from validation.samples import sample_path
 from validation.silicon import (RowSpec, Skip, measured_means, protocol, read_rows, row_config, row_spec,
@@ -326,7 +326,7 @@ WHY_NO_CHANGE = {
                         "all-reduces launch eagerly; every row here runs with graphs, so the condition the "
                         "term is for is absent from them",
     "dp_imbalance": "a simulation never prices it: the twin steps attention-DP ranks in lockstep "
-                    "(twin.dpgroup, CostModel.price_in_group) and books each rank's wait for the slowest as "
+                    "(twin.shell.attention_dp, CostModel.price_in_group) and books each rank's wait for the slowest as "
                     "dp_wait, so the simulated wait replaces the term; only a caller pricing one rank alone "
                     "(CostModel.price / step_cost) gets it, so it earns no place in a simulated prediction",
 }

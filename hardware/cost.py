@@ -775,7 +775,7 @@ class CostModel:
 
     def price(self, shape: BatchShape) -> tuple[dict[str, float], int]:
         """:meth:`step` without the memo: a fresh term dict (``term_names`` order) and the total in integer
-        nanoseconds (>= 1). For callers that memoise prices themselves (twin.worker.StepPrices)."""
+        nanoseconds (>= 1). For callers that memoise prices themselves (twin.core.prices.StepPrices)."""
         return self._priced(self._terms(shape))
 
     def _priced(self, terms: dict[str, float]) -> tuple[dict[str, float], int]:
@@ -847,7 +847,7 @@ class CostModel:
         up to sum_kv / that rate prices alike (a margin of 1e-9 keeps the floating-point comparison on the same
         side). Only plain GQA layers are bounded this way; any other attention layer (a window, MLA) gives -1,
         and so do layers that are compute-bound at any rate. Lets a decode-price memo drop the longest
-        context from its key where it does not matter (twin.worker.StepPrices)."""
+        context from its key where it does not matter (twin.core.prices.StepPrices)."""
         if n <= 0 or sum_kv <= 0 or self.kv_bucket_tokens > 0:
             return -1
         base = self._decode_bases.get((n, 0))

@@ -90,9 +90,9 @@ class EngineProfile:
     admission_reserve: str = "none"
     """Output room a request needs to be admitted: none (vLLM: blocks as tokens come) or sglang (SGLang's
     PrefillAdder: its prompt and whole output, beside the running requests' remaining outputs scaled by the
-    decaying new_token_ratio; twin.scheduler.SchedulerLimits.admission_reserve)."""
+    decaying new_token_ratio; twin.core.scheduler.SchedulerLimits.admission_reserve)."""
     preemption: str = "vllm"
-    """Which running request gives its KV back when a step runs out, and where it waits (twin.scheduler.
+    """Which running request gives its KV back when a step runs out, and where it waits (twin.core.scheduler.
     SchedulerLimits.preemption): vllm (the newest, to the front of the queue) or sglang (the fewest outputs,
     then the longest prompt, to the back)."""
     runtime_reserve_bytes: int = 1 << 30
@@ -100,10 +100,10 @@ class EngineProfile:
     """Whether the prefix cache keeps a block computed with the content of a block it already holds, as a
     further copy that takes over when the first is evicted (vLLM: BlockHashToBlockMap keeps every block
     under a hash, v1/core/block_pool.py), or leaves it uncached (SGLang's radix cache and TensorRT-LLM's
-    block tree keep the block stored first; twin.kv_cache.PyBlockPool.keep_duplicates)."""
+    block tree keep the block stored first; twin.core.kv_cache.PyBlockPool.keep_duplicates)."""
     async_output: bool = False
     """With host_overlap, a step's output is applied only after the next step is formed, as vLLM's async
-    scheduling does (twin.scheduler.SchedulerLimits.async_output): finished requests hold their seats and
+    scheduling does (twin.core.scheduler.SchedulerLimits.async_output): finished requests hold their seats and
     blocks through that schedule, the blocks of the tokens just sampled are cached after it, and after an
     idle engine the second step sees the arrivals that did not fit in the first."""
     windowed_kv: bool = True
@@ -122,14 +122,14 @@ class EngineProfile:
     weight_only), or refuses such weights there (TensorRT-LLM: its FP8 path needs Ada, Hopper or newer)."""
     kv_transfer_pieces: str = "block"
     """How the engine's connector cuts a disaggregated KV hand-off into transfer descriptors on each GPU, each
-    paying transfer.per_descriptor_s (twin.disagg): block, one per KV block per layer (vLLM's NIXL
+    paying transfer.per_descriptor_s (twin.shell.disagg): block, one per KV block per layer (vLLM's NIXL
     connector); layer, one per layer (SGLang: its connectors merge the pages contiguous on both sides,
     group_concurrent_contiguous, and in PD mode its allocator keeps the free pages sorted, need_sort, so a
     request's pages are taken as one run); buffer, one per send buffer-full (TensorRT-LLM's cache
     transceiver copies the blocks into a contiguous buffer of TRANSFER_BUFFER_BYTES before sending)."""
 
     dp_balancer: str = "least_loaded"
-    """How the engine gives a new request to one of its attention-DP ranks (twin.dpgroup): least_loaded, the
+    """How the engine gives a new request to one of its attention-DP ranks (twin.shell.attention_dp): least_loaded, the
     rank with the fewest requests (TensorRT-LLM's request fetcher balances active requests over ranks);
     vllm_stats, vLLM's DPLBAsyncMPClient.get_core_engine_for_request: the lowest 4 x waiting + running in
     the counts the DP coordinator publishes every 100 ms, plus the requests this front end sent since

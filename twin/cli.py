@@ -11,7 +11,7 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from twin.errors import TwinError
+from twin.core.errors import TwinError
 
 EXAMPLES_PACKAGE = "twin.examples"
 COMMANDS_GROUP = "servetwin.commands"
@@ -144,7 +144,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    from twin.configref import reference, schema
+    from twin.config_reference import reference, schema
 
     if args.config_command == "schema":
         print(json.dumps(schema(), indent=2))

@@ -17,102 +17,12 @@ from hardware.calibration import MOE_KERNELS
 from hardware.deployment import SAMPLINGS
 from hardware.engine import ADMISSION_RESERVES, GRAPH_MODES, KV_TRANSFER_PIECES, PREEMPTION_RULES
 from hardware.kernels import SERVING_ROUTINGS
-from twin.configio import (INT64_MAX, from_dict, key_lines, parse_override, read_yaml, set_path, to_dict,
-                           within)
-from twin.errors import ConfigError
-from twin.clock import CLOCK_MAX_NS
+from twin.config_codec import from_dict, key_lines, parse_override, read_yaml, set_path, to_dict, within
+# (the parts' modules import the shared validators and the clock's range from here, beside the sections)
+from twin.config_validators import (CLOCK_MAX_S, MAX_POOL_BLOCKS, bytes_gib, fraction, known_name,  # noqa: F401
+                                    non_negative, on_clock, one_of, one_tick, pool_blocks, positive, rate_on_clock)
+from twin.core.errors import ConfigError
 from twin.registry import Pluggable
-
-
-# ------------------------------------------------------------------------------------------ validators
-def positive(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
-    if value is not None and not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{attr.name} must be a finite number > 0, got {value!r}")
-
-
-MAX_POOL_BLOCKS = 2_000_000_000
-"""The most blocks one worker's pool holds (twin/_blockpool.pyx keeps a 32-bit count per block)."""
-
-
-def pool_blocks(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
-    """A block count a pool can hold: 10**15 was a bare ValueError from the block pool, naming no field."""
-    positive(inst, attr, value)
-    if value is not None and value > MAX_POOL_BLOCKS:
-        raise ValueError(f"{attr.name} must be at most {MAX_POOL_BLOCKS:,} (the blocks one worker's pool holds), "
-                         f"got {value!r}")
-
-
-def non_negative(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
-    if value is not None and not (value >= 0 and math.isfinite(value)):
-        raise ValueError(f"{attr.name} must be a finite number >= 0, got {value!r}")
-
-
-def one_tick(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
-    """A period the simulated clock (integer nanoseconds) steps by: one rounding to 0 ns never advances it."""
-    if value is not None and round(value * 1e9) < 1:
-        raise ValueError(f"{attr.name} must be at least 1 ns (the simulated clock's resolution), "
-                         f"got {value!r}")
-
-
-CLOCK_MAX_S = CLOCK_MAX_NS / 1e9
-"""The longest time the simulated clock holds, in seconds (about 146 years): it counts nanoseconds in 64-bit
-integers, and a time, a sum of times or a gap past this leaves that range (a traceback naming nothing)."""
-
-
-def on_clock(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
-    """A time in seconds that the simulated clock can hold (<= CLOCK_MAX_S)."""
-    if value is not None and value > CLOCK_MAX_S:
-        raise ValueError(f"{attr.name} must be at most {CLOCK_MAX_S:.4g} s (the simulated clock counts "
-                         f"nanoseconds in 64 bits), got {value!r}")
-
-
-def rate_on_clock(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
-    """A rate per second whose interval the simulated clock can hold (1 / value <= CLOCK_MAX_S)."""
-    if value is not None and 0 < value < 1 / CLOCK_MAX_S:
-        raise ValueError(f"{attr.name} must be at least {1 / CLOCK_MAX_S:.4g} per s (one interval at most "
-                         f"{CLOCK_MAX_S:.4g} s, the simulated clock's range), got {value!r}")
-
-
-def bytes_gib(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
-    """A size in GiB whose bytes fit 64-bit integers."""
-    if value is not None and value * 2**30 > INT64_MAX:
-        raise ValueError(f"{attr.name} must be at most {INT64_MAX / 2**30:.4g} GiB (its bytes are counted in "
-                         f"64 bits), got {value!r}")
-
-
-def fraction(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
-    if value is not None and not 0 < value <= 1:
-        raise ValueError(f"{attr.name} must be in (0, 1], got {value!r}")
-
-
-def one_of(*choices: str) -> Any:
-    def check(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
-        if value not in choices:
-            raise ValueError(f"{attr.name} must be one of {list(choices)}, got {value!r}")
-
-    return check
-
-
-def _known(kind: str, lister: str) -> Any:
-    """Validator: the value names an entry of a ``hardware`` catalogue (GPU, model, engine)."""
-
-    def check(inst: Any, attr: attrs.Attribute, value: str) -> None:  # type: ignore[type-arg]
-        import hardware
-
-        # Loading the one entry (cached) accepts every listed name and alias; listing them all would load
-        # every shipped model, so the list is only built for the error.
-        try:
-            getattr(hardware, f"load_{kind}")(value)
-        except hardware.UnknownName:
-            names = getattr(hardware, lister)()
-            raise ValueError(f"{attr.name} names no known {kind}: {value!r}; expected one of {names}") from None
-        except (ValueError, NotImplementedError) as exc:
-            # A known name whose spec file is wrong, or a model type the hardware model does not cover: its
-            # own message (file, line, field). It was "names no known gpu: 'mine'; expected one of [...,
-            # 'mine', ...]", and an unsupported model type a bare NotImplementedError.
-            raise ValueError(f"{attr.name} {value!r} cannot be loaded: {exc}") from None
-
-    return check
 
 
 # ------------------------------------------------------------------------------------ plain sections
@@ -121,7 +31,7 @@ def _gpu_name_or_file(inst: Any, attr: attrs.Attribute, value: str) -> None:  # 
     from hardware.gpu import is_gpu_file
 
     if not is_gpu_file(value):
-        _known("gpu", "list_gpus")(inst, attr, value)
+        known_name("gpu", "list_gpus")(inst, attr, value)
         return
     import hardware
 
@@ -241,7 +151,7 @@ class HardwareConfig:
 
 @attrs.frozen(kw_only=True)
 class ModelConfig:
-    name: str = attrs.field(default="meta-llama/Llama-3.1-8B", validator=_known("model", "list_models"))
+    name: str = attrs.field(default="meta-llama/Llama-3.1-8B", validator=known_name("model", "list_models"))
     """The model: a Hugging Face id or alias of a shipped model (``python -c "import hardware;
     print(hardware.list_models())"``)."""
     weight_dtype: str = attrs.field(default="auto", validator=one_of(
@@ -314,7 +224,7 @@ class SpeculativeConfig:
 
 @attrs.frozen(kw_only=True)
 class EngineConfig:
-    name: str = attrs.field(default="vllm", validator=_known("engine", "list_engines"))
+    name: str = attrs.field(default="vllm", validator=known_name("engine", "list_engines"))
     """The serving engine whose defaults, scheduling rules and host costs are modelled: ``vllm``, ``sglang``
     or ``trtllm`` (profiles in hardware/data/engines/*.yaml)."""
     moe_kernel: str = attrs.field(default="default",
@@ -395,7 +305,7 @@ class SchedulerConfig:
     attention_dp_balance: bool = False
     """TensorRT-LLM ``attention_dp_config.enable_balance`` (system.attention_dp > 1 only): prompts are admitted
     only in a step where every attention-DP rank has one and a free seat, or after they have waited
-    attention_dp_timeout_iters steps, or when some rank has no decodes (twin.dpgroup)."""
+    attention_dp_timeout_iters steps, or when some rank has no decodes (twin.shell.attention_dp)."""
     attention_dp_timeout_iters: int = attrs.field(default=50, validator=non_negative)
     """``attention_dp_config.timeout_iters`` (TensorRT-LLM's default 50)."""
     recv_interval: int = attrs.field(default=1, validator=positive)
@@ -557,7 +467,7 @@ def _default(category: str) -> Any:
     from twin.registry import lookup
 
     def make() -> Any:
-        import twin.parts  # noqa: F401  (registers the built-in kinds)
+        import twin.builtin_kinds  # noqa: F401  (registers the built-in kinds)
 
         defaults = {"system": SystemSpec.default_kind, "router": RouterSpec.default_kind,
                     "workload": WorkloadSpec.default_kind}
@@ -592,7 +502,7 @@ def load_config(source: str | Path | dict[str, Any] | None = None, overrides: li
     Relative file paths inside the config (a trace, a session file) are resolved against the config
     file's folder.
     """
-    import twin.parts  # noqa: F401  (registers the built-in kinds)
+    import twin.builtin_kinds  # noqa: F401  (registers the built-in kinds)
 
     label: str | None = None
     if source is None:

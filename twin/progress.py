@@ -1,6 +1,6 @@
 """Progress bars (tqdm, on stderr) for long runs and sweeps; they only read the simulation, never steer it.
 
-The run's bar is refreshed from the monitor's periodic sample (:attr:`twin.monitor.Monitor.on_sample`), an
+The run's bar is refreshed from the monitor's periodic sample (:attr:`twin.shell.monitor.Monitor.on_sample`), an
 event the run has anyway, throttled by wall clock: no SimPy event is added or moved, so results are the same
 byte for byte with the bar on or off.
 """

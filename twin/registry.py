@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, ClassVar, TypeVar
 
-from twin.errors import ConfigError
+from twin.core.errors import ConfigError
 
 T = TypeVar("T", bound=type)
 

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Literal, Sequence
 
-from twin.errors import TwinError
+from twin.core.errors import TwinError
 
 RUN_FILES = ("summary.json", "config.yaml", "ledger.json", "requests.csv", "timeseries.csv")
 """What a run folder holds (:meth:`twin.results.Results.write`) and a run's page is built from."""

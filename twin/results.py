@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import yaml
 
-from twin.request import NO_TIME, Request, Status
+from twin.core.request import NO_TIME, Request, Status
 
 NS = 1e9
 
@@ -38,7 +38,7 @@ _STATUS_NAMES = {status: status.name.lower() for status in Status}
 
 
 def _kv_columns(r: Request) -> tuple[object, ...]:
-    from twin.lifecycle import KVState
+    from twin.core.lifecycle import KVState
 
     kv = r.kv
     if kv is None:

@@ -8,7 +8,7 @@ import attrs
 
 from twin.config import RouterSpec, non_negative
 from twin.registry import register
-from twin.request import Request
+from twin.core.request import Request
 
 
 class RoutedWorker(Protocol):

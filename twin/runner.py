@@ -11,14 +11,14 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import simpy
 
-from twin.agents import SessionDriver
-from twin.sim import CLOCK_MAX_NS, now_ns, to_ns
+from twin.shell.clients import SessionDriver
+from twin.shell.sim import CLOCK_MAX_NS, now_ns, to_ns
 from twin.config import TwinConfig, blame, load_config
-from twin.errors import ConfigError, InvariantError, StallError
-from twin.request import Request, Status
+from twin.core.errors import ConfigError, InvariantError, StallError
+from twin.core.request import Request, Status
 from twin.results import Results, request_table, summarize
 from twin.system import resolve
-from twin.tokens import KeyTable, SourceTable
+from twin.core.tokens import KeyTable, SourceTable
 from twin.whatif import hardware_whatif
 from workloads.sessions import Session
 
@@ -26,7 +26,7 @@ from workloads.sessions import Session
 def _keys_recur(sessions: Sequence[Session]) -> bool:
     """Whether some session makes more than one call, so its keys come back in the prefix caches.
 
-    Numbering the keys (:class:`~twin.tokens.KeyTable`) costs a lookup in a run-wide table per new key
+    Numbering the keys (:class:`~twin.core.tokens.KeyTable`) costs a lookup in a run-wide table per new key
     and pays off in the workers' prefix-cache dictionaries; with one call per session (request traces)
     each key is cached and evicted about once, and the table costs more than it saves.
     """
@@ -58,7 +58,7 @@ class Simulation:
     """One run of one config: ``Simulation(config).run()`` returns :class:`~twin.results.Results`."""
 
     def __init__(self, config: TwinConfig, env: simpy.Environment | None = None) -> None:
-        import twin.parts  # noqa: F401
+        import twin.builtin_kinds  # noqa: F401
 
         self.config = resolve(config)
         cfg = self.config
@@ -77,7 +77,7 @@ class Simulation:
             wait_scale=plan.wait_scale, max_concurrent=plan.max_concurrent, stop_ns=stop_ns,
             warmup_s=cfg.run.warmup_s, max_model_len=self.workers[0].sched.limits.max_model_len,
         )
-        from twin.monitor import Monitor
+        from twin.shell.monitor import Monitor
 
         self.monitor = Monitor(self.env, self.workers, to_ns(cfg.metrics.sample_interval_s), self._on_idle,
                                lambda: {**self.driver.gauges(), **self.system.gauges()},

@@ -38,16 +38,16 @@ import simpy.rt
 
 from hardware import load_model
 from twin.config import TwinConfig, WorkloadSpec
-from twin.errors import TwinError
+from twin.core.errors import TwinError
 from twin.registry import register
-from twin.request import Request, Status
-from twin.sim import ProcessGen, now_ns, to_ns
+from twin.core.request import Request, Status
+from twin.shell.sim import ProcessGen, now_ns, to_ns
 from twin.serve_metrics import LatencyHistograms
-from twin.tokens import ROOT_KEY
+from twin.core.tokens import ROOT_KEY
 
 if TYPE_CHECKING:
     from twin.serve_http import HTTPServer
-    from twin.worker import Worker
+    from twin.shell.worker import Worker
 
 FILLER = " tok"
 POLL_S = 0.002
@@ -240,7 +240,7 @@ class SimulationServer:
     def _stages(self) -> list[tuple[list[Worker], bool]]:
         """The workers a request must fit in, by stage, and whether that stage holds its output too: a
         disaggregated deployment's prefill workers hold the prompt (and one token), its decode workers all."""
-        from twin.disagg import DisaggSystem
+        from twin.shell.disagg import DisaggSystem
 
         system = self.sim.system
         if isinstance(system, DisaggSystem):

@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from twin.request import Status
+from twin.core.request import Status
 from twin.serve import FILLER, GONE, POLL_S, ServedRequest, SimulationServer
 from twin.serve_models import ChatCompletionRequest, CompletionRequest, OpenAIRequest, parse
 

@@ -22,7 +22,7 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from twin.errors import TwinError
+from twin.core.errors import TwinError
 
 BACKLOG = 1024
 """Connections waiting to be accepted (socketserver's default of 5 reset most of a burst of 64 benchmark

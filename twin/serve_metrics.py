@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 from typing import Sequence
 
-from twin.request import NO_TIME, Request, Status
+from twin.core.request import NO_TIME, Request, Status
 
 TTFT_EDGES_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                 40.0, 80.0, 160.0, 640.0, 2560.0)

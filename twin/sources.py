@@ -11,9 +11,9 @@ import numpy as np
 
 from twin.config import (CLOCK_MAX_S, ArrivalSpec, WorkloadSpec, non_negative, on_clock, one_of, positive,
                          rate_on_clock)
-from twin.errors import ConfigError
+from twin.core.errors import ConfigError
 from twin.registry import register
-from twin.clock import CLOCK_RANGE
+from twin.core.clock import CLOCK_RANGE
 from workloads.generators import POOL_SAMPLINGS
 from workloads.sessions import Session
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from twin.config import load_config
-from twin.configio import parse_override, within
-from twin.errors import TwinError
+from twin.config_codec import parse_override, within
+from twin.core.errors import TwinError
 from twin.results import csv_cell
 
 METRICS: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [

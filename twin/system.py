@@ -14,17 +14,17 @@ from hardware.calibration import (BORROWED_MOE_KERNELS, CURVE_MOE_KERNELS, Calib
                                   borrowed_moe_calibration, calibration_archs, calibration_for,
                                   calibration_from_dict)
 from twin.config import SystemSpec, TwinConfig, non_negative, positive
-from twin.errors import ConfigError
-from twin.kv_cache import HostTier, KVCacheManager
+from twin.core.errors import ConfigError
+from twin.core.kv_cache import HostTier, KVCacheManager
 from twin.registry import register
-from twin.request import Request
-from twin.scheduler import Drafter, Scheduler, SchedulerLimits
+from twin.core.request import Request
+from twin.core.scheduler import Drafter, Scheduler, SchedulerLimits
 
 if TYPE_CHECKING:
     import simpy
 
     from twin.router import RoutedWorker, Router
-    from twin.worker import Worker
+    from twin.shell.worker import Worker
 
 
 def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: int = 1,
@@ -202,7 +202,7 @@ def worker_max_num_seqs(config: TwinConfig, dep: Deployment, num_blocks: int,
 def build_scheduler(config: TwinConfig, num_blocks: int, dep: Deployment, *, max_num_seqs: int | None = None,
                     max_num_batched_tokens: int | None = None, retain_finished_kv: bool = False) -> Scheduler:
     """A worker's (or an attention-DP rank's) scheduler; with fast-forward on and no speculative decoding its
-    decodes may form a lazy cohort (twin.cohort)."""
+    decodes may form a lazy cohort (twin.core.decode_cohort)."""
     s = config.scheduler
     assert s.max_num_batched_tokens is not None and s.mixed_prefill is not None
     assert s.reserve_full_kv is not None
@@ -280,7 +280,7 @@ class ColocatedSystem:
     """Identical engines behind one router; each serves prefill and decode in the same batches.
 
     ``workers`` are what the run reports on (gauges, ledgers, stalls), in id order; ``engines`` what the
-    router chooses among: the workers themselves, or attention-DP groups of them (twin.dpgroup)."""
+    router chooses among: the workers themselves, or attention-DP groups of them (twin.shell.attention_dp)."""
 
     def __init__(self, workers: Sequence[Worker], router: Router,
                  engines: Sequence[RoutedWorker] | None = None) -> None:
@@ -318,7 +318,7 @@ class Colocated(SystemSpec):
     attention_dp: int = attrs.field(default=1, validator=positive)
     """Data-parallel attention ranks (SGLang / TRT-LLM DP attention, vLLM DP of MoE models): tp x attention_dp
     GPUs per engine; each rank holds its own requests and KV pool, and the ranks step in lockstep
-    (twin.dpgroup)."""
+    (twin.shell.attention_dp)."""
     redundant_experts: int = attrs.field(default=0, validator=non_negative)
     """Redundant expert slots of every MoE layer (expert-parallel load balancing: SGLang
     ``--ep-num-redundant-experts``, TensorRT-LLM ``load_balancer.num_slots`` - experts): routed experts + this
@@ -327,7 +327,8 @@ class Colocated(SystemSpec):
     def build(self, env: simpy.Environment, config: TwinConfig,
               on_done: Callable[[Request], None]) -> ColocatedSystem:
         from twin.config import TransferConfig
-        from twin.worker import StepPrices, Worker
+        from twin.core.prices import StepPrices
+        from twin.shell.worker import Worker
 
         for field in attrs.fields(TransferConfig):  # (each was ignored without a word)
             if getattr(config.transfer, field.name) != field.default:
@@ -352,7 +353,7 @@ class Colocated(SystemSpec):
                               fast_forward_steps=fast_forward_steps(config))
                        for wid in range(self.replicas)]
             return ColocatedSystem(workers, router)
-        from twin.dpgroup import AdpBalance, RankWorker, group_ranks
+        from twin.shell.attention_dp import AdpBalance, RankWorker, group_ranks
 
         s = config.scheduler
         balance = (AdpBalance(s.attention_dp_timeout_iters, s.attention_dp_batching_wait_iters)

@@ -17,7 +17,7 @@ import attrs
 from hardware import BatchShape, load_gpu
 from hardware.gpu import spec_fields
 from twin.config import HardwareConfig, TwinConfig
-from twin.errors import ConfigError
+from twin.core.errors import ConfigError
 
 DECODE_REQUESTS = 64
 DECODE_CONTEXT = 2048

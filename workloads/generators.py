@@ -189,23 +189,8 @@ def lmbenchmark_multiround(
 
     Sessions are listed in user-id order.
     """
-    if num_users < 1 or num_rounds < 2:
-        raise ValueError(f"need num_users >= 1 and num_rounds >= 2, got {num_users}, {num_rounds}")
-    if not qps > 0 or not math.isfinite(qps):
-        raise ValueError(f"qps must be a finite number > 0, got {qps!r}")
-    for name, value in (
-        ("shared_system_prompt", shared_system_prompt),
-        ("user_history_prompt", user_history_prompt),
-        ("answer_len", answer_len),
-        ("question_len", question_len),
-    ):
-        if value < 0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
-    if answer_len < 1:  # (a Call refused 0 later, as output_tokens, a name the caller never gave)
-        raise ValueError(f"answer_len must be >= 1 (engines reject max_tokens 0), got {answer_len}")
-    if duration_s is not None and not (duration_s >= 0 and math.isfinite(duration_s)):
-        # users join every gap while their join time is < duration_s: an infinite one never stopped
-        raise ValueError(f"duration_s must be a finite number >= 0 or None, got {duration_s!r}")
+    _check_multiround(num_users, num_rounds, qps, duration_s, shared_system_prompt=shared_system_prompt,
+                      user_history_prompt=user_history_prompt, answer_len=answer_len, question_len=question_len)
     interval_s = num_users / qps
     alive_s = interval_s * (num_rounds - 1)
     gap_s = alive_s / (num_users + 0)
@@ -238,6 +223,23 @@ def lmbenchmark_multiround(
         sessions.append(user(num_users + 1 + j, j * gap_s, num_rounds))
         j += 1
     return sessions
+
+
+def _check_multiround(num_users: int, num_rounds: int, qps: float, duration_s: float | None,
+                      **lengths: int) -> None:
+    """:func:`lmbenchmark_multiround`'s arguments, each error naming the argument (``lengths``: token counts)."""
+    if num_users < 1 or num_rounds < 2:
+        raise ValueError(f"need num_users >= 1 and num_rounds >= 2, got {num_users}, {num_rounds}")
+    if not qps > 0 or not math.isfinite(qps):
+        raise ValueError(f"qps must be a finite number > 0, got {qps!r}")
+    for name, value in lengths.items():
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+    if lengths["answer_len"] < 1:  # (a Call refused 0 later, as output_tokens, a name the caller never gave)
+        raise ValueError(f"answer_len must be >= 1 (engines reject max_tokens 0), got {lengths['answer_len']}")
+    if duration_s is not None and not (duration_s >= 0 and math.isfinite(duration_s)):
+        # users join every gap while their join time is < duration_s: an infinite one never stopped
+        raise ValueError(f"duration_s must be a finite number >= 0 or None, got {duration_s!r}")
 
 
 def _check_rate(rate_per_s: float, n: int) -> None:

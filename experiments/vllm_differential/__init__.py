@@ -4,5 +4,5 @@
 output samples each token) on the scenarios of ``scenarios.py`` and records, step by step, what it
 scheduled, the blocks each request holds, the cached blocks and the free queue. The recording ships here
 (``vllm_0_12_0.json``); ``tests/twin/test_twin_vllm_differential.py`` replays every scenario on
-``twin.scheduler.Scheduler`` and requires the same decisions and the same block ids.
+``twin.core.scheduler.Scheduler`` and requires the same decisions and the same block ids.
 """

@@ -207,7 +207,7 @@ def test_non_finite_step_cost_is_an_error(data: Path) -> None:
 
 def test_twin_config_with_a_broken_gpu_spec_is_a_config_error(data: Path) -> None:
     from twin.config import load_config
-    from twin.errors import ConfigError
+    from twin.core.errors import ConfigError
 
     _gpu(data, "bf16: 989.0e12", "bf16: 0")       # was a ZeroDivisionError from inside the run
     with pytest.raises(ConfigError) as err:

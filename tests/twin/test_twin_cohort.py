@@ -1,10 +1,10 @@
-"""Lazy decodes (twin.cohort): the same outputs as advancing every request step by step."""
+"""Lazy decodes (twin.core.decode_cohort): the same outputs as advancing every request step by step."""
 
 import pytest
 
 from twin.config import load_config
 from twin.runner import Simulation
-from twin.cohort import DecodeCohort
+from twin.core.decode_cohort import DecodeCohort
 
 
 def _config(**sections):
@@ -91,9 +91,9 @@ def test_systems_turn_the_cohort_on_with_fast_forward_only():
 
 
 def test_cohort_rebasing_its_update_count_changes_nothing(tmp_path, monkeypatch):
-    import twin.cohort
+    import twin.core.decode_cohort
 
-    monkeypatch.setattr(twin.cohort, "_REBASE_AFTER", 5)  # rebase every few steps instead of every 65,536
+    monkeypatch.setattr(twin.core.decode_cohort, "_REBASE_AFTER", 5)  # rebase every few steps instead of every 65,536
     cfg = _config(run={"fast_forward": False})
     shapes_on: list = []
     shapes_off: list = []
@@ -138,16 +138,16 @@ def test_finished_members_with_aborts_and_memory_pressure_change_nothing(tmp_pat
     abort breaks it up) give what step-by-step simulation gives: tight KV (120 or 300 blocks of 4 tokens),
     25 aborts of random live requests, 80 requests; both paths are taken."""
     import numpy as np
-    import twin.scheduler
+    import twin.core.scheduler
 
     taken = [0]
-    real = twin.scheduler.Scheduler._disband
+    real = twin.core.scheduler.Scheduler._disband
 
     def counting(self, placeholders):
         taken[0] += bool(self._ghosts)
         return real(self, placeholders)
 
-    monkeypatch.setattr(twin.scheduler.Scheduler, "_disband", counting)
+    monkeypatch.setattr(twin.core.scheduler.Scheduler, "_disband", counting)
 
     def one(seed, ff, blocks, out):
         cfg = _config(kv_cache={"num_blocks": blocks, "block_size": 4}, run={"seed": seed, "fast_forward": ff},

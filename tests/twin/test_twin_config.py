@@ -8,8 +8,8 @@ import yaml
 
 from twin.cli import list_examples, main
 from twin.config import TwinConfig, load_config
-from twin.errors import ConfigError
-from twin.scheduler import SglangFcfsQueue
+from twin.core.errors import ConfigError
+from twin.core.scheduler import SglangFcfsQueue
 from twin.runner import Simulation
 from twin.system import resolve
 

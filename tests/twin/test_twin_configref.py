@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from twin.cli import main
-from twin.configref import reference, schema
+from twin.config_reference import reference, schema
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 

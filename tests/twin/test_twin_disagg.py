@@ -9,9 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from twin.config import load_config
-from twin.errors import ConfigError, InvariantError
-from twin.lifecycle import KVRecord, KVState
-from twin.links import FlowNetwork, LinkSet
+from twin.core.errors import ConfigError, InvariantError
+from twin.core.lifecycle import KVRecord, KVState
+from twin.core.flows import FlowNetwork
+from twin.shell.links import LinkSet
 from twin.runner import Simulation, run
 from workloads.io import write_sessions
 from workloads.sessions import Call, Session

@@ -3,7 +3,7 @@
 import pytest
 
 from twin.config import load_config
-from twin.errors import ConfigError
+from twin.core.errors import ConfigError
 from twin.runner import Simulation, run
 from workloads.io import write_sessions
 from workloads.sessions import Call, Session

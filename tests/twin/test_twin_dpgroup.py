@@ -5,7 +5,7 @@ import pytest
 
 from hardware import BatchShape
 from twin.config import load_config
-from twin.dpgroup import AdpBalance, DPGroup, balance_step
+from twin.shell.attention_dp import AdpBalance, DPGroup, balance_step
 from twin.runner import Simulation
 from twin.system import cost_model, make_deployment
 from workloads.io import write_sessions
@@ -195,7 +195,7 @@ MTP = ["engine.speculative.method=mtp", "engine.speculative.num_speculative_toke
                                         "workload.arrival.concurrency=16"]])
 def test_a_fast_forwarded_group_gives_the_bytes_of_step_by_step_simulation(tmp_path, overrides):
     """Every rank's run over the same steps, cut by arrivals: requests, ledgers and the time series alike
-    (with MTP, each rank's run draws its requests' acceptances ahead: twin.fastforward.SpecRun)."""
+    (with MTP, each rank's run draws its requests' acceptances ahead: twin.core.fastforward.SpecRun)."""
     from twin.cli import example_path
 
     out = {}
@@ -229,19 +229,19 @@ def test_a_fast_forwarded_vllm_group_places_requests_on_the_counts_of_the_bounda
 
 
 def test_a_groups_ranks_advance_their_decodes_as_lazy_cohorts_in_mixed_steps(tmp_path, monkeypatch):
-    """A rank's running decodes form a lazy cohort (twin.cohort), as a worker's do: in the mixed steps of an
+    """A rank's running decodes form a lazy cohort (twin.core.decode_cohort), as a worker's do: in the mixed steps of an
     open-loop load of varied lengths most of a rank's decodes are advanced as a group, and the requests, ledgers
     and time series are those of step-by-step simulation (fast-forward, and with it the cohort, off)."""
-    import twin.scheduler
+    import twin.core.scheduler
 
     lazy = []
-    real = twin.scheduler.Scheduler.update
+    real = twin.core.scheduler.Scheduler.update
 
     def counting(self, out, now):
         lazy.append(out.lazy)
         return real(self, out, now)
 
-    monkeypatch.setattr(twin.scheduler.Scheduler, "update", counting)
+    monkeypatch.setattr(twin.core.scheduler.Scheduler, "update", counting)
     on = _open_loop_vllm_group(tmp_path, True, 8.0, 2, max_num_batched_tokens=512)
     assert sum(n > 0 for n in lazy) > 100 and sum(lazy) > 1000, (sum(n > 0 for n in lazy), sum(lazy))
     lazy.clear()
@@ -255,7 +255,7 @@ def test_a_group_fast_forwards_through_the_steps_its_balance_holds_a_prompt(tmp_
     holds one for certain, with the waiting requests on their ranks, and stop before the step that admits
     (with lookahead that step may see requests the held step did not: DPGroup._held_steps counts them)."""
     from twin.cli import example_path
-    from twin.dpgroup import DPGroup
+    from twin.shell.attention_dp import DPGroup
 
     held_runs = []
     plan = DPGroup._plan

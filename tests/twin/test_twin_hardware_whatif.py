@@ -11,7 +11,7 @@ from hardware.gpu import GPU_DIR
 from hardware.cost import TERMS
 from twin.cli import main
 from twin.config import load_config
-from twin.errors import ConfigError
+from twin.core.errors import ConfigError
 from twin.runner import Simulation, worker_names
 from twin.whatif import hardware_whatif
 

@@ -3,8 +3,8 @@
 import pytest
 from twin_testkit import make_request
 
-from twin.errors import InvariantError
-from twin.kv_cache import BlockPool, KVCacheManager, PyBlockPool
+from twin.core.errors import InvariantError
+from twin.core.kv_cache import BlockPool, KVCacheManager, PyBlockPool
 
 POOLS = [PyBlockPool] if BlockPool is PyBlockPool else [PyBlockPool, BlockPool]
 """The Python pool, and the compiled one where it is built: the pool-level tests run on each."""
@@ -307,10 +307,10 @@ def test_match_prefix_is_lookup_key_by_key(seed: int, keep_duplicates: bool, poo
 @pytest.mark.parametrize("keep_duplicates", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_compiled_pool_is_the_python_pool(seed: int, keep_duplicates: bool) -> None:
-    """The compiled pool (twin/_blockpool.pyx) against :class:`PyBlockPool` on one random sequence of every
+    """The compiled pool (twin/core/_blockpool.pyx) against :class:`PyBlockPool` on one random sequence of every
     operation (allocate, allocate_one, touch, release, cache, cache_run, match_prefix, refused calls): the
     same return values, errors, evictions in the same order, and the same state after every operation."""
-    compiled = pytest.importorskip("twin._blockpool").BlockPool
+    compiled = pytest.importorskip("twin.core._blockpool").BlockPool
     import random
 
     rng = random.Random(seed)
@@ -369,7 +369,7 @@ def test_compiled_pool_is_the_python_pool(seed: int, keep_duplicates: bool) -> N
 
 def test_compiled_pool_refuses_as_the_python_pool_does() -> None:
     """Errors name the same thing in both pools: too many blocks asked for, a block released twice."""
-    compiled = pytest.importorskip("twin._blockpool").BlockPool
+    compiled = pytest.importorskip("twin.core._blockpool").BlockPool
     for cls in (PyBlockPool, compiled):
         pool = cls(3)
         with pytest.raises(InvariantError, match=r"allocate\(4\) with only 3 free blocks"):

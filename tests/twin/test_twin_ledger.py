@@ -4,7 +4,7 @@ step-price memo gives the cost model's own prices."""
 import numpy as np
 import pytest
 
-from twin.worker import Ledger
+from twin.core.prices import Ledger
 
 
 def test_add_steps_is_add_per_step_bit_for_bit() -> None:
@@ -51,7 +51,7 @@ def test_step_prices_memo_gives_the_cost_models_decode_prices(kv_dtype: str) -> 
     import random
 
     from hardware import CostModel, Deployment, load_engine, load_gpu, load_model
-    from twin.worker import StepPrices
+    from twin.core.prices import StepPrices
 
     d = Deployment(gpu=load_gpu("h100_sxm"), model=load_model("meta-llama/Llama-3.1-8B"),
                    engine=load_engine("vllm"), kv_dtype=kv_dtype)

@@ -1,4 +1,4 @@
-"""The scheduler's engine policies (twin.policies) and the parts split out of it, each without a simulation:
+"""The scheduler's engine policies (twin.core.policies) and the parts split out of it, each without a simulation:
 chosen from the limits' rule names, never from the engine's name; and the size limits of those modules."""
 
 import ast
@@ -10,18 +10,18 @@ import pytest
 from twin_testkit import make_request, make_scheduler, step
 
 from hardware.engine import ADMISSION_RESERVES, PREEMPTION_RULES
-from twin.gaps import GapHistogram
-from twin.input_queue import RECV_WEIGHT_DECODE, RECV_WEIGHT_OTHER, InputQueue
-from twin.kv_cache import KVCacheManager
-from twin.limits import SchedulerLimits
-from twin.policies import (ADMISSION_POLICIES, PREEMPTION_POLICIES, SGLANG_INIT_RATIO, SGLANG_MIN_RATIO,
+from twin.core.gaps import GapHistogram
+from twin.core.input_queue import RECV_WEIGHT_DECODE, RECV_WEIGHT_OTHER, InputQueue
+from twin.core.kv_cache import KVCacheManager
+from twin.core.limits import SchedulerLimits
+from twin.core.policies import (ADMISSION_POLICIES, PREEMPTION_POLICIES, SGLANG_INIT_RATIO, SGLANG_MIN_RATIO,
                            SGLANG_RATIO_DECAY, AdmissionPolicy, BatchWaiting, MixedBatches, PreemptionPolicy,
                            PrefillFirst, SglangReserve, SglangRetraction, build_policies)
-from twin.queues import FcfsQueue, PriorityQueue, SglangFcfsQueue
-from twin.request import Status
-from twin.scheduler import Scheduler
+from twin.core.queues import FcfsQueue, PriorityQueue, SglangFcfsQueue
+from twin.core.request import Status
+from twin.core.scheduler import Scheduler
 
-TWIN = Path(__file__).resolve().parents[2] / "twin"
+TWIN = Path(__file__).resolve().parents[2] / "twin" / "core"
 SCHEDULER_MODULES = ("scheduler", "output_processor", "policies", "queues", "limits", "drafter", "gaps", "shapes",
                      "input_queue")
 
@@ -188,7 +188,7 @@ def test_a_scheduler_finishes_what_it_admitted_under_every_rule_pair():
 @pytest.mark.parametrize("module", SCHEDULER_MODULES)
 def test_scheduler_modules_import_without_simpy_and_stay_small(module: str) -> None:
     """The scheduler's modules are pure state machines, each at most 700 lines with functions of at most 80."""
-    done = subprocess.run([sys.executable, "-c", f"import sys; sys.modules['simpy'] = None; import twin.{module}"],
+    done = subprocess.run([sys.executable, "-c", f"import sys; sys.modules['simpy'] = None; import twin.core.{module}"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     text = (TWIN / f"{module}.py").read_text()

@@ -134,7 +134,7 @@ def _more_knobs(draw: st.DrawFn, cfg: dict) -> None:
     if draw(st.booleans()):  # a model with per-request state (its sliding windows: KVCacheManager.state_blocks)
         cfg["model"] = {"name": "openai/gpt-oss-20b"}
     if cfg["system"]["kind"] == "colocated" and draw(st.booleans()):
-        # an attention-DP engine (twin.dpgroup): ranks in lockstep, the MoE over every rank's tokens
+        # an attention-DP engine (twin.shell.attention_dp): ranks in lockstep, the MoE over every rank's tokens
         cfg["model"] = {"name": "openai/gpt-oss-20b"}
         dp = draw(st.sampled_from([2, 4]))
         cfg["system"].update(attention_dp=dp, ep=draw(st.sampled_from([1, dp])))

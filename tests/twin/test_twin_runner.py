@@ -10,7 +10,7 @@ import pytest
 
 from hardware import BatchShape
 from twin.config import RouterSpec, load_config
-from twin.errors import ConfigError, StallError
+from twin.core.errors import ConfigError, StallError
 from twin.registry import register
 from twin.runner import Simulation, run
 from twin.system import check_run_blocks, cost_model, make_deployment
@@ -511,7 +511,7 @@ def test_a_time_limit_inside_a_fast_forward_run_charges_the_steps_begun(tmp_path
 def test_fast_forward_runs_resume_past_pull_starts(tmp_path, monkeypatch):
     """A decode worker's run woken by a new pull goes on past the step boundary where the pull starts
     (shortened when the pull leaves fewer free blocks): results identical to step-by-step simulation."""
-    from twin.worker import Worker
+    from twin.shell.worker import Worker
 
     outcomes: list[str] = []
     resumable = Worker._resumable
@@ -550,7 +550,7 @@ def test_fast_forward_block_events_in_bulk_match_the_step_by_step_order(monkeypa
     (one stream): their output blocks repeat keys that r0's free blocks hold and that each other writes,
     so the run replays the events one by one. Either way the blocks, cached keys, free order and
     evictions are those of the step-by-step replay."""
-    from twin.fastforward import DecodeRun, plan_decode_run
+    from twin.core.fastforward import DecodeRun, plan_decode_run
     from twin_testkit import make_request, make_scheduler, step
 
     def planned(bulk: bool):
@@ -657,7 +657,7 @@ def test_closed_loop_waits_that_add_up_past_the_clock_range_are_an_error_naming_
 def test_a_stall_past_the_clock_range_says_so(tmp_path):
     """The scheduler takes nothing queued past 2**62 ns, so a stall there is the clock's range, not the
     engine: the report's first line says so (and only there)."""
-    from twin.sim import CLOCK_MAX_NS
+    from twin.shell.sim import CLOCK_MAX_NS
 
     sim = Simulation(sessions_config(tmp_path, [Session(id="s", arrival_s=0.0,
                                                         calls=(Call(append_tokens=10, output_tokens=2),))]))
@@ -816,12 +816,12 @@ def test_still_stretch_compression_leaves_out_only_copies(monkeypatch, example, 
     steps spanning ticks, tool waits, pulls). The first and last row of each stretch stay."""
     import math
 
-    import twin.monitor
+    import twin.shell.monitor
     from twin.cli import example_path
 
     def series(compress):
         if not compress:
-            monkeypatch.setattr(twin.monitor.Monitor, "_still", lambda self: False)
+            monkeypatch.setattr(twin.shell.monitor.Monitor, "_still", lambda self: False)
         cfg = load_config(example_path(example), [f"metrics.sample_interval_s={sample_s}", size])
         ts = run(cfg).timeseries
         monkeypatch.undo()

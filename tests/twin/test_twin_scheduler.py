@@ -3,8 +3,8 @@
 import pytest
 from twin_testkit import make_request, make_scheduler, step
 
-from twin.request import Status
-from twin.scheduler import Scheduler, SglangFcfsQueue
+from twin.core.request import Status
+from twin.core.scheduler import Scheduler, SglangFcfsQueue
 
 
 def test_budget_goes_to_running_decodes_first_then_a_chunked_prefill():
@@ -141,7 +141,7 @@ def test_sglang_new_token_ratio_decays_per_decode_step_and_admits_when_room_appe
     """3,000 pages, a (10 + 2,000), b (100 + 1,500 = 1,600). Before step k (k >= 2) a holds 9 + k tokens
     and has 2,001 - k outputs to go after k - 2 decode steps of decay: room = 2,991 - k - (2,001 - k) x
     (0.7 - (k - 2) x 0.602 / 600): 1,599.898 at k = 8 (b waits: 1,600 is not below it), 1,601.59 at k = 9."""
-    from twin.scheduler import SGLANG_INIT_RATIO, SGLANG_RATIO_DECAY
+    from twin.core.scheduler import SGLANG_INIT_RATIO, SGLANG_RATIO_DECAY
     sched = make_scheduler(num_blocks=3000, block_size=1, max_num_batched_tokens=256, admission_reserve="sglang")
     a, b = make_request(1, 10, 2000), make_request(2, 100, 1500)
     for r in (a, b):
@@ -162,7 +162,7 @@ def test_sglang_ratio_restarts_after_a_preemption_and_resets_when_idle():
     is preempted. The ratio restarts from a and b: (104 + 103 decoded + 2 x 20) / (300 + 120 + 1) =
     247 / 421. The next step is a pure decode (c waits: 103 free - (195 + 16) x 0.587 < 124), one decay
     off; once the worker is idle the ratio is 0.7 again."""
-    from twin.scheduler import SGLANG_INIT_RATIO, SGLANG_MIN_RATIO, SGLANG_RATIO_DECAY
+    from twin.core.scheduler import SGLANG_INIT_RATIO, SGLANG_MIN_RATIO, SGLANG_RATIO_DECAY
     sched = make_scheduler(num_blocks=320, block_size=1, prefix_caching=False, admission_reserve="sglang")
     sched.admission.ratio_steps = 600   # as after 600 decode steps
     assert sched.new_token_ratio() == SGLANG_MIN_RATIO

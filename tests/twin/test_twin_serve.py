@@ -155,7 +155,7 @@ def test_a_client_that_disconnects_aborts_its_request(endpoint, stream, n):
     import time
     from urllib.parse import urlparse
 
-    from twin.request import Status
+    from twin.core.request import Status
 
     base, sim = endpoint
     port = urlparse(base).port
@@ -591,7 +591,7 @@ def test_without_the_serve_extra_twin_serve_says_what_to_install(monkeypatch, ca
     import sys
 
     from twin.cli import main
-    from twin.errors import TwinError
+    from twin.core.errors import TwinError
 
     monkeypatch.setitem(sys.modules, "fastapi", None)  # (an import of it fails)
     for name in ("twin.serve_app", "twin.serve_http"):

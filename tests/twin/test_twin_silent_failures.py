@@ -9,7 +9,7 @@ import yaml
 
 from twin.cli import main
 from twin.config import load_config
-from twin.errors import ConfigError
+from twin.core.errors import ConfigError
 from twin.results import fail_kind
 from twin.runner import Simulation
 

@@ -7,9 +7,9 @@ import pytest
 from hardware import BatchShape, CostModel, Deployment, kernels, load_engine, load_gpu, load_model
 from hardware.deployment import ACT_BYTES
 from twin.config import load_config
-from twin.errors import ConfigError
+from twin.core.errors import ConfigError
 from twin.runner import Simulation, run
-from twin.scheduler import Drafter
+from twin.core.scheduler import Drafter
 from twin.system import cost_model, make_deployment
 from workloads.io import write_sessions
 from workloads.sessions import Call, Session
@@ -293,7 +293,7 @@ def test_a_request_whose_last_verify_step_cannot_fit_fails_at_the_door(tmp_path,
 # ------------------------------------------------------------------------------------------ fast-forward
 def _count_spec_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The planned lengths of the speculative runs a simulation fast-forwards (k >= 2)."""
-    import twin.fastforward as ff
+    import twin.core.fastforward as ff
 
     lengths: list[int] = []
     plan = ff._plan_spec_run
@@ -362,7 +362,7 @@ def test_a_speculative_run_is_planned_to_the_first_finish_or_the_blocks_it_would
     Contexts before the steps: A 8 / 11 / 14, B 4 / 7 / 10; with blocks of 4 a step needs cdiv(context + 3, 4):
     A 3 / 4 / 5, B 2 / 3 / 4. The first step took 5 of the pool's blocks; the next two need 2 more each, so
     with 3 free the run stops before the third step (k = 2)."""
-    from twin.fastforward import SpecRun, plan_decode_run
+    from twin.core.fastforward import SpecRun, plan_decode_run
 
     def start(blocks: int):
         sched = make_scheduler(num_blocks=blocks, drafter=Drafter((1.0, 1.0), seed=0))

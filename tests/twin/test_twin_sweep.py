@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from twin.cli import main
-from twin.errors import ConfigError
+from twin.core.errors import ConfigError
 from twin.runner import run
 from twin.sweep import parse_grid, points, sweep
 

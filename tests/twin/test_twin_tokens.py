@@ -1,6 +1,6 @@
 """Chained block keys: equal keys exactly when prefixes are equal; growth and cuts keep earlier keys."""
 
-from twin.tokens import ROOT_KEY, SourceTable, TokenSequence
+from twin.core.tokens import ROOT_KEY, SourceTable, TokenSequence
 
 
 def test_keys_chain_and_depend_on_the_whole_prefix():
@@ -77,16 +77,16 @@ def test_block_keys_match_the_definition_on_random_sequences() -> None:
 
 
 def test_compiled_chain_is_the_python_hash_chain(monkeypatch) -> None:
-    """twin._blockpool.chain_keys writes out CPython's tuple and int hashes: the same keys as hash((prev,
+    """twin.core._blockpool.chain_keys writes out CPython's tuple and int hashes: the same keys as hash((prev,
     source, piece)) for keys anywhere in the 64-bit range (negative, past 2**61 - 1, the -1 that hashes to
     -2), and sequences keyed with and without it agree."""
     import random
 
     import pytest
 
-    import twin.tokens
+    import twin.core.tokens
 
-    compiled = pytest.importorskip("twin._blockpool").chain_keys
+    compiled = pytest.importorskip("twin.core._blockpool").chain_keys
     rng = random.Random(3)
     edges = [ROOT_KEY, 0, -1, -2, 2**61 - 2, 2**61 - 1, 2**61, -(2**61 - 1), -(2**61), 2**63 - 1, -(2**63)]
     for _ in range(3000):
@@ -104,14 +104,14 @@ def test_compiled_chain_is_the_python_hash_chain(monkeypatch) -> None:
     seqs = [[(rng.randint(1, 3), rng.randint(0, 40), rng.randint(1, 300)) for _ in range(4)]
             for _ in range(50)]
     keyed = [TokenSequence(list(segs)).block_keys(bs) for segs in seqs for bs in (1, 16)]
-    monkeypatch.setattr(twin.tokens, "_CHAIN_KEYS", None)
+    monkeypatch.setattr(twin.core.tokens, "_CHAIN_KEYS", None)
     assert [TokenSequence(list(segs)).block_keys(bs) for segs in seqs for bs in (1, 16)] == keyed
 
 
 def test_block_ids_number_keys_in_first_use_order_and_follow_cuts():
     """Numbered keys are equal exactly when the keys are; sequences sharing a table share numbers, and
     a cut drops the numbers of the blocks it drops (later blocks are numbered afresh)."""
-    from twin.tokens import KeyTable
+    from twin.core.tokens import KeyTable
 
     src, table = SourceTable(), KeyTable()
     sys_id, a, b = src.get("sys"), src.get("a"), src.get("b")

@@ -4,7 +4,7 @@ experiments/vllm_differential/vllm_0_12_0.json holds what vLLM's ``Scheduler`` a
 step by step, on 53 scenarios (chunked prefill with small budgets, max_num_seqs binding, prefix hits while
 the first request runs and after it finished, preemption and recompute with hits on the victim's own
 blocks, LRU eviction, blocks computed twice; recorded by experiments/vllm_differential/record.py with vLLM
-installed, no GPU). Each scenario is replayed on ``twin.scheduler.Scheduler``; every step must schedule the
+installed, no GPU). Each scenario is replayed on ``twin.core.scheduler.Scheduler``; every step must schedule the
 same requests with the same tokens in the same order, start them at the same computed tokens (prefix hits
 and resumes), preempt and finish the same requests, and leave the same free-block count, block ids per
 request, cached blocks (the block a lookup of each hash finds) and free queue, with both block pools.
@@ -28,11 +28,11 @@ from typing import Iterator
 import pytest
 
 from hardware import load_engine
-from twin import kv_cache
-from twin.kv_cache import KVCacheManager
-from twin.request import Request
-from twin.scheduler import Scheduler, SchedulerLimits
-from twin.tokens import SourceTable, TokenSequence
+from twin.core import kv_cache
+from twin.core.kv_cache import KVCacheManager
+from twin.core.request import Request
+from twin.core.scheduler import Scheduler, SchedulerLimits
+from twin.core.tokens import SourceTable, TokenSequence
 
 from experiments.vllm_differential.scenarios import STEP_TIME
 
@@ -89,7 +89,7 @@ def _replay(scn: dict, n_steps: int, with_free_order: bool) -> Iterator[dict]:
 def _replay_async(scn: dict, with_free_order: bool, async_output: bool = True) -> Iterator[dict]:
     """The twin as a worker runs it with vLLM's async scheduling (lookahead, async_output): a step of
     STEP_TIME from its schedule; at a step's end the requests that arrived until then are queued (ordinary
-    events come before a step end, twin.sim.StepEnd), the step is applied and the next formed; an idle
+    events come before a step end, twin.shell.sim.StepEnd), the step is applied and the next formed; an idle
     worker wakes at the next arrival. One record per step, and a last one after everything ended."""
     lim = scn["limits"]
     bs = lim["block_size"]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from twin.kv_cache import KVCacheManager
-from twin.request import Request
-from twin.scheduler import Drafter, Scheduler, SchedulerLimits
-from twin.tokens import SourceTable, TokenSequence
+from twin.core.kv_cache import KVCacheManager
+from twin.core.request import Request
+from twin.core.scheduler import Drafter, Scheduler, SchedulerLimits
+from twin.core.tokens import SourceTable, TokenSequence
 
 _sources = SourceTable()
 

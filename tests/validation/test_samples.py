@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from twin.cli import build_parser, main
-from validation import inferencemax_blackwell, silicon
+from validation import (harness_decoding, harness_launch, inferencemax_blackwell, inferencemax_disagg,
+                        measured_rows, protocols, row_config, row_spec, silicon, silicon_run)
 from validation.report import csv_argument
 from validation.samples import (DATA_DIR, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, SAMPLES, columns_markdown,
                                 resolve_csv, sample_path)
@@ -122,10 +123,10 @@ def test_the_help_lists_every_column_the_code_names(capsys: pytest.CaptureFixtur
 
 
 def _columns_read(source: str) -> set[str]:
-    """Column names the reader's source takes from a row: ``row["x"]``, ``row.get("x")``, ``_int(row, "x")``,
-    the measured times, and the per-worker names it builds from a prefix."""
+    """Column names the reader's source takes from a row: ``row["x"]``, ``row.get("x")``,
+    ``int_cell(row, "x")``, the measured times, and the per-worker names it builds from a prefix."""
     read = set(re.findall(r"""row(?:\.get\(|\[)["']([a-z][a-z0-9_]*)["']""", source))
-    read |= set(re.findall(r"""(?:_int|_measured_ms)\(row, ["']([a-z][a-z0-9_]*)["']""", source))
+    read |= set(re.findall(r"""(?:int_cell|measured_ms)\(row, ["']([a-z][a-z0-9_]*)["']""", source))
     for suffix in re.findall(r'f"\{prefix\}([a-z_]+)"', source):
         read |= {suffix, f"prefill_{suffix}", f"decode_{suffix}"}
     for suffix in re.findall(r'f"\{side\}_([a-z_]+)"', source):
@@ -135,7 +136,8 @@ def _columns_read(source: str) -> set[str]:
 
 def test_the_column_list_is_every_column_the_reader_reads() -> None:
     read = set()
-    for module in (silicon, inferencemax_blackwell):
+    for module in (measured_rows, protocols, inferencemax_disagg, row_spec, harness_launch, harness_decoding,
+                   row_config, silicon_run, inferencemax_blackwell):
         read |= _columns_read(Path(module.__file__ or "").read_text(encoding="utf-8"))
     read |= set(silicon.ENGINE_LIMIT_COLUMNS)          # read in a loop over the constant
     assert read == set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)

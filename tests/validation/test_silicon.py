@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import validation.silicon as validate_module
+from validation import inferencemax_disagg, silicon_run
 from validation.silicon import (GENAI_PERF, INFERENCEMAX, Skip, client_warmup, mtp_acceptance, protocol, read_rows,
                            row_config, row_spec, summarize, validate_silicon)
 
@@ -185,7 +186,7 @@ def test_validate_writes_rows_and_summary(tmp_path: Path, monkeypatch: pytest.Mo
     def no_sim(row: object, overrides: object) -> None:
         raise AssertionError("resume simulated a row it already had")
 
-    monkeypatch.setattr(validate_module, "simulate_row", no_sim)
+    monkeypatch.setattr(silicon_run, "simulate_row", no_sim)
     validate_silicon(path, tmp_path / "out", progress=False, waves=1, resume=True)
     assert [(tmp_path / "out" / f).read_text() for f in ("rows.csv", "summary.json")] == first
     # a run cut off mid-row: the broken last line is dropped and only that row is simulated again
@@ -483,7 +484,7 @@ def test_inferencemax_disagg_rows_take_worker_counts_from_the_config_of_their_da
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The entry in effect at the measured time gives the worker counts; dp-attn true makes the pool's 8
     GPUs attention-DP ranks (the export says dp 1); a date-only stamp stands for the end of its day."""
-    monkeypatch.setattr(validate_module, "_disagg_configs", lambda: DISAGG)
+    monkeypatch.setattr(inferencemax_disagg, "_disagg_configs", lambda: DISAGG)
     s = row_spec(disagg_row(144, "2026-02-14T06:57:35Z"))
     assert (s.prefill_workers, s.decode_workers) == (1, 9)
     assert s.prefill is not None and (s.prefill.tp, s.prefill.dp, s.prefill.ep) == (1, 8, 8)
@@ -499,7 +500,7 @@ def test_inferencemax_disagg_rows_take_worker_counts_from_the_config_of_their_da
 
 def test_inferencemax_disagg_mtp_rows_take_the_recipes_drafts_and_unmatched_rows_keep_one_plus_one(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(validate_module, "_disagg_configs", lambda: DISAGG)
+    monkeypatch.setattr(inferencemax_disagg, "_disagg_configs", lambda: DISAGG)
     cfg = row_config(disagg_row(512, "2026-02-14T06:57:35Z"))  # the recipe ..._mtp2.yaml: 2 drafts
     assert cfg["engine"]["speculative"] == {"method": "mtp", "num_speculative_tokens": 2, "acceptance": [0.85, 0.63]}
     assert cfg["system"]["decode"] == {"workers": 8, "tp": 1, "ep": 8, "attention_dp": 8}
@@ -686,13 +687,13 @@ def test_rows_asking_for_one_simulation_share_it(tmp_path: Path, monkeypatch: py
             row(id="bad", silicon_ttft_ms="x")]  # same config, unusable measurement: skipped on its own
     write_rows(path, rows)
     sims: list[str] = []
-    real = validate_module.simulate_row
+    real = silicon_run.simulate_row
 
     def counted(r: dict[str, str], overrides: dict[str, object]) -> dict[str, object]:
         sims.append(r["id"])
         return real(r, overrides)
 
-    monkeypatch.setattr(validate_module, "simulate_row", counted)
+    monkeypatch.setattr(silicon_run, "simulate_row", counted)
     validate_silicon(path, tmp_path / "out", progress=False, waves=1)
     assert sims == ["a", "other", "bad"]
     out = {r["id"]: r for r in csv.DictReader(open(tmp_path / "out" / "rows.csv"))}
@@ -722,7 +723,7 @@ def test_a_shared_simulations_skip_reason_is_every_rows(tmp_path: Path, monkeypa
     def fails(r: dict[str, str], overrides: dict[str, object]) -> dict[str, object]:
         return {"id": r["id"], "line": int(r["_line"]), "skipped": "3 requests failed: {'x': 3}"}
 
-    monkeypatch.setattr(validate_module, "simulate_row", fails)
+    monkeypatch.setattr(silicon_run, "simulate_row", fails)
     s = validate_silicon(path, tmp_path / "out", progress=False, waves=1)
     assert [(x["id"], x["reason"]) for x in s["rows_skipped"]] == [("a", "3 requests failed: {'x': 3}"),
                                                                   ("b", "3 requests failed: {'x': 3}")]
@@ -938,7 +939,7 @@ def test_a_row_whose_config_fails_has_no_simulation_key(monkeypatch: pytest.Monk
     def fails(r: dict[str, str], waves: int | None = None) -> dict[str, object]:
         raise ValueError("a cell the config cannot take")
 
-    monkeypatch.setattr(validate_module, "row_config", fails)
+    monkeypatch.setattr(silicon_run, "row_config", fails)
     assert simulation_key(row()) is None
 
 
@@ -1047,7 +1048,7 @@ def test_gb300_sglang_dp_attention_decode_of_48_gpus_is_48_attention_dp_ranks(
     """Decode tp 48 (not a divisor of DeepSeek's 128 heads) ran with --enable-dp-attention --dp 48: SGLang's
     attention TP is tp / dp = 1 (dp_attention.compute_dp_attention_world_info), so 48 attention-DP ranks of
     one GPU each under EP 48. The row's decode EP 4 is the prefill's, repeated by the export."""
-    monkeypatch.setattr(validate_module, "_disagg_configs", lambda: GB300_SGLANG)
+    monkeypatch.setattr(inferencemax_disagg, "_disagg_configs", lambda: GB300_SGLANG)
     cfg = row_config(gb300_sglang_row(4096, "48", "4"))
     assert cfg["system"]["prefill"] == {"workers": 4, "tp": 1, "ep": 4, "attention_dp": 4}
     assert cfg["system"]["decode"] == {"workers": 1, "tp": 1, "ep": 48, "attention_dp": 48,
@@ -1073,7 +1074,7 @@ def test_shipped_disagg_configs_cover_the_blackwell_keys() -> None:
     assert cfg["system"]["decode"] == {"workers": 1, "tp": 1, "ep": 48, "attention_dp": 48, "redundant_experts": 32}
     assert row_spec(gb300_sglang_row(4096, "48", "4")).notes[-1].startswith(
         "workers 4 prefill + 1 decode from 3282fdeba:.github/configs/nvidia-master.yaml:")
-    configs = validate_module._disagg_configs()
+    configs = inferencemax_disagg._disagg_configs()
     for key in ("dsr1-fp4-b300-dynamo-trt", "dsr1-fp8-b300-dynamo-trt", "dsr1-fp4-gb300-dynamo-trt",
                 "dsr1-fp8-gb300-dynamo-trt", "dsr1-fp4-gb300-dynamo-sglang", "dsr1-fp8-gb300-dynamo-sglang"):
         assert configs[key], key
@@ -1083,12 +1084,12 @@ def test_b300_trtllm_recipe_names_with_the_concurrency_after_the_drafts_give_the
     """B300 recipes name the concurrency after the draft count (..._mtp3_40.yaml): 3 drafts."""
     entry: dict = {"source": "x", "prefill": {"additional_settings": [
         "CONFIG_FILE=recipes/trtllm/b300-fp8/8k1k/mtp/ctx1_gen2_tp8_batch16_eplb0_mtp3_40.yaml"]}}
-    assert validate_module._entry_spec_tokens(entry, "dsr1-fp8-b300-dynamo-trt") == 3
+    assert inferencemax_disagg._entry_spec_tokens(entry, "dsr1-fp8-b300-dynamo-trt") == 3
     entry["prefill"]["additional_settings"] = ["CONFIG_FILE=recipes/trtllm/h200/1k1k/mtp/c512_ctx1_gen8_dep8_mtp2.yaml"]
-    assert validate_module._entry_spec_tokens(entry, "dsr1-fp8-h200-dynamo-trt") == 2
+    assert inferencemax_disagg._entry_spec_tokens(entry, "dsr1-fp8-h200-dynamo-trt") == 2
     entry["prefill"]["additional_settings"] = ["CONFIG_FILE=recipes/trtllm/gb300-fp4/1k1k/mtp/ctx1_gen1_mtp.yaml"]
     with pytest.raises(Skip, match="the number of draft tokens is not known"):
-        validate_module._entry_spec_tokens(entry, "dsr1-fp4-gb300-dynamo-trt")
+        inferencemax_disagg._entry_spec_tokens(entry, "dsr1-fp4-gb300-dynamo-trt")
 
 
 def test_transfer_table_compares_the_rows_both_runs_represent() -> None:
@@ -1264,7 +1265,7 @@ def test_eplb_slots_of_an_entry_without_a_known_count_are_the_smallest_that_divi
     sides = {"prefill": validate_module.Parallel(tp=1, dp=8, ep=8),
              "decode": validate_module.Parallel(tp=1, dp=24, ep=24)}
     notes: list[str] = []
-    out = validate_module._eplb_slots({"model_path": "deepseek-ai/DeepSeek-R1"}, entry, sides, notes)
+    out = inferencemax_disagg._eplb_slots({"model_path": "deepseek-ai/DeepSeek-R1"}, entry, sides, notes)
     assert (out["prefill"].redundant_experts, out["decode"].redundant_experts) == (0, 8)   # 264 = 11 x 24
     assert notes == ["decode redundant_experts 8 inferred: ep 24 does not divide 256 experts and the recipe's "
                      "count is not known (the smallest that divides)"]

@@ -1,8 +1,0 @@
-"""Type stub of the compiled module (twin/_blockpool.pyx): the block pool, with the interface of
-twin.kv_cache.PyBlockPool, and the chained block keys of twin.tokens."""
-
-from twin.kv_cache import PyBlockPool
-
-class BlockPool(PyBlockPool): ...
-
-def chain_keys(out: list[int], prev: int, source: int, first: int, last: int, step: int) -> int: ...
