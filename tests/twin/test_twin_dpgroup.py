@@ -5,7 +5,8 @@ import pytest
 
 from hardware import BatchShape
 from twin.config import load_config
-from twin.shell.attention_dp import AdpBalance, DPGroup, balance_step
+from twin.shell.attention_dp import (AdpBalance, Balancer, DPGroup, LeastLoaded, RoundRobin, VllmStats, balance_step,
+                                    make_balancer)
 from twin.runner import Simulation
 from twin.system import cost_model, make_deployment
 from workloads.io import write_sessions
@@ -102,17 +103,34 @@ def test_vllm_places_requests_on_the_published_counts_and_those_it_sent_since(tm
     """DPLBAsyncMPClient: score 4 x waiting + running as last published, + 4 per request sent since; the
     lowest score, the first rank of equals. A seat freed since the publication is not seen."""
     g = _group(tmp_path, "vllm")
-    g._stats, g._sent = [5, 4], [0, 0]
+    assert isinstance(g.balancer, VllmStats)
+    g.balancer.stats, g.balancer.sent = [5, 4], [0, 0]
     assert [g._rank_for().wid for _ in range(4)] == [1, 0, 1, 0]
-    assert g._sent == [2, 2]
-    assert g._rank_for(send=False).wid == 1 and g._sent == [2, 2]   # a prefix probe sends nothing
+    assert g.balancer.sent == [2, 2]
+    assert g._rank_for(send=False).wid == 1 and g.balancer.sent == [2, 2]   # a prefix probe sends nothing
 
 
 def test_sglang_places_requests_round_robin_and_tensorrt_llm_on_the_least_loaded_rank(tmp_path):
     g = _group(tmp_path, "sglang")
+    assert isinstance(g.balancer, RoundRobin)
     assert [g._rank_for().wid for _ in range(5)] == [0, 1, 0, 1, 0]
     t = _group(tmp_path, "trtllm")
+    assert isinstance(t.balancer, LeastLoaded)
     assert t._rank_for().wid == 0
+
+
+def test_a_groups_balancer_is_chosen_once_by_its_name_and_an_unknown_name_is_refused(tmp_path):
+    """Each engine profile's dp_balancer names one Balancer class; a name none declares is an error, not the
+    least-loaded rule by default."""
+    from hardware.engine import DP_BALANCERS
+
+    assert sorted(Balancer.kinds) == sorted(DP_BALANCERS)
+    assert {name: type(make_balancer(name, 2)) for name in DP_BALANCERS} == \
+           {"least_loaded": LeastLoaded, "round_robin": RoundRobin, "vllm_stats": VllmStats}
+    ranks = _group(tmp_path, "vllm").ranks
+    with pytest.raises(ValueError, match=r"unknown attention-DP balancer 'fewest_tokens' \(known: least_loaded, "
+                                         r"round_robin, vllm_stats\)"):
+        DPGroup(ranks[0].env, ranks, balancer="fewest_tokens")
 
 
 def test_tensorrt_llm_balance_holds_prompts_until_every_rank_has_one_or_the_timeout():

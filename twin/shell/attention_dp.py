@@ -16,7 +16,7 @@ DP-aware routing); a colocated engine's new requests go to a rank by the engine'
 lowest-numbered of equals (TensorRT-LLM); ``vllm_stats``, vLLM's front end, which scores each rank 4 x
 waiting + running on the counts the DP coordinator published last (every 100 ms: here the counts at the
 first step boundary after each 100 ms mark) plus the requests it sent since, so a seat freed since then is
-not seen; ``round_robin`` (SGLang).
+not seen; ``round_robin`` (SGLang). Each rule is a :class:`Balancer`, chosen by its name.
 
 TensorRT-LLM's ``attention_dp_config.enable_balance`` (:class:`AdpBalance`) is modelled as its executor runs
 it (``PyExecutor._balance_adp_requests``, tensorrt_llm/_torch/pyexecutor/py_executor.py, 1.0-1.2): prompts
@@ -25,24 +25,24 @@ most ``timeout_iters`` steps, unless some rank has no decodes. The counter of wa
 steps that carry no prompt at all, so a prompt arriving into a steady decode waits for the counter's next
 turn. With every rank ready and every rank decoding, prompts are held ``batching_wait_iters`` more steps.
 
-Pure-decode stretches are fast-forwarded as a plain worker's are (:mod:`twin.core.fastforward`), every rank's
-run planned over the same steps: when every rank with work decodes its whole batch with nothing queued, and
-the others have no work at all, the group plans the steps no rank's batch can change in (the fewest any
-rank allows), each step lasting the slowest rank's decode, sleeps to their end, and is cut after the step
-in progress by an outside event (an arrival, an abort, a KV pull queued), applying exactly the steps that
-elapsed. Under vLLM's balancer the counts the coordinator publishes at the step boundaries a fast-forward
-skips are taken when they are next read: no request enters or leaves a rank inside a run, so every skipped
-boundary would have published the counts the ranks hold then (:meth:`DPGroup._catch_up`). Under
-TensorRT-LLM's balance a run may also cross the steps for which the balance holds the waiting prompts back
-for certain (:meth:`DPGroup._held_steps`: until its timeout, unless every rank has a prompt and a free
-seat), ranks with waiting requests decoding as the others do. Speculative ranks plan their runs as
-:class:`~twin.core.fastforward.SpecRun` objects, each step as long as the slowest rank's.
+Pure-decode stretches are fast-forwarded as a plain worker's are (:mod:`twin.core.fastforward`, by the same
+driver: :class:`~twin.shell.fast_forward.FastForward`), every rank's run planned over the same steps: when
+every rank with work decodes its whole batch with nothing queued, and the others have no work at all, the
+group plans the steps no rank's batch can change in (the fewest any rank allows), each step lasting the
+slowest rank's decode, sleeps to their end, and is cut after the step in progress by an outside event (an
+arrival, an abort, a KV pull queued), applying exactly the steps that elapsed. Under vLLM's balancer the
+counts the coordinator publishes at the step boundaries a fast-forward skips are taken when they are next
+read: no request enters or leaves a rank inside a run, so every skipped boundary would have published the
+counts the ranks hold then (:meth:`VllmStats.catch_up`). Under TensorRT-LLM's balance a run may also cross
+the steps for which the balance holds the waiting prompts back for certain (:meth:`DPGroup._held_steps`:
+until its timeout, unless every rank has a prompt and a free seat), ranks with waiting requests decoding as
+the others do. Speculative ranks plan their runs as :class:`~twin.core.fastforward.SpecRun` objects, each
+step as long as the slowest rank's.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import attrs
 import numpy as np
@@ -50,7 +50,8 @@ import numpy as np
 from hardware import BatchShape
 from twin.core.fastforward import PlannedRun, plan_decode_run
 from twin.core.request import Request
-from twin.shell.sim import CLOCK_MAX_NS, ProcessGen, StepEnd, disarm, fire, now_ns, to_ns
+from twin.shell.fast_forward import FastForward, Runs
+from twin.shell.sim import CLOCK_MAX_NS, ProcessGen, StepEnd, now_ns, to_ns
 from twin.core.prices import StepPrice, StepPrices
 from twin.shell.worker import Worker
 
@@ -146,9 +147,105 @@ def _decodes(sched: Scheduler) -> int:
     return sum(1 for r in sched.running if r.num_computed_tokens >= r.prompt_tokens)
 
 
+class Balancer:
+    """How a colocated engine's new requests go to its ranks (EngineProfile.dp_balancer): one subclass per rule,
+    declared with its name and chosen by it once (:func:`make_balancer`). ``ranks``: the group's, in order."""
+
+    kinds: ClassVar[dict[str, type[Balancer]]] = {}
+    name: ClassVar[str]
+
+    def __init_subclass__(cls, *, name: str, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.name = name
+        Balancer.kinds[name] = cls
+
+    def __init__(self, num_ranks: int) -> None:
+        pass
+
+    def choose(self, ranks: Sequence[Worker], send: bool) -> Worker:
+        """The rank a new request goes to (``send``: it is sent there; else only asked, as a prefix probe)."""
+        raise NotImplementedError
+
+    def publish(self, ranks: Sequence[Worker], now: int) -> None:
+        """A step boundary of the group at ``now``."""
+
+    def catch_up(self, ranks: Sequence[Worker], ff: FastForward, passed: int | None = None) -> None:
+        """While the group fast-forwards (``ff``): the inner step boundaries of its runs that have passed
+        (``passed`` of them; None: those step-by-step simulation has passed by now)."""
+
+
+class LeastLoaded(Balancer, name="least_loaded"):
+    """The rank with the fewest requests (running and queued), the lowest-numbered of equals (TensorRT-LLM)."""
+
+    def choose(self, ranks: Sequence[Worker], send: bool) -> Worker:
+        return min(ranks, key=lambda w: w.load())
+
+
+class RoundRobin(Balancer, name="round_robin"):
+    """Each rank in turn (SGLang's ``--load-balance-method round_robin``)."""
+
+    def __init__(self, num_ranks: int) -> None:
+        self.next = 0
+        """The rank the next request goes to."""
+
+    def choose(self, ranks: Sequence[Worker], send: bool) -> Worker:
+        rank = ranks[self.next]
+        if send:
+            self.next = (self.next + 1) % len(ranks)
+        return rank
+
+
+class VllmStats(Balancer, name="vllm_stats"):
+    """vLLM's front end (DPLBAsyncMPClient): the lowest 4 x waiting + running as the DP coordinator last published
+    them, plus 4 per request sent since; the first rank of equals."""
+
+    def __init__(self, num_ranks: int) -> None:
+        self.tick = -1
+        """The 100 ms mark of the published counts; the counts, and the requests sent since."""
+        self.stats = [0] * num_ranks
+        self.sent = [0] * num_ranks
+
+    def choose(self, ranks: Sequence[Worker], send: bool) -> Worker:
+        scores = [stat + 4 * sent for stat, sent in zip(self.stats, self.sent)]
+        i = scores.index(min(scores))
+        if send:
+            self.sent[i] += 1
+        return ranks[i]
+
+    def publish(self, ranks: Sequence[Worker], now: int) -> None:
+        """At the first step boundary after a 100 ms mark, the coordinator's counts are the ranks' 4 x waiting +
+        running then, and the requests sent before are in them."""
+        tick = now // STATS_INTERVAL_NS
+        if tick != self.tick:
+            self.tick = tick
+            self.stats = [4 * len(w.sched.waiting) + len(w.sched.running) for w in ranks]
+            self.sent = [0] * len(ranks)
+
+    def catch_up(self, ranks: Sequence[Worker], ff: FastForward, passed: int | None = None) -> None:
+        """Publish what the passed step boundaries of the runs would have published step by step. Inside a run
+        no request enters or leaves a rank (an arrival cuts it after the step in progress, and is placed before
+        it is queued), so each such boundary saw the counts the ranks hold now, and only the last one's 100 ms
+        mark matters. (The runs' last boundary is the group's own: DPGroup._run publishes it.)"""
+        if not ff.runs:
+            return
+        if passed is None:
+            passed = ff.boundaries_passed()
+        if passed:
+            self.publish(ranks, ff.runs[0][1].ends[passed - 1])
+
+
+def make_balancer(name: str, num_ranks: int) -> Balancer:
+    """The :class:`Balancer` called ``name``, for a group of ``num_ranks`` ranks."""
+    cls = Balancer.kinds.get(name)
+    if cls is None:
+        raise ValueError(f"unknown attention-DP balancer {name!r} (known: {', '.join(Balancer.kinds)})")
+    return cls(num_ranks)
+
+
 class Rank:
     """Mixin of a worker that is one attention-DP rank: it has no process of its own (its group steps it with
-    the others), and an arrival or abort wakes the group."""
+    the others, and the group's FastForward drives its runs: the rank's own stays idle), and an arrival or abort
+    wakes the group."""
 
     group: DPGroup | None = None
 
@@ -187,39 +284,24 @@ class DPGroup:
         self.wid = ranks[0].wid
         self.priority = ranks[0].priority
         self.balance = balance
-        self.balancer = balancer
+        self.balancer = make_balancer(balancer, len(ranks))
+        """Where a colocated engine's new requests go (``balancer``: the rule's name)."""
         self.fast_forward_steps = fast_forward_steps
         """Most decode steps planned in one jump (0 or 1: step by step)."""
         for rank in ranks:
             rank.priority = self.priority  # (the group's step ends are its ranks')
-        self._runs: list[tuple[Worker, PlannedRun]] = []
-        """While fast-forwarding: each stepping rank's run (their steps end together)."""
-        self._ff: simpy.Event | None = None
-        """What the fast-forwarding group waits for: the step after which it resumes (its value)."""
-        self._ff_end: StepEnd | None = None
-        """The armed end of that wait (the run's last step, or the step an outside event cut it after)."""
-        self._ff_step = 0
-        """The step of the runs whose end ``_ff_end`` is."""
-        self._segment = 0
-        """Steps costed in the runs' latest segment (doubled for the next one)."""
-        self._cut = False
-        """An outside event cut the runs after the step in progress (``_ff_step``)."""
+        self.ff = FastForward(env, self.priority, _FIRST_SEGMENT, self._book_runs)
+        """What the group waits on between steps: an outside event, or its ranks' fast-forwarded runs (each
+        stepping rank's, their steps ending together)."""
         self._run_steps = _WORTH
         """A moving mean of the steps the group's runs lasted (speculative groups: :data:`_WORTH`). A matter of
         speed alone: a step is the same stepped or fast-forwarded."""
         self._probe = 0
         """Steps since a run was last planned while runs were short."""
-        self._next = 0
-        """round_robin: the rank the next request goes to."""
-        self._stats_tick = -1
-        """vllm_stats: the 100 ms mark of the published counts; the counts, and the requests sent since."""
-        self._stats: list[int] = [0] * len(ranks)
-        self._sent: list[int] = [0] * len(ranks)
         self._waiting_iters = 0
         """TensorRT-LLM's adp_ctx_waiting_iters_count: steps prompts were held for want of one on every rank."""
         self._batching_iters = 0
         """Its adp_ctx_batching_wait_iters_count."""
-        self._wake: simpy.Event | None = None
         for rank in ranks:
             rank.group = self  # type: ignore[attr-defined]
         self._zeros = np.zeros(len(ranks[0].prices.cost_model.term_names))
@@ -231,44 +313,8 @@ class DPGroup:
 
     def _rank_for(self, send: bool = True) -> Worker:
         """The rank a new request goes to, by :attr:`balancer` (``send``: the request is sent there)."""
-        ranks = self.ranks
-        if self.balancer == "round_robin":
-            rank = ranks[self._next]
-            if send:
-                self._next = (self._next + 1) % len(ranks)
-            return rank
-        if self.balancer == "vllm_stats":
-            self._catch_up()
-            scores = [stat + 4 * sent for stat, sent in zip(self._stats, self._sent)]
-            i = scores.index(min(scores))
-            if send:
-                self._sent[i] += 1
-            return ranks[i]
-        return min(ranks, key=lambda w: w.load())
-
-    def _publish(self, now: int) -> None:
-        """vllm_stats: at the first step boundary after a 100 ms mark, the coordinator's counts are the ranks'
-        4 x waiting + running then, and the requests sent before are in them."""
-        tick = now // STATS_INTERVAL_NS
-        if tick != self._stats_tick:
-            self._stats_tick = tick
-            self._stats = [4 * len(w.sched.waiting) + len(w.sched.running) for w in self.ranks]
-            self._sent = [0] * len(self.ranks)
-
-    def _catch_up(self, passed: int | None = None) -> None:
-        """vllm_stats, while fast-forwarding: publish what the step boundaries of the runs that have passed
-        (``passed`` of them; None: those step-by-step simulation has applied by now, Worker._steps_done) would
-        have published step by step. Inside a run no request enters or leaves a
-        rank (an arrival cuts it after the step in progress, and is placed before it is queued), so each such
-        boundary saw the counts the ranks hold now, and only the last one's 100 ms mark matters."""
-        if not self._runs or self.balancer != "vllm_stats":
-            return
-        rank, run = self._runs[0]
-        # (the runs' last boundary, step _ff_step's end, is the group's own: _run publishes it)
-        if passed is None:
-            passed = min(rank._steps_done(run, now_ns(self.env)), self._ff_step - 1)
-        if passed:
-            self._publish(run.ends[passed - 1])
+        self.balancer.catch_up(self.ranks, self.ff)
+        return self.balancer.choose(self.ranks, send)
 
     def load(self) -> int:
         return sum(w.load() for w in self.ranks)
@@ -281,18 +327,7 @@ class DPGroup:
 
     def wake(self) -> None:
         """An outside event: a sleeping group wakes now, a fast-forwarding one after the step in progress."""
-        wake = self._wake
-        if wake is not None and not wake.triggered:
-            wake.succeed()
-            return
-        if self._runs and self._ff is not None and not self._ff.triggered:
-            rank, run = self._runs[0]
-            # As Worker.wake: the step in progress is the one after those step by step has applied (the
-            # group's end-of-step slot of an instant is its ranks').
-            m = rank._steps_done(run, now_ns(self.env)) + 1
-            if m < self._ff_step:
-                self._arm(m)
-            self._cut = True  # (the runs stop at step m even where it ends their costed segment)
+        self.ff.wake()
 
     # ---------------------------------------------------------------------------------------- process
     def _admits(self, now: int) -> bool:
@@ -340,11 +375,10 @@ class DPGroup:
                 if w.before_schedule is not None:
                     w.before_schedule()
             if not any(w.sched.has_work for w in ranks):
-                yield from self._sleep()
+                yield from self.ff.idle()
                 continue
             now = now_ns(env)
-            if self.balancer == "vllm_stats":
-                self._publish(now)
+            self.balancer.publish(ranks, now)
             admit = self._admits(now) if self.balance is not None else True
             outs: list[tuple[Worker, SchedulerOutput]] = []
             for w in ranks:
@@ -358,7 +392,7 @@ class DPGroup:
                     continue
                 for w, _ in outs:
                     w.blocked = True
-                yield from self._sleep()
+                yield from self.ff.idle()
                 for w, _ in outs:
                     w.blocked = False
                 continue
@@ -366,7 +400,7 @@ class DPGroup:
                 held = 0 if admit or not any(len(w.sched.waiting) for w in ranks) else self._held_steps(now)
                 runs = self._plan(now, stepping, held)
                 if runs is not None:
-                    yield from self._fast_forward(now, runs)
+                    yield from self._fast_forward(runs)
                     continue
             yield from self._step(now, stepping)
 
@@ -379,8 +413,7 @@ class DPGroup:
         self._probe = (self._probe + 1) % _PROBE_EVERY
         return self._probe == 0
 
-    def _plan(self, now: int, stepping: list[tuple[Worker, SchedulerOutput]],
-              held: int) -> list[tuple[Worker, PlannedRun]] | None:
+    def _plan(self, now: int, stepping: list[tuple[Worker, SchedulerOutput]], held: int) -> Runs | None:
         """Every stepping rank's run over the same steps, or None when a step-by-step step is due. ``held``:
         the steps after this one whose prompts the balance holds back for certain (:meth:`_held_steps`), for
         which ranks with waiting requests may run too."""
@@ -388,7 +421,7 @@ class DPGroup:
         if any(not w.quiet() or (w.wid not in busy and w.sched.has_work) for w in self.ranks):
             return None
         pricer = _GroupPricer()
-        runs = []
+        runs: Runs = []
         max_steps = min(self.fast_forward_steps, 1 + held) if held else self.fast_forward_steps
         for i, (w, out) in enumerate(stepping):
             run = plan_decode_run(w.sched, out, now, _RankPricer(pricer, i), max_steps, held=held > 0)
@@ -400,64 +433,20 @@ class DPGroup:
         k = min(run.k for _, run in runs)
         for _, run in runs:
             run.truncate(k)
-        self._segment = _FIRST_SEGMENT
-        if self._extend(runs, _FIRST_SEGMENT) < 2:
+        if self.ff.cost_first(runs) < 2:
             return None
         return runs
 
-    @staticmethod
-    def _extend(runs: list[tuple[Worker, PlannedRun]], m: int) -> int:
-        """Cost the runs' steps up to ``m`` (at most their end), all ranks at once; returns the steps costed.
-        Steps ending past the clock's range are dropped from the runs: step by step raises at the first
-        (Worker._past_clock), which the step after the shortened runs then does."""
-        for _, run in runs:
-            run.extend(m)
-        ends = runs[0][1].ends
-        inside = bisect_left(ends, CLOCK_MAX_NS + 1)
-        if inside < len(ends):
-            for _, run in runs:
-                run.truncate(max(inside, run.updated))
-        return len(runs[0][1].ends)
-
-    def _arm(self, m: int) -> None:
-        """Wake the group at the end of step ``m`` of its runs (dropping any end armed before): the end of a
-        costed segment of the runs (:meth:`_on_segment_end`), or of the step an outside event cut them after."""
-        disarm(self._ff_end)
-        self._ff_step = m
-        end = self._ff_end = StepEnd(self.env, self._runs[0][1].ends[m - 1] - now_ns(self.env), self.priority)
-        end.callbacks.append(lambda _: self._on_segment_end(m))  # type: ignore[union-attr]
-
-    def _on_segment_end(self, m: int) -> None:
-        """Step ``m`` of the runs ended: if it ended a costed segment of runs going on, and no outside event
-        cut them, cost the next segment (twice as long, as Worker._fast_forward does: a run cut early has
-        not paid for steps it never ran) and sleep on; otherwise resume the group (inside this callback, as
-        a wake event triggered here would: nothing runs between)."""
-        runs = self._runs
-        ff = self._ff
-        assert ff is not None
-        if not self._cut and m < runs[0][1].k:
-            self._segment *= 2
-            if self._extend(runs, m + self._segment) > m:
-                self._arm(len(runs[0][1].ends))
-                return
-        fire(ff, m)
-
-    def _fast_forward(self, now: int, runs: list[tuple[Worker, PlannedRun]]) -> ProcessGen:
+    def _fast_forward(self, runs: Runs) -> ProcessGen:
         """Sleep through the runs' planned steps, or to the end of the step an outside event arrived in; apply
         the steps that elapsed to every rank, its ledger (own terms, the wait for the slowest) and the
         attention-DP balance's counters."""
-        self._runs = runs
-        for w, run in runs:
-            w.run = run
-        self._ff = self.env.event()
-        self._cut = False
-        self._arm(len(runs[0][1].ends))
-        m = yield self._ff
+        ff = self.ff
+        ff.start(runs)
+        m = yield from ff.wait()
         self._run_steps += (m - self._run_steps) / 4
-        self._catch_up(m - 1)   # (the inner boundaries, before the runs' steps are applied)
-        self._ff = None
-        self._ff_end = None
-        self._end_runs(m)
+        self.balancer.catch_up(self.ranks, ff, m - 1)   # (inner boundaries, before the runs' steps are applied)
+        ff.end(m)
         if self.balance is not None:
             # Steps 2 .. m were formed without a prompt on every rank with a seat free (none at all, or those
             # held: _held_steps), which the balance counts as [False] * ranks does.
@@ -466,14 +455,11 @@ class DPGroup:
             for req in run.update_upto(m):
                 w.on_done(req)
 
-    def _end_runs(self, m: int) -> None:
+    def _book_runs(self, runs: Runs, m: int) -> None:
         """The runs stop after step ``m``: each rank's ledger gets those steps as step-by-step simulation books
         them (its own terms and its wait for the slowest rank; an idle rank waits each step out)."""
-        runs, self._runs = self._runs, []
         pricer = runs[0][1].pricer
         assert isinstance(pricer, _RankPricer)
-        for w, _ in runs:
-            w.run = None
         for own, step_ns in pricer.group.steps[:m]:
             self._book(step_ns, [(w, vector, ns, 0.0) for (w, _), (vector, ns) in zip(runs, own)])
 
@@ -494,12 +480,8 @@ class DPGroup:
 
     def stop(self) -> None:
         """The run stops now (``run.max_sim_s``): a fast-forward's steps that had begun enter the ledgers, as
-        step-by-step simulation charges each step when it begins (Worker.stop)."""
-        if self._runs:
-            for w, run in self._runs:
-                run.sync(now_ns(self.env))
-            disarm(self._ff_end)
-            self._end_runs(self._runs[0][1].scheduled)
+        step-by-step simulation charges each step when it begins (FastForward.stop)."""
+        self.ff.stop()
 
     def _step(self, now: int, stepping: list[tuple[Worker, SchedulerOutput]]) -> ProcessGen:
         """Run one lockstep step: it lasts as long as the slowest rank's part (host KV loads included)."""
@@ -524,11 +506,6 @@ class DPGroup:
             for req in w.sched.update(out, end):
                 w.on_done(req)
 
-    def _sleep(self) -> ProcessGen:
-        self._wake = self.env.event()
-        yield self._wake
-        self._wake = None
-
 
 def group_ranks(env: simpy.Environment, ranks: Sequence[Worker], dp: int, balancer: str, fast_forward_steps: int,
                 balance: AdpBalance | None = None) -> list[DPGroup]:
@@ -536,4 +513,5 @@ def group_ranks(env: simpy.Environment, ranks: Sequence[Worker], dp: int, balanc
     return [DPGroup(env, ranks[i:i + dp], balance, balancer, fast_forward_steps) for i in range(0, len(ranks), dp)]
 
 
-__all__ = ["AdpBalance", "DPGroup", "Rank", "RankWorker", "balance_step", "group_ranks"]
+__all__ = ["AdpBalance", "Balancer", "DPGroup", "LeastLoaded", "Rank", "RankWorker", "RoundRobin", "VllmStats",
+           "balance_step", "group_ranks", "make_balancer"]

@@ -3,12 +3,12 @@
 A step ends with an event of lower priority than every ordinary event at the same instant (and ordered
 by worker id among step ends), so a request that arrives exactly when a step ends is seen by the next
 ``schedule`` call whatever order the events were created in. Pure-decode stretches are fast-forwarded
-(:mod:`twin.core.fastforward`): one event for k steps, woken early by an arrival, with identical results.
+(:mod:`twin.core.fastforward`, driven by :class:`~twin.shell.fast_forward.FastForward`): one event for k
+steps, woken early by an arrival, with identical results.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from typing import Any, Callable, Generator
 
 import simpy
@@ -18,7 +18,11 @@ from twin.core.prices import Ledger, StepPrices
 from twin.core.request import Request
 from twin.core.scheduler import Scheduler
 from twin.core.errors import ConfigError
-from twin.shell.sim import CLOCK_MAX_NS, CLOCK_RANGE, LATE, ProcessGen, StepEnd, disarm, fire, now_ns, slot_passed, to_ns
+from twin.shell.fast_forward import FastForward, Runs, step_passed
+from twin.shell.sim import CLOCK_MAX_NS, CLOCK_RANGE, LATE, ProcessGen, StepEnd, now_ns, to_ns
+
+_FIRST_SEGMENT = 8
+"""Steps costed when a worker's run is planned (then 16, 32 ... while it goes on)."""
 
 
 class Worker:
@@ -42,18 +46,13 @@ class Worker:
         self.blocked = False
         """True while the worker has work but could schedule none of it (reported by the stall detector)."""
         self.run: PlannedRun | None = None
+        """The fast-forwarded run in progress (set by the driver of the worker, or of its attention-DP group)."""
         self.decoding = False
         """True during a pure-decode step run on its own (not fast-forwarded): the monitor treats it as it
         treats a fast-forward run (:attr:`run`), which step-by-step simulation runs as such steps."""
-        self._wake: simpy.Event | None = None
-        self._cut: simpy.Event | None = None
-        """The end of the step in progress, when an outside event cut into a fast-forwarded run."""
-        self._armed: simpy.Event | None = None
-        """The segment end the fast-forwarded run in progress waits for."""
-        self._costed = 0
-        """Steps of that run costed so far; the armed segment end is the end of the last of them."""
-        self._segment = 0
-        """Steps costed in the run's latest segment (doubled for the next one)."""
+        self.ff = FastForward(env, self.priority, _FIRST_SEGMENT, self._book_run,
+                              lambda now, ns: self._past_clock(now, ns, 0.0))
+        """What the worker waits on between steps: an outside event, or its fast-forwarded run."""
         self._aborts: list[tuple[Request, str]] = []
         """Requests to drop at the next step boundary (:meth:`abort`), with their reasons."""
         self.process = env.process(self._run())
@@ -62,7 +61,7 @@ class Worker:
     def submit(self, req: Request) -> None:
         req.worker = self.wid
         now = now_ns(self.env)
-        if self.run is not None and self._step_passed(self.run, now):
+        if self.run is not None and step_passed(self.env, self.priority, self.run, now):
             # The queue must see a request arriving after that step's successor was formed
             # (Scheduler.add_request's tie rule).
             self.sched.step_formed(now)
@@ -87,34 +86,7 @@ class Worker:
 
     def wake(self) -> None:
         """An outside event: a sleeping worker wakes now, a fast-forwarded one after the step in progress."""
-        wake = self._wake
-        if wake is None or wake.triggered or self._cut is not None:
-            return
-        run = self.run
-        if run is None:
-            wake.succeed()
-            return
-        # The worker resumes at the end of the step in progress (the first step ending at or after now; ends
-        # increase), in its own end-of-step slot: after every event of that instant. A step ending now is
-        # in progress only until that slot has passed (_step_passed); then the run stops at the end of the next.
-        t = now_ns(self.env)
-        m = self._steps_done(run, t) + 1
-        cut = self._cut = StepEnd(self.env, run.ends[m - 1] - t, self.priority)
-        cut.callbacks.append(lambda _: fire(wake, m))  # type: ignore[union-attr]
-
-    def _steps_done(self, run: PlannedRun, t: int) -> int:
-        """Steps of the fast-forwarded ``run`` that step-by-step simulation has applied when an event at ``t``
-        is processed: those ending before ``t``, and one ending at ``t`` once its end-of-step slot has passed."""
-        return bisect_left(run.ends, t) + self._step_passed(run, t)
-
-    def _step_passed(self, run: PlannedRun, t: int) -> bool:
-        """Whether a step of the fast-forwarded ``run`` ends at ``t`` and this worker's end-of-step slot of the
-        instant has passed (the event being processed came after it: another worker's step end, or what one
-        triggered): step by step, that step was applied and the next one formed before this event."""
-        if not slot_passed(self.env, self.priority):
-            return False
-        i = bisect_left(run.ends, t)
-        return i < len(run.ends) and run.ends[i] == t
+        self.ff.wake()
 
     def sync(self) -> None:
         """Bring a fast-forwarded worker's state to what step-by-step simulation shows now (for readers)."""
@@ -123,12 +95,10 @@ class Worker:
         self.sched.sync()
 
     def stop(self) -> None:
-        """The run stops now (``run.max_sim_s``): :meth:`sync`, and a fast-forward run's steps that had begun
-        enter the ledger, as step-by-step simulation charges each step when it begins."""
+        """The run stops now (``run.max_sim_s``): a fast-forward run's steps that had begun enter the ledger, as
+        step-by-step simulation charges each step when it begins (FastForward.stop), and :meth:`sync`."""
+        self.ff.stop()
         self.sync()
-        run = self.run
-        if run is not None:
-            self._end_run(run, run.scheduled)
 
     def quiet(self) -> bool:
         """Whether nothing but an outside event can change the batch (extended by decode workers)."""
@@ -157,7 +127,7 @@ class Worker:
                 self.before_schedule()
             prepared = False
             if not sched.has_work:
-                yield from self._sleep()
+                yield from self.ff.idle()
                 continue
             now = now_ns(env)
             out = sched.schedule(now)
@@ -168,7 +138,7 @@ class Worker:
                 if out.preempted or not sched.has_work:
                     continue
                 self.blocked = True
-                yield from self._sleep()
+                yield from self.ff.idle()
                 self.blocked = False
                 continue
             run = None
@@ -193,54 +163,21 @@ class Worker:
                 self.on_done(req)
 
     def _fast_forward(self, run: PlannedRun) -> Generator[simpy.Event, Any, tuple[list[Request], bool]]:
-        """Sleep through the planned steps; an outside event cuts the run after the step in progress
-        (:meth:`wake`), unless the batch survives that step boundary (:meth:`_resumable`).
-
-        Steps are costed in segments that double while the run survives (8, 16, 32 ...), so a run cut
-        early by an arrival has not paid for the cost of steps it never ran; the end of one segment costs
-        the next (:meth:`_on_segment_end`) and only the end of the last one resumes the worker. Returns the
-        requests that finished and whether ``before_schedule`` already ran at the boundary where the run
-        stopped.
-        """
-        env = self.env
-        self.run = run
-        self._segment = 8
-        self._cost_segment(run, now_ns(env))
+        """Sleep through the planned steps (:class:`~twin.shell.fast_forward.FastForward`, segments of 8, 16,
+        32 ... steps); an outside event cuts the run after the step in progress, unless the batch survives that
+        step boundary (:meth:`_resumable`). Returns the requests that finished and whether ``before_schedule``
+        already ran at the boundary where the run stopped."""
+        ff = self.ff
+        runs: Runs = [(self, run)]
+        ff.cost_first(runs)
+        ff.start(runs)
         while True:
-            self._wake = env.event()
-            # None: the run's last step ended; else an outside event cut the run and its step m just ended.
-            m = yield self._wake
-            if m is None:
+            m = yield from ff.wait()
+            if m == run.k or not self._resumable(run, m):
                 break
-            self._cut = None
-            if m == run.k:
-                break
-            if not self._resumable(run, m):
-                # Cut short, the rest of the plan is dropped and the next schedule() starts afresh.
-                self._end_run(run, m)
-                return run.update_upto(m), True
-            if run.k < self._costed:  # fewer steps are safe now: the segment's end event is past the run
-                self._costed = run.k
-                self._segment_end(run.ends[run.k - 1] - now_ns(env))
-        self._wake = None
-        self._end_run(run, run.k)
-        return run.update_upto(run.k), False
-
-    def _cost_segment(self, run: PlannedRun, now: int) -> None:
-        """Cost the run's next ``_segment`` steps (at most to its end) and arm the end of the last one."""
-        self._costed = run.extend(len(run.ends) + self._segment)
-        self._segment_end(run.ends[self._costed - 1] - now)
-
-    def _segment_end(self, delay_ns: int) -> None:
-        """Arm the end of a run's costed segment, handled by a callback (instead of waiting on ``end |
-        wake``: a condition event per segment costs more than the segment's steps)."""
-        self._disarm()
-        now = now_ns(self.env)
-        if now + delay_ns > CLOCK_MAX_NS:
-            self._past_clock(now, delay_ns, 0.0)
-        end = StepEnd(self.env, delay_ns, self.priority)
-        end.callbacks.append(self._on_segment_end)  # type: ignore[union-attr]
-        self._armed = end
+            ff.go_on(m)
+        ff.end(m)  # (cut short, the rest of the plan is dropped: the next schedule() starts afresh)
+        return run.update_upto(m), m < run.k
 
     def _past_clock(self, now: int, step_ns: int, host_load_s: float) -> None:
         """Refuse a step (or fast-forwarded decode steps) ending past the clock's range: the scheduler takes
@@ -251,32 +188,6 @@ class Worker:
         raise ConfigError(field, f"worker {self.wid}: a step of {step_ns / 1e9:.4g} s starting at {now / 1e9:.4g} s "
                                  f"(host KV loads {host_load_s:.4g} s of it) would end past {CLOCK_RANGE}; a "
                                  f"bandwidth or rate that small cannot be simulated")
-
-    def _disarm(self) -> None:
-        """Drop the armed segment end (:func:`~twin.shell.sim.disarm`): one still queued (a run shortened or cut
-        before it) does nothing when processed, as step-by-step simulation has no event there; and the
-        monitor, which sleeps through still stretches to the next event, skips it."""
-        disarm(self._armed)
-        self._armed = None
-
-    def _on_segment_end(self, end: simpy.Event) -> None:
-        """A segment ended: cost the next, twice as long, or after the run's last step resume the worker.
-
-        The worker resumes inside this callback (:func:`~twin.shell.sim.fire`), as it would in a wake event
-        triggered here: nothing else runs between the end and that event. Costing the next segment here
-        instead of in the worker changes nothing it would see, for the same reason. An end that a shortened
-        or cut run left behind does nothing, and so does the last end while a cut is pending (the worker
-        resumes at the cut, the same instant)."""
-        if end is not self._armed:
-            return
-        run = self.run
-        assert run is not None
-        if self._costed < run.k:
-            self._segment *= 2
-            self._cost_segment(run, now_ns(self.env))
-        elif self._cut is None:
-            assert self._wake is not None
-            fire(self._wake, None)
 
     def _resumable(self, run: PlannedRun, m: int) -> bool:
         """At the boundary after step ``m`` of a run woken by an outside event, do what step-by-step
@@ -296,13 +207,7 @@ class Worker:
         run.truncate(m + further)
         return True
 
-    def _end_run(self, run: PlannedRun, m: int) -> None:
+    def _book_run(self, runs: Runs, m: int) -> None:
         """The run stops after step ``m``: its steps enter the ledger."""
-        self.run = None
-        self._disarm()
+        ((_, run),) = runs
         self.ledger.add_steps(run.terms[:m], run.ns[:m])
-
-    def _sleep(self) -> ProcessGen:
-        self._wake = self.env.event()
-        yield self._wake
-        self._wake = None
