@@ -33,7 +33,7 @@ from hardware.dtypes import quantised_kv
 CALIBRATION_DIR = DATA_DIR / "calibration"
 CURVE_MOE_KERNELS = ("marlin", "flashinfer")
 """Named routed-expert kernel families priced with their own MoE curve, fitted on the opdb rows of that
-kernel (``<format>_<family>``, moe_curve_key; hardware.calibrate.moe_curve_subsets)."""
+kernel (``<format>_<family>``, moe_curve_key; hardware.table_features.moe_curve_subsets)."""
 BORROWED_MOE_KERNELS: Mapping[str, str] = MappingProxyType({"flashinfer_trtllm": "vllm"})
 """Routed-expert kernel families priced with another engine's curve, the engine whose default kernel that
 family is on the GPU's architecture: a kernel, not the engine launching it, owns its efficiency.
@@ -89,7 +89,7 @@ class Roofline:
     about the time of one expert's weights at that rate before the roofline's total counts: the OpenAI
     triton_kernels MXFP4 MoE on Hopper (both engines' w4a16_mxfp4 tables at gpt-oss's shape: 100 us at one
     token, 4 experts, where reading their 53 MB at HBM rate takes 11 us). Fitted only where it removes a tenth
-    of the table's fit cost or more (hardware.calibrate.fit_moe_curve); 0 elsewhere. Not a floor: it stays
+    of the table's fit cost or more (hardware.curve_fit.fit_moe_curve); 0 elsewhere. Not a floor: it stays
     in graph steps."""
     token_s: float = 0.0
     token_passes: float = 0.0
@@ -101,7 +101,7 @@ class Roofline:
     experts over moe_tp or ep ranks divides the GEMMs' work but not this part: on vLLM's Marlin MXFP4 table
     (one shape, 896 experts, top 16) the time at 8,192 tokens falls 44.4 -> 22.5 -> 12.3 -> 7.2 -> 4.6 -> 3.3
     -> 2.4 ms as the shard count goes 1 -> 128, the same for moe_tp as for ep at equal count: work / shards
-    plus about 2 ms. hardware.calibrate.fit_moe_curve adds each to a table's curve only where it removes a
+    plus about 2 ms. hardware.curve_fit.fit_moe_curve adds each to a table's curve only where it removes a
     tenth of the fit cost or more, the one that removes more first; 0 elsewhere. Not floors: they stay in
     graph steps."""
 
@@ -320,7 +320,7 @@ class Calibration:
 
 def moe_curve_key(weight_dtype: str, kernel: str = "default") -> str:
     """The key a MoE curve is fitted and looked up under: the weight format for the engine's default
-    kernel, ``<format>_<family>`` for a named kernel family (hardware.calibrate.moe_curve_subsets)."""
+    kernel, ``<format>_<family>`` for a named kernel family (hardware.table_features.moe_curve_subsets)."""
     return weight_dtype if kernel == "default" else f"{weight_dtype}_{kernel}"
 
 

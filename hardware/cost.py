@@ -1,7 +1,11 @@
 """Step-cost ledger: per-op roofline (throughput), host and padding (scheduler), launches (runtime).
 
-Layer folding: each distinct (mixer, ffn) layer kind is costed once and multiplied by its count.
-All sizes are per GPU. DESIGN section 6 gives the families and owners.
+CostModel prices one deployment's steps as named terms (hardware.terms). Its layer kinds are planned once
+(hardware.layer_plan: layer folding, each distinct (mixer, ffn) kind costed once and multiplied by its
+count) and attention is priced by hardware.attention_cost; this module holds the terms' assembly: the
+token-dependent terms, CUDA-graph replay and padding, host overlap, speculative drafts, and the memos and
+fast decode path that keep a simulation's pricing cheap. All sizes are per GPU. DESIGN section 6 gives the
+families and owners.
 """
 
 from __future__ import annotations
@@ -15,121 +19,21 @@ from typing import Iterable, Mapping
 import attrs
 
 from hardware import kernels
-from hardware.calibration import (BORROWED_MOE_KERNELS, CURVE_MOE_KERNELS, Calibration, Roofline,
-                                  borrowed_moe_calibration, calibration_for)
+from hardware.attention_cost import CACHE_LIMIT, AttentionCost, AttentionGroups
+from hardware.calibration import (BORROWED_MOE_KERNELS, CURVE_MOE_KERNELS, Calibration, borrowed_moe_calibration,
+                                  calibration_for)
 from hardware.deployment import ACT_BYTES, Deployment, Linear
 from hardware.dtypes import COMPUTE_DTYPE
 from hardware.engine import FULL_GRAPH_MODES, GRAPH_MODES
 from hardware.kernels import BUSIEST_RANK
+from hardware.layer_plan import Gemm, LayerGroup, plan_gemm, plan_layer_group
 from hardware.layers import FfnSpec, MixerSpec
-from hardware.shape import BatchShape, decode_rate_rows
+from hardware.shape import BatchShape
+from hardware.terms import (DEVICE_TERMS, HOST_TERMS, OWNER_ENGINE, OWNER_GPU_MODEL, TERMS, TOKEN_TERMS, StepCost,
+                            check_terms)
 
-OWNER_GPU_MODEL = "gpu+model"
-OWNER_ENGINE = "engine"
-
-# term -> (family, owner); the order here is the order of StepCost.terms.
-TERMS: Mapping[str, tuple[str, str]] = MappingProxyType({
-    "qkv_proj": ("throughput", OWNER_GPU_MODEL),
-    "attention": ("throughput", OWNER_GPU_MODEL),
-    "o_proj": ("throughput", OWNER_GPU_MODEL),
-    "ssm_proj": ("throughput", OWNER_GPU_MODEL),
-    "ssm_scan": ("throughput", OWNER_GPU_MODEL),
-    "mlp": ("throughput", OWNER_GPU_MODEL),
-    "moe_experts": ("throughput", OWNER_GPU_MODEL),
-    "moe_shared": ("throughput", OWNER_GPU_MODEL),
-    "elementwise": ("throughput", OWNER_GPU_MODEL),
-    "lm_head": ("throughput", OWNER_GPU_MODEL),
-    "sampler": ("throughput", OWNER_ENGINE),
-    "spec_draft": ("throughput", OWNER_GPU_MODEL),
-    "tp_allreduce": ("throughput", OWNER_GPU_MODEL),
-    "ep_alltoall": ("throughput", OWNER_GPU_MODEL),
-    "ep_imbalance": ("throughput", OWNER_GPU_MODEL),
-    "pp_sendrecv": ("throughput", OWNER_GPU_MODEL),
-    "step_host": ("scheduler", OWNER_ENGINE),
-    "request_host": ("scheduler", OWNER_ENGINE),
-    "cuda_graph_padding": ("scheduler", OWNER_ENGINE),
-    "kernel_launch": ("runtime", OWNER_ENGINE),
-    "eager_host": ("runtime", OWNER_ENGINE),
-    "kv_traversal": ("runtime", OWNER_ENGINE),
-    "collective_setup": ("runtime", OWNER_ENGINE),
-    "dp_imbalance": ("runtime", OWNER_ENGINE),
-})
-# terms that depend only on (tokens, requests, decode requests) and are recomputed for CUDA-graph padding
-TOKEN_TERMS = ("qkv_proj", "o_proj", "ssm_proj", "ssm_scan", "mlp", "moe_experts", "moe_shared", "elementwise",
-               "lm_head", "tp_allreduce", "ep_alltoall", "ep_imbalance", "pp_sendrecv")
-# CPU-side terms (hidden under GPU work when the engine overlaps scheduling with execution)
-HOST_TERMS = ("step_host", "request_host", "kv_traversal")
-DEVICE_TERMS = tuple(name for name in TERMS if name not in HOST_TERMS)
-_TERM_OF_LINEAR = {"o_proj": "o_proj", "o_a_proj": "o_proj", "in_proj": "ssm_proj", "out_proj": "ssm_proj", "up_proj": "mlp",
-                   "down_proj": "mlp", "router": "moe_experts", "latent_in": "moe_experts",
-                   "latent_out": "moe_experts", "shared_up": "moe_shared", "shared_down": "moe_shared"}
-
-
-_CACHE_LIMIT = 1 << 20
-
-
-def _check_terms(names: frozenset[str]) -> frozenset[str]:
-    bad = sorted(n for n in names if n not in TERMS)
-    if bad:
-        raise ValueError(f"unknown cost term(s) {', '.join(map(repr, bad))}; valid: {', '.join(TERMS)}")
-    return names
-
-
-@attrs.frozen(kw_only=True)
-class StepCost:
-    """One step's time as named terms in seconds; total_s is their sum."""
-
-    terms: Mapping[str, float]
-
-    @property
-    def total_s(self) -> float:
-        return float(sum(self.terms.values()))
-
-    def by_family(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for name, t in self.terms.items():
-            out[TERMS[name][0]] = out.get(TERMS[name][0], 0.0) + t
-        return out
-
-    def by_owner(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for name, t in self.terms.items():
-            out[TERMS[name][1]] = out.get(TERMS[name][1], 0.0) + t
-        return out
-
-
-@attrs.frozen
-class _Gemm:
-    """One GEMM (m x k) @ (k x n) on one GPU with its roofline curve."""
-
-    term: str
-    n: int
-    k: int
-    w_bytes_per_elem: float
-    roof: Roofline
-    groof: Roofline          # the same curve with its floor under CUDA-graph replay
-    peak_flops: float
-    bw_Bps: float
-
-    def time_s(self, m: int, graph: bool = False) -> float:
-        return kernels.gemm_s(self.groof if graph else self.roof, m, self.n, self.k, self.w_bytes_per_elem,
-                              self.peak_flops, self.bw_Bps)
-
-
-@attrs.frozen
-class _Group:
-    """One folded layer kind."""
-
-    count: int
-    mixer: MixerSpec | None
-    ffn: FfnSpec | None
-    gemms: tuple[_Gemm, ...]
-    allreduce_per_layer: int
-    moe_allreduce: bool
-    norm_allreduce: bool        # the q / k norm's statistics all-reduced over the TP group (qk_norm_across_heads)
-    ew_bytes_per_token: float
-    ew_kernels: int
-    kernels: int
+__all__ = ["CostModel", "DEVICE_TERMS", "HOST_TERMS", "OWNER_ENGINE", "OWNER_GPU_MODEL", "StepCost", "TERMS",
+           "TOKEN_TERMS"]
 
 
 class CostModel:
@@ -150,7 +54,7 @@ class CostModel:
         """``moe_calibration``: the constants of the engine that owns a borrowed MoE kernel family
         (BORROWED_MOE_KERNELS), where a caller chose other constants than the architecture's own."""
         self.dep = dep
-        self.disabled_terms = _check_terms(frozenset(disabled_terms))
+        self.disabled_terms = check_terms(frozenset(disabled_terms))
         if graph_mode is not None and graph_mode not in GRAPH_MODES:
             raise ValueError(f"unknown CUDA-graph mode {graph_mode!r}; expected one of {', '.join(GRAPH_MODES)}")
         self.graph_mode = "none" if not cuda_graph else (graph_mode or dep.engine.default_graph_mode)
@@ -204,13 +108,8 @@ class CostModel:
         self._draft_fixed: dict[tuple[int, int, int], float] = {}
         """The draft passes' token-dependent part by (tokens, requests, decodes): their layers and LM head
         (_draft_s), the context-free part of every speculative step."""
-        self._mla_proj_cache: dict[tuple[int, int, int, int], float] = {}
-        """MLA decode's W_UK / W_UV projections by (calibration, mixer, heads, query tokens): they do not
-        depend on the context, which every decode step changes (_mla_s)."""
         self._decode_bases: dict[tuple[int, int], tuple[bool, float, dict[str, float]]] = {}
         self._batch_bases: dict[tuple[int, int, int, int, int], dict[str, float]] = {}
-        self._rate_bounds: dict[bool, tuple[tuple[float, int, float, float, float, float, float], ...] | None] = {}
-        """decode_max_kv_bound's per-layer constants, by whether the decode attention replays a graph."""
         self._build()
 
     # --- set-up ---------------------------------------------------------------------------------
@@ -220,76 +119,26 @@ class CostModel:
         gpu = self.dep.gpu
         return gpu.scaleup_bw_Bps if group_gpus <= gpu.scaleup_domain_gpus else gpu.nic_bw_Bps
 
-    def _gemm(self, lin: Linear, term: str) -> _Gemm:
-        d = self.dep
-        wdt = d.linear_curve_dtype(lin.quantized)
-        return _Gemm(term, lin.n, lin.k, d.linear_bytes_per_elem(lin.quantized), self.ecal.gemm_for(wdt),
-                     self.gcal.gemm_for(wdt),
-                     d.gpu.flops_for(COMPUTE_DTYPE[wdt]), d.gpu.hbm_bw_Bps)
+    def _gemm(self, lin: Linear, term: str) -> Gemm:
+        return plan_gemm(self.dep, lin, term, self.ecal, self.gcal)
 
     def _build(self) -> None:
+        """Plan the model's layer kinds on this deployment (the MTP layer apart), and the per-step counts and
+        attention pricing the terms read."""
         d, m = self.dep, self.dep.model
-        h = m.hidden_size
-        groups = []
         layer_groups = list(m.layer_groups)
         if d.spec_tokens:  # the MTP module's layer, built like the others (priced apart: spec_draft)
             layer_groups.append((d.draft_layer, 1))
-        for (mixer, ffn), count in layer_groups:
-            gemms: list[_Gemm] = []
-            ar, ew, n_kernels, blocks = 0, 0.0, 0, 0
-            moe_ar = norm_ar = False
-            if mixer is not None:
-                blocks += 1
-                for lin in d.mixer_linears(mixer):
-                    gemms.append(self._gemm(lin, _TERM_OF_LINEAR.get(lin.name, "qkv_proj")))
-                ar += 1 if d.tp > 1 else 0
-                if mixer.is_attention:
-                    qk_bytes = (d.mixer_heads(mixer) + d.mixer_kv_heads(mixer)) * mixer.head_dim * ACT_BYTES
-                    ew += 2 * qk_bytes
-                    n_kernels += 2
-                    if mixer.qk_norm_across_heads and d.tp > 1:
-                        norm_ar = True     # sum of squares per rank, all-reduce, then scale: a pass of its own
-                        ew += qk_bytes
-                        n_kernels += 2
-            if ffn is not None:
-                blocks += 1
-                for lin in d.ffn_linears(ffn):
-                    gemms.append(self._gemm(lin, _TERM_OF_LINEAR[lin.name]))
-                if ffn.kind == "dense":
-                    inter = -(-ffn.intermediate_size // d.tp)
-                    ew += (3 if ffn.gated else 2) * inter * ACT_BYTES
-                    ar += 1 if d.tp > 1 else 0
-                else:
-                    n_kernels += 4     # top-k, permute / align, two grouped GEMMs
-                    if d.attn_dp == 1:
-                        ar += 1 if d.tp > 1 else 0
-                    else:
-                        moe_ar = d.moe_tp > 1
-            ew += blocks * (4 + m.residual_reads) * h * ACT_BYTES
-            ew_k = blocks * self.cal.elementwise_kernels_per_block
-            n_kernels += len(gemms) + ew_k + ar
-            groups.append(_Group(count, mixer, ffn, tuple(gemms), ar, moe_ar, norm_ar, ew, ew_k + norm_ar,
-                                 n_kernels))
-        self.draft: _Group | None = None
-        self._draft_attention: tuple[tuple[int, MixerSpec, int, int], ...] | None = None
-        """The MTP layer's attention as an attention group (_attention_time), if it has attention."""
+        groups = [plan_layer_group(d, self.cal, self._gemm, mixer, ffn, count) for (mixer, ffn), count in layer_groups]
+        self.draft: LayerGroup | None = None
+        self._draft_attention: AttentionGroups | None = None
+        """The MTP layer's attention as an attention group (AttentionCost.time_s), if it has attention."""
         if d.spec_tokens:
-            g = groups.pop()
-            self.draft = attrs.evolve(g, gemms=(*g.gemms, self._gemm(d.draft_proj, "spec_draft")))
-            mx = self.draft.mixer
-            if mx is not None and mx.is_attention:
-                self._draft_attention = ((1, mx, d.mixer_heads(mx), d.mixer_kv_heads(mx)),)
+            self._plan_draft(groups.pop())
         self.groups = tuple(groups)
-        self.lm_head = self._gemm(Linear("lm_head", -(-m.vocab_size // d.tp), h, False), "lm_head")
+        self.lm_head = self._gemm(Linear("lm_head", -(-m.vocab_size // d.tp), m.hidden_size, False), "lm_head")
         self.kernels_per_step = sum(g.count * g.kernels for g in self.groups) + 2
-        e = d.engine
-
-        def layer_host_s(g: _Group) -> float:
-            moe = g.ffn is not None and g.ffn.kind == "moe"
-            return e.eager_layer_host_s + (e.eager_moe_host_s if moe else 0.0)
-
-        self.eager_host_s = (sum(g.count * layer_host_s(g) for g in self.groups)
-                             + (self.spec_tokens * layer_host_s(self.draft) if self.draft is not None else 0.0))
+        self.eager_host_s = self._eager_host_total_s()
         """CPU time of one step run without CUDA graphs: the engine's per-layer host work (Python modules,
         kernel launches), per decoder layer plus extra per MoE layer. With MTP the draft passes run in the
         same forward (TensorRT-LLM's MTPEagleWorker.forward calls ``mtp_layers[0]``, a full decoder layer, once
@@ -302,17 +151,30 @@ class CostModel:
                                          for g in self.groups)
                                      + len(self.pp_hops))
         self.a2a_link_Bps = self._link_Bps(d.tp * d.attn_dp) * self.cal.alltoall.bw_eff
-        self._attn_groups = tuple((g.count, g.mixer, d.mixer_heads(g.mixer), d.mixer_kv_heads(g.mixer))
-                                  for g in self.groups if g.mixer is not None and g.mixer.is_attention)
-        """(layers, mixer, heads per GPU, KV heads per GPU) of each attention layer kind."""
-        self._layer_key: tuple[bool | int, ...] = ()
-        self._layer_times: dict[tuple[int, int, int], float] = {}
-        """One attention layer's time by (mixer id, heads, KV heads), for the arguments ``_layer_key`` of the
-        last :meth:`_attention_time` call."""
+        self._attention = AttentionCost(d, self.gcal, self.ecal, tuple(
+            (g.count, g.mixer, d.mixer_heads(g.mixer), d.mixer_kv_heads(g.mixer))
+            for g in self.groups if g.mixer is not None and g.mixer.is_attention))
         self._routing_mean, self._routing_busiest = d.moe_routing, BUSIEST_RANK[d.moe_routing]
-        self._kv_bytes = d.kv_bytes_per_elem
-        self._peak_bf16 = d.gpu.flops_for("bf16")
-        self._hbm_Bps = d.gpu.hbm_bw_Bps
+
+    def _plan_draft(self, g: LayerGroup) -> None:
+        """The MTP layer's plan with its [embedding; hidden] projection (both priced under spec_draft), and its
+        attention."""
+        d = self.dep
+        self.draft = attrs.evolve(g, gemms=(*g.gemms, self._gemm(d.draft_proj, "spec_draft")))
+        mx = self.draft.mixer
+        if mx is not None and mx.is_attention:
+            self._draft_attention = ((1, mx, d.mixer_heads(mx), d.mixer_kv_heads(mx)),)
+
+    def _eager_host_total_s(self) -> float:
+        """CostModel.eager_host_s: the layers' eager host work, and the MTP layer's for each draft pass."""
+        e = self.dep.engine
+
+        def layer_host_s(g: LayerGroup) -> float:
+            moe = g.ffn is not None and g.ffn.kind == "moe"
+            return e.eager_layer_host_s + (e.eager_moe_host_s if moe else 0.0)
+
+        return (sum(g.count * layer_host_s(g) for g in self.groups)
+                + (self.spec_tokens * layer_host_s(self.draft) if self.draft is not None else 0.0))
 
     # --- collectives ---------------------------------------------------------------------------
     def _allreduce_s(self, nbytes: float, group: int) -> float:
@@ -372,7 +234,7 @@ class CostModel:
                 self.cal.allreduce, tokens=M, hidden=self.dep.model.hidden_size, hops=self.pp_hops,
                 scaleup_Bps=gpu.scaleup_bw_Bps, nic_Bps=gpu.nic_bw_Bps)
 
-    def _add_layer_terms(self, t: dict[str, float], g: _Group, M: int, R: int, D: int, graph: bool,
+    def _add_layer_terms(self, t: dict[str, float], g: LayerGroup, M: int, R: int, D: int, graph: bool,
                          cal: Calibration, G: int = 0) -> None:
         """Add the token-dependent terms of the layers of kind ``g`` over M tokens to ``t``. The routed
         experts see the G tokens of the whole attention-DP group (0: attn_dp ranks of M tokens each)."""
@@ -448,159 +310,19 @@ class CostModel:
         """Whether a pure-decode batch of R requests (M tokens) runs its attention inside a full graph."""
         return self.graph_mode in FULL_GRAPH_MODES and self._graphed(M, R, R)
 
-    def _attention_s(self, s: BatchShape,
-                     groups: tuple[tuple[int, MixerSpec, int, int], ...] | None = None) -> float:
+    def _attention_s(self, s: BatchShape, groups: AttentionGroups | None = None) -> float:
         graph = self._attention_graphed(s)
         D = s.num_decode
         d_kv = s.decode_kv
         d_max = s.decode_max_kv
         q = s.decode_q
         if q == 1:
-            return self._attention_time(graph, D, d_kv, s.new_tokens - D, s.num_reqs - D, s.sum_kv - d_kv,
-                                        s.attention_pairs - d_kv, 1, groups, d_max)
+            return self._attention.time_s(graph, D, d_kv, s.new_tokens - D, s.num_reqs - D, s.sum_kv - d_kv,
+                                          s.attention_pairs - d_kv, 1, groups, d_max)
         # A speculative decode scores its q tokens against its context (the last q keys causally).
         pairs = q * d_kv - D * q * (q - 1) // 2
-        return self._attention_time(graph, D, d_kv, s.new_tokens - D * q, s.num_reqs - D, s.sum_kv - d_kv,
-                                    s.attention_pairs - pairs, q, groups, d_max)
-
-    def _attention_time(self, graph: bool, D: int, d_kv: int, p_tokens: int, p_reqs: int, p_kv: int,
-                        p_pairs: int, dq: int = 1,
-                        groups: tuple[tuple[int, MixerSpec, int, int], ...] | None = None,
-                        d_max: int = -1) -> float:
-        """Attention of D decode requests over d_kv keys (the longest d_max; -1: unknown, taken as equal
-        contexts) plus p_tokens prefill tokens of p_reqs requests (p_kv keys, p_pairs causal pairs), summed
-        over the attention layers (or ``groups``). A decode request carries dq queries (1 + drafts when
-        speculative): the decode kernel reads its context once for all of them, as FlashMLA / FlashInfer
-        fold the query length into the head dimension. The decode kernel's rate is read at
-        d_kv / d_max requests (BatchShape.decode_rows); a layer that attends a window (or DSA's top-k keys)
-        reads at most that many keys per request, so its longest request reads min(d_max, window)."""
-        cal = self.gcal if graph else self.ecal
-        kvb, peak, bw = self._kv_bytes, self._peak_bf16, self._hbm_Bps
-        # A layer kind's time depends on these arguments and on (mixer, heads, KV heads) alone: groups of the
-        # same kind (dense-first and MoE layers, the MTP layer) share it, within a call and with the call
-        # before when its arguments were the same (a speculative step's draft pass after the target's).
-        key = (graph, D, d_kv, p_tokens, p_reqs, p_kv, p_pairs, dq, d_max)
-        if key != self._layer_key:
-            self._layer_key = key
-            self._layer_times = {}
-        layer_times = self._layer_times
-        total = 0.0
-        for count, mx, heads, kvh in self._attn_groups if groups is None else groups:
-            kind = (id(mx), heads, kvh)  # (the mixers are this model's: their ids stay theirs)
-            t = layer_times.get(kind)
-            if t is not None:
-                total += count * t
-                continue
-            if mx.kind == "gqa":
-                dk, pk, pp, dm = d_kv, p_kv, p_pairs, d_max
-                if mx.window:
-                    dk = min(dk, D * mx.window)
-                    pk = min(pk, p_reqs * mx.window + p_tokens)
-                    pp = min(pp, p_tokens * mx.window)
-                    dm = min(dm, mx.window)
-                # Each kernel costs 0.0 without its requests: skipping the call adds nothing (exact).
-                t = 0.0
-                if D > 0:
-                    t = kernels.gqa_decode_s(cal.gqa_decode(kvb), reqs=D, sum_kv=dk, heads=heads * dq,
-                                             kv_heads=kvh, head_dim=mx.head_dim, v_head_dim=mx.vdim,
-                                             kv_bytes=kvb, peak_flops=peak, bw_Bps=bw,
-                                             rate_rows=decode_rate_rows(D, dk, dm))
-                if p_tokens > 0:
-                    t += kernels.gqa_prefill_s(cal.attn_prefill, tokens=p_tokens, sum_kv=pk, pairs=pp,
-                                               heads=heads, kv_heads=kvh, head_dim=mx.head_dim,
-                                               v_head_dim=mx.vdim, kv_bytes=kvb, peak_flops=peak, bw_Bps=bw)
-            elif mx.kind == "csa":
-                t = self._csa_s(mx, heads, D, d_kv, p_tokens, p_reqs, p_kv, p_pairs, cal, dq, d_max)
-            else:
-                t = self._mla_s(mx, heads, D, d_kv, p_tokens, p_kv, p_pairs, peak, bw, cal, dq, d_max)
-            layer_times[kind] = t
-            total += count * t
-        return total
-
-    def _mla_s(self, mx: MixerSpec, heads: int, D: int, d_kv: int, p_tokens: int, p_kv: int, p_pairs: int,
-               peak: float, bw: float, cal: Calibration, dq: int = 1, d_max: int = -1) -> float:
-        """MLA: absorbed latent attention for decode (W_UK / W_UV as batched GEMMs around an MQA kernel over
-        the 576-wide latent); MHA form for prefill (kv_b up-projection of the context, then attention)."""
-        d = self.dep
-        lat, rope, nope, v = mx.kv_lora_rank, mx.qk_rope_head_dim, mx.qk_nope_head_dim, mx.vdim
-        t = 0.0
-        idx_flops, idx_bytes = 0.0, 0.0
-        dk, pk, pp, dm = d_kv, p_kv, p_pairs, d_max
-        if mx.index_topk:       # DSA: an FP8 indexer scores every pair, attention reads top-k keys only
-            idx_flops = 2.0 * (d_kv * dq + p_pairs) * mx.index_n_heads * mx.index_head_dim
-            idx_bytes = (d_kv + p_kv) * (mx.index_head_dim + 4)
-            dk, pp = min(dk, D * mx.index_topk), min(pp, p_tokens * mx.index_topk)
-            pk = min(pk, p_tokens * mx.index_topk)
-            dm = min(dm, mx.index_topk)
-        if D:
-            Dq = D * dq  # decode query tokens
-            key = (id(cal), id(mx), heads, Dq)  # (both held by this model: the ids stay theirs)
-            projections = self._mla_proj_cache.get(key)
-            if projections is None:
-                proj, proj_peak, kv_b_bytes = self._mla_proj(mx, cal)
-                projections = proj.time_s(Dq * heads * 2.0 * (nope * lat + lat * v),
-                                          kv_b_bytes + Dq * heads * (nope + lat + lat + v) * ACT_BYTES, Dq,
-                                          proj_peak, bw)
-                if len(self._mla_proj_cache) >= _CACHE_LIMIT:
-                    self._mla_proj_cache.clear()
-                self._mla_proj_cache[key] = projections
-            t += projections
-            t += kernels.mla_decode_s(cal.mla_decode, reqs=D, sum_kv=dk, heads=heads * dq, kv_lora_rank=lat,
-                                      rope_dim=rope, kv_bytes=d.kv_bytes_per_elem, peak_flops=peak, bw_Bps=bw,
-                                      rate_rows=decode_rate_rows(D, dk, dm))
-        if p_tokens:
-            proj, proj_peak, kv_b_bytes = self._mla_proj(mx, cal)
-            t += proj.time_s(2.0 * pk * lat * heads * (nope + v),
-                             kv_b_bytes + pk * (lat + heads * (nope + v)) * ACT_BYTES, pk, proj_peak, bw)
-            t += kernels.mla_prefill_s(cal.mla_prefill, tokens=p_tokens, sum_kv=pk, pairs=pp, heads=heads,
-                                       qk_dim=nope + rope, v_dim=v, peak_flops=peak, bw_Bps=bw)
-        if idx_flops:
-            t += cal.attn_decode.time_s(idx_flops, idx_bytes, D * dq + p_tokens, d.gpu.flops_for("fp8"), bw)
-        return t
-
-    def _mla_proj(self, mx: MixerSpec, cal: Calibration) -> tuple[Roofline, float, float]:
-        """The GEMM curve, its peak rate and the kv_b weight bytes of MLA's projections."""
-        d = self.dep
-        quant = d.model.quant_scope == "all"
-        fmt = d.linear_curve_dtype(quant)
-        weights = d.mla_kv_b_elems(mx) * d.linear_bytes_per_elem(quant)
-        return cal.gemm_for(fmt), d.gpu.flops_for(COMPUTE_DTYPE[fmt]), weights
-
-    def _csa_s(self, mx: MixerSpec, heads: int, D: int, d_kv: int, p_tokens: int, p_reqs: int, p_kv: int,
-               p_pairs: int, cal: Calibration, dq: int = 1, d_max: int = -1) -> float:
-        """DeepSeek-V4 attention (vLLM deepseek_v4_attention.py on FlashMLA's sparse kernels): each query
-        attends its window of raw keys and the compressed entries of its layer (ratio 4: the index_topk an
-        FP8 indexer picks after scoring every visible entry; larger ratios: all of them), one shared
-        head_dim-wide vector per key used as key and value. Decode reads the FP8 cache in place (entry bytes
-        per key: Deployment.csa_entry_bytes); prefill gathers its keys into a BF16 workspace first. FlashMLA's
-        sparse kernels run 64 or 128 query heads, so a rank's heads are padded up to that (vLLM
-        ``padded_heads``): under TP the core does the work of 64 heads whatever the rank holds."""
-        d = self.dep
-        w, r = mx.window, mx.compress_ratio
-        kernel_heads = 64 if heads <= 64 else 128
-        dk: float = min(d_kv, D * w)
-        pk: float = min(p_kv, p_reqs * w + p_tokens)
-        pp: float = min(p_pairs, p_tokens * w)
-        dm: float = min(d_max, w)      # the longest request's keys (used only where d_max is known)
-        idx_flops, idx_bytes = 0.0, 0.0
-        if r:
-            ck, cpk, cp, cm = d_kv / r, p_kv / r, p_pairs / r, d_max / r     # compressed entries visible
-            if mx.index_topk:
-                idx_flops = 2.0 * (ck * dq + cp) * mx.index_n_heads * mx.index_head_dim
-                idx_bytes = (ck + cpk) * (mx.index_head_dim + 4)
-                top = mx.index_topk
-                ck, cp, cpk, cm = min(ck, D * top), min(cp, p_tokens * top), min(cpk, p_tokens * top), min(cm, top)
-            dk, pk, pp, dm = dk + ck, pk + cpk, pp + cp, dm + cm
-        peak, bw = self._peak_bf16, self._hbm_Bps
-        t = kernels.mqa_decode_s(cal.mla_decode, reqs=D, sum_kv=dk, heads=kernel_heads * dq, qk_dim=mx.head_dim,
-                                 v_dim=mx.head_dim, key_bytes=d.csa_entry_bytes(mx), peak_flops=peak, bw_Bps=bw,
-                                 rate_rows=decode_rate_rows(D, int(dk), int(dm) if d_max > 0 else d_max))
-        t += kernels.mqa_prefill_s(cal.mla_prefill, tokens=p_tokens, sum_kv=pk, pairs=pp, heads=kernel_heads,
-                                   qk_dim=mx.head_dim, v_dim=mx.head_dim, key_bytes=mx.head_dim * ACT_BYTES,
-                                   peak_flops=peak, bw_Bps=bw)
-        if idx_flops:
-            t += cal.attn_decode.time_s(idx_flops, idx_bytes, D * dq + p_tokens, d.gpu.flops_for("fp8"), bw)
-        return t
+        return self._attention.time_s(graph, D, d_kv, s.new_tokens - D * q, s.num_reqs - D, s.sum_kv - d_kv,
+                                      s.attention_pairs - pairs, q, groups, d_max)
 
     # --- speculative decoding -------------------------------------------------------------------
     def _draft_s(self, s: BatchShape) -> float:
@@ -619,7 +341,7 @@ class CostModel:
             graph = self._graphed(M, R, D)
             fixed = self._draft_tokens_s(M, R, D, graph) + (k - 1) * self._draft_tokens_s(R, R, R, graph)
             fixed += k * self.lm_head.time_s(R, graph)
-            if len(self._draft_fixed) >= _CACHE_LIMIT:
+            if len(self._draft_fixed) >= CACHE_LIMIT:
                 self._draft_fixed.clear()
             self._draft_fixed[M, R, D] = fixed
         t = fixed
@@ -627,7 +349,7 @@ class CostModel:
         if one is not None:
             t += self._attention_s(s, one)
             if k > 1:  # the later passes: one query per request over its context
-                t += (k - 1) * self._attention_time(self._attention_graphed(s), R, s.sum_kv, 0, 0, 0, 0, 1, one)
+                t += (k - 1) * self._attention.time_s(self._attention_graphed(s), R, s.sum_kv, 0, 0, 0, 0, 1, one)
         return t
 
     def _draft_tokens_s(self, M: int, R: int, D: int, graph: bool) -> float:
@@ -638,7 +360,7 @@ class CostModel:
             assert self.draft is not None
             t = dict.fromkeys((*TOKEN_TERMS, "spec_draft"), 0.0)
             self._add_layer_terms(t, self.draft, M, R, D, graph, self.gcal if graph else self.ecal)
-            if len(self._draft_cache) >= _CACHE_LIMIT:
+            if len(self._draft_cache) >= CACHE_LIMIT:
                 self._draft_cache.clear()
             hit = self._draft_cache[key] = sum(t.values())
         return hit
@@ -683,7 +405,7 @@ class CostModel:
         if t is None:
             t = dict.fromkeys(self._terms_all, 0.0)
             self._fill_batch_terms(t, s, G)
-            if len(self._batch_bases) >= _CACHE_LIMIT:
+            if len(self._batch_bases) >= CACHE_LIMIT:
                 self._batch_bases.clear()
             self._batch_bases[key] = t
         return t
@@ -798,7 +520,7 @@ class CostModel:
             return hit
         terms, ns = self.price(shape)
         out = (MappingProxyType(terms), ns)
-        if len(self._cache) >= _CACHE_LIMIT:      # bound memory on long runs with ever-new shapes
+        if len(self._cache) >= CACHE_LIMIT:      # bound memory on long runs with ever-new shapes
             self._cache.clear()
         self._cache[shape] = out
         return out
@@ -831,7 +553,7 @@ class CostModel:
         t = fixed.copy()
         # BatchShape(n, n, n, sum_kv, sum_kv, n, decode_sum_kv=sum_kv, decode_max_kv=max_kv): every request
         # decodes, so no prefill part.
-        t["attention"] = attn = self._attention_time(graph, n, sum_kv, 0, 0, 0, 0, d_max=max_kv)
+        t["attention"] = attn = self._attention.time_s(graph, n, sum_kv, 0, 0, 0, 0, d_max=max_kv)
         self._fill_context_terms(t, sum_kv, n, attn, eager, lockstep=group_tokens > 0)
         out = [t[name] for name in self._enabled]
         return out, self._total_ns(out, t)
@@ -852,47 +574,7 @@ class CostModel:
             return -1
         base = self._decode_bases.get((n, 0))
         graph = base[0] if base is not None else self._decode_attention_graphed(n, n)
-        layers = self._rate_bounds.get(graph)
-        if layers is None:
-            layers = self._rate_bounds[graph] = self._decode_rate_terms(graph)
-        if not layers:
-            return -1 if layers is None else sum_kv
-        rate = 0.0  # the lowest rate (requests) at which every layer is memory-bound
-        for per_token, m_tile, per_kv, per_req, bytes_half, mem_Bps, m_half in layers:
-            # The layer's kernel, as kernels.gqa_decode_s prices it: compute per_token x sum_kv (x the row tiles'
-            # padding) at an unbounded rate, memory (sum_kv x per_kv + n x per_req + bytes_half) / mem_Bps.
-            compute = per_token * sum_kv * (-(-n // m_tile) * m_tile / n if m_tile > 1 else 1.0)
-            memory = (sum_kv * per_kv + n * per_req + bytes_half) / mem_Bps
-            if compute >= memory:
-                return -1
-            rate = max(rate, compute * m_half / (memory - compute) * (1.0 + 1e-9))
-        if rate <= 0.0:
-            return sum_kv
-        return int(sum_kv / rate)
-
-    def _decode_rate_terms(self, graph: bool) -> tuple[tuple[float, int, float, float, float, float, float], ...] | None:
-        """Per attention layer kind whose decode rate depends on the requests it is read at: the constants
-        :meth:`decode_max_kv_bound` needs (compute seconds per cached token at an unbounded rate, the curve's
-        row tile, bytes per cached token and per request, the curve's bytes_half, achievable
-        bytes/s at large sizes, m_half); () when no layer's rate depends on it, None when some layer is not
-        plain GQA (no bound is known)."""
-        cal = self.gcal if graph else self.ecal
-        kvb, peak, bw = self._kv_bytes, self._peak_bf16, self._hbm_Bps
-        out = []
-        for _count, mx, heads, kvh in self._attn_groups:
-            if mx.kind != "gqa" or mx.window:
-                return None
-            roof = cal.gqa_decode(kvb)
-            if not roof.m_half:
-                continue  # its rate does not depend on the requests it is read at
-            width = mx.head_dim + mx.vdim
-            per_token = kernels.decode_attention_work(1.0, heads, kvh, width, kvb) / (peak * roof.compute_eff)
-            if per_token <= 0.0:
-                continue
-            out.append((per_token, roof.m_tile, kvh * width * kvb,
-                        heads * width * kernels.ACT_BYTES + kvh * width * kvb, roof.bytes_half,
-                        bw * roof.mem_eff, roof.m_half))
-        return tuple(out)
+        return self._attention.max_kv_bound(graph, n, sum_kv)
 
     def _decode_base(self, n: int, G: int = 0) -> tuple[bool, float, dict[str, float]]:
         """Whether a pure-decode batch of ``n`` replays a graph for attention, its eager host time (0.0 when
@@ -903,7 +585,7 @@ class CostModel:
         self._fill_batch_terms(t, s, G)
         graph = self._decode_attention_graphed(n, n)  # as _attention_s decides it for a pure-decode batch
         eager = self._eager_s(n, n, n)
-        if len(self._decode_bases) >= _CACHE_LIMIT:
+        if len(self._decode_bases) >= CACHE_LIMIT:
             self._decode_bases.clear()
         self._decode_bases[n, G] = (graph, eager, t)
         return graph, eager, t
@@ -926,13 +608,13 @@ class CostModel:
     @staticmethod
     def term_owner(name: str) -> str:
         """'gpu+model' or 'engine' (DESIGN section 6)."""
-        _check_terms(frozenset([name]))
+        check_terms(frozenset([name]))
         return TERMS[name][1]
 
     @staticmethod
     def term_family(name: str) -> str:
         """'throughput', 'scheduler' or 'runtime' (DESIGN section 6)."""
-        _check_terms(frozenset([name]))
+        check_terms(frozenset([name]))
         return TERMS[name][0]
 
     @property

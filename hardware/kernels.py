@@ -245,7 +245,7 @@ def routed_load(tokens: float, topk: int, num_experts: int, ep: int, routing: st
 def token_pass_s(tokens: _Num, topk: _Num, width: _Num, bw_Bps: _Num) -> _Num:
     """One pass over the routed copies of a MoE call's tokens (tokens x top-k x hidden x activation bytes) at
     HBM bandwidth ``bw_Bps``: what Roofline.token_passes counts (scalars here, per-row arrays in
-    hardware.calibrate)."""
+    hardware.table_features)."""
     return tokens * topk * width * ACT_BYTES / bw_Bps
 
 

@@ -54,7 +54,7 @@ TABLES: Mapping[str, tuple[tuple[str, ...], Mapping[str, tuple[str, ...]]]] = {
     "opdb-blackwell": (("b300_sxm",), {"sglang-0.5.9": _SGLANG, "trtllm-1.3.0rc20": (*_TRTLLM, *_LINEAR),
                                        "vllm-0.24.0": _VLLM, "nccl-2.29.2": ("nccl_perf",)}),
 }
-"""Output folder -> (GPUs, engine-version -> tables): the tables the calibration (hardware.calibrate.TABLE_SETS)
+"""Output folder -> (GPUs, engine-version -> tables): the tables the calibration (hardware.kernel_tables.TABLE_SETS)
 and the kernel report read, with the engine versions they were fitted on. A table a GPU was not measured with
 (H200 has no wide-EP MLA tables) is left out."""
 
