@@ -36,6 +36,9 @@ class Scenario:
     """Request list Vidur replays (``arrived_at,num_prefill_tokens,num_decode_tokens``); None: no Vidur."""
     needs_system: str | None = None
     needs_files: tuple[Path, ...] = field(default=())
+    process_only: bool = False
+    """Measured as one whole process only (its wall time, peak memory and own figures), not repeated in
+    process: the scale points, whose runs take minutes."""
 
     def skip_reason(self) -> str | None:
         """Why this scenario cannot run here (a missing system kind or input file), or None."""
@@ -87,6 +90,25 @@ def session_scenario(name: str, data: str, arrival: dict[str, Any], what: str, *
     )
 
 
+SCALE_POINTS = {"scale_10k": 10_000, "scale_100k": 100_000, "scale_1m": 1_000_000}
+
+
+def scale_scenario(name: str, n: int) -> Scenario:
+    """``n`` synthetic chat requests (the chat example's lengths) arriving as a Poisson process at 60 per
+    second on four H100s: the same load at every size, so the points differ only in how many requests a run
+    has finished, which is what memory must not grow with."""
+    return Scenario(
+        name=name, process_only=True,
+        description=f"{n:,} synthetic chat requests (prompts 128-2048, outputs 32-512 tokens), Poisson 60/s: "
+                    "4 x H100, Llama-3.1-8B, vLLM defaults",
+        config=_base("h100_sxm", {"kind": "synthetic", "num_requests": n,
+                                  "arrival": {"kind": "poisson", "rate_per_s": 60.0},
+                                  "input_tokens": {"low": 128, "high": 2048},
+                                  "output_tokens": {"low": 32, "high": 512}},
+                     system={"kind": "colocated", "replicas": 4}),
+    )
+
+
 def scenarios(paths: DataPaths = DataPaths()) -> list[Scenario]:
     """Every reference scenario, in report order."""
     vd = paths.vidur_data
@@ -115,4 +137,5 @@ def scenarios(paths: DataPaths = DataPaths()) -> list[Scenario]:
         session_scenario("tau_bench", "pkg:workloads/data/tau_bench_airline.jsonl",
                          {"kind": "concurrency", "concurrency": 32},
                          "shipped tau-bench airline sessions, 32 concurrent (closed loop)"),
+        *(scale_scenario(name, n) for name, n in SCALE_POINTS.items()),
     ]

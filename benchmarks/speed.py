@@ -5,9 +5,11 @@
 
 Per scenario: requests, simulated seconds, wall seconds (median of repeats: config + build + run, in
 process), the event loop alone, SimPy events (``env.step`` calls, counted by wrapping the environment's
-``step``), requests per wall second and simulated / wall time. Where a scenario has a Vidur request list
-and ``--vidur-python`` is given, the same run also times the twin as a whole process (interpreter start,
-imports, run) and Vidur as a whole process on the same requests, and reports both ratios. Writes
+``step``), requests per wall second and simulated / wall time; then one more run as a whole process
+(interpreter start, imports, run: ``--no-process`` skips it) with its wall time and peak resident memory.
+The scale points (10,000 / 100,000 / 1,000,000 requests of the same load) run once, as a whole process
+only. Where a scenario has a Vidur request list and ``--vidur-python`` is given, Vidur runs as a whole
+process on the same requests, and both ratios are reported. Writes
 ``DIR/speed.json`` (scenario -> figures), ``DIR/meta.json`` (machine, versions, skipped scenarios) and
 prints a table. See benchmarks/README.md.
 """
@@ -83,6 +85,16 @@ def run_twin_once(scn: Scenario, *, count_events: bool = True) -> dict[str, Any]
     }
 
 
+def whole_process(scn: Scenario, paths: DataPaths) -> dict[str, Any]:
+    """A scenario too large to repeat in process (the scale points): one run as a whole process, its own
+    figures and the process's wall time and peak memory."""
+    r = twin_process(scn, paths)
+    r["requests_per_wall_s"] = r["requests"] / r["process_wall_s"]
+    r["sim_per_wall"] = r["simulated_s"] / r["process_wall_s"]
+    r["description"] = scn.description
+    return r
+
+
 def measure_twin(scn: Scenario, repeats: int) -> dict[str, Any]:
     """``repeats`` runs; figures from the run with the median wall time, ``wall_runs_s`` lists them all."""
     runs = [run_twin_once(scn) for _ in range(max(1, repeats))]
@@ -115,16 +127,29 @@ def warm_bytecode(python: str, *trees: Path) -> None:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def twin_process_wall(scn: Scenario, paths: DataPaths, run: bool = True) -> float:
-    """Whole-process wall time of one twin run of ``scn`` (fresh interpreter: start-up, imports, run); with
-    ``run=False`` the same process stops once the simulation is built: its fixed cost."""
+def twin_process(scn: Scenario, paths: DataPaths, run: bool = True) -> dict[str, Any]:
+    """One twin run of ``scn`` as a whole process (fresh interpreter: start-up, imports, run): its wall time,
+    its peak resident memory (the kernel's ru_maxrss of that child alone, from ``os.wait4``) and the figures
+    the run itself reports (:func:`run_twin_once`). With ``run=False`` the process stops once the simulation
+    is built: its fixed cost."""
     cmd = [sys.executable, str(HERE / "speed.py"), "--child", scn.name,
            "--vidur-data", str(paths.vidur_data), "--trace", str(paths.azure_conv)] + ([] if run else ["--no-run"])
     root = HERE.parent
     warm_bytecode(sys.executable, root / "twin", root / "hardware", root / "workloads", HERE)
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=process_env())
-    return time.perf_counter() - t0
+    with tempfile.TemporaryFile() as figures:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=figures, env=process_env())
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the twin's run of {scn.name} failed (exit {proc.returncode})")
+        figures.seek(0)
+        text = figures.read().decode()
+    match = re.search(r"^TWIN_FIGURES (\{.*\})$", text, re.M)
+    out: dict[str, Any] = json.loads(match.group(1)) if match else {}
+    out.update(process_wall_s=wall, peak_rss_mb=usage.ru_maxrss / 1024)   # (Linux: ru_maxrss in KiB)
+    return out
 
 
 FF_FILES = ("requests.csv", "timeseries.csv", "ledger.json", "summary.json")
@@ -210,6 +235,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("events", "events", "{:d}"),
     ("steps", "steps", "{:d}"), ("req/wall s", "requests_per_wall_s", "{:.0f}"),
     ("sim/wall", "sim_per_wall", "{:.0f}"), ("twin proc s", "process_wall_s", "{:.2f}"),
+    ("peak RSS MB", "peak_rss_mb", "{:.0f}"),
     ("proc floor s", "process_floor_s", "{:.2f}"),
     ("vidur s", "vidur_wall_s", "{:.1f}"), ("vidur loop s", "vidur_loop_s", "{:.2f}"),
     ("x vidur", "speedup_vs_vidur", "{:.1f}"), ("x vidur loop", "speedup_loop_vs_vidur", "{:.1f}"),
@@ -304,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
             from twin.runner import Simulation
             Simulation(load_config(scn.config))
         else:
-            run_twin_once(scn, count_events=False)
+            print("TWIN_FIGURES " + json.dumps(run_twin_once(scn, count_events=False)), flush=True)
         return {}
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -319,15 +345,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
             print(f"[skip] {scn.name}: {reason}", flush=True)
             continue
         print(f"[run ] {scn.name}: {scn.description}", flush=True)
-        r = measure_twin(scn, args.repeats)
+        if scn.process_only:
+            r = whole_process(scn, paths)
+        else:
+            r = measure_twin(scn, args.repeats)
+            if not args.no_process:
+                proc = twin_process(scn, paths)
+                r.update(process_wall_s=proc["process_wall_s"], peak_rss_mb=proc["peak_rss_mb"])
         if args.ff_check:
             r.update(ff_check(scn))
             print(f"[ff  ] {scn.name}: fast-forward on / off "
                   f"{'identical' if r['ff_identical'] else 'DIFFER: ' + str(r['ff_files'])}", flush=True)
         if scn.vidur_trace is not None and args.vidur_python:
             if not args.no_process:
-                r["process_wall_s"] = twin_process_wall(scn, paths)
-                r["process_floor_s"] = twin_process_wall(scn, paths, run=False)
+                r["process_floor_s"] = twin_process(scn, paths, run=False)["process_wall_s"]
             attention = Path(args.vidur_attention) if args.vidur_attention else None
             print(f"[vidur] {scn.name}: cache {vidur_cache_state(args.vidur_cache)} ({args.vidur_cache})",
                   flush=True)

@@ -13,8 +13,10 @@ from hardware.dtypes import COMPUTE_DTYPE
 from hardware.layers import MixerSpec
 from hardware.shape import decode_rate_rows
 
-CACHE_LIMIT = 1 << 20
-"""Entries a price memo holds before it is cleared (bounds memory on long runs with ever-new keys)."""
+CACHE_LIMIT = 1 << 16
+"""Entries a price memo holds before it is cleared. Memos are exact, so the limit changes speed alone; it
+bounds memory on long runs whose mixed steps keep bringing new keys (an entry holding a term dict is about
+a kilobyte: 65,536 of them, some 70 MB per memo)."""
 
 AttentionGroups = tuple[tuple[int, MixerSpec, int, int], ...]
 """(layers, mixer, heads per GPU, KV heads per GPU) of each attention layer kind."""

@@ -200,6 +200,8 @@ class CostModel:
         t = dict.fromkeys(TOKEN_TERMS, 0.0)
         if M > 0:
             self._fill_token_terms(t, M, R, D, q, G)
+        if len(self._token_cache) >= CACHE_LIMIT:
+            self._token_cache.clear()
         self._token_cache[key] = t
         return t
 

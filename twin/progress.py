@@ -58,8 +58,8 @@ class RunProgress:
         driver = self.sim.driver
         counts = driver.sessions
         ended = counts["finished"] + counts["failed"] + counts["skipped"]
-        submitted = len(driver.requests)
-        done = sum(1 for r in driver.requests if r.is_done)
+        submitted = driver.num_requests
+        done = self.sim.log.count
         sim_s = self.sim.env.now / 1e9
         limit = f"/{self.max_sim_s:g}" if self.max_sim_s is not None else ""
         self.bar.n = ended

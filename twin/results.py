@@ -55,24 +55,88 @@ def _t(ns: int) -> float:
     return float("nan") if ns == NO_TIME else ns / NS
 
 
+def request_row(r: Request) -> tuple[object, ...]:
+    """The request's row of requests.csv (:data:`REQUEST_FIELDS`), as it stands now."""
+    arrival = r.arrival_ns / NS
+    first = _t(r.first_token_ns)
+    finish = _t(r.finish_ns) if r.status is Status.FINISHED else float("nan")
+    out = r.num_output_tokens
+    tpot = (finish - first) / (out - 1) if out > 1 else float("nan")
+    # The largest gap between two tokens: none with fewer than two (it read 0.0, a max of nothing).
+    max_itl = r.max_itl_ns / NS if out > 1 else float("nan")
+    return (
+        r.id, r.session, r.turn, r.worker, _STATUS_NAMES[r.status], r.fail_reason, r.priority, arrival,
+        _t(r.queued_ns), _t(r.first_scheduled_ns), first, _t(r.finish_ns), r.prompt_tokens, out,
+        max(r.cached_tokens, 0), r.host_hit_tokens, r.recomputed_tokens, r.preemptions, first - arrival, tpot,
+        finish - arrival, _t(r.first_scheduled_ns) - arrival, max_itl, *_kv_columns(r),
+    )
+
+
 def request_table(requests: Sequence[Request]) -> np.ndarray:
-    """One row per request, in submission order (a numpy structured array)."""
+    """One row per request, in the given order (a numpy structured array)."""
     table = np.zeros(len(requests), dtype=REQUEST_FIELDS)
     for i, r in enumerate(requests):
-        arrival = r.arrival_ns / NS
-        first = _t(r.first_token_ns)
-        finish = _t(r.finish_ns) if r.status is Status.FINISHED else float("nan")
-        out = r.num_output_tokens
-        tpot = (finish - first) / (out - 1) if out > 1 else float("nan")
-        # The largest gap between two tokens: none with fewer than two (it read 0.0, a max of nothing).
-        max_itl = r.max_itl_ns / NS if out > 1 else float("nan")
-        table[i] = (
-            r.id, r.session, r.turn, r.worker, _STATUS_NAMES[r.status], r.fail_reason, r.priority, arrival,
-            _t(r.queued_ns), _t(r.first_scheduled_ns), first, _t(r.finish_ns), r.prompt_tokens, out,
-            max(r.cached_tokens, 0), r.host_hit_tokens, r.recomputed_tokens, r.preemptions, first - arrival, tpot, finish - arrival,
-            _t(r.first_scheduled_ns) - arrival, max_itl, *_kv_columns(r),
-        )
+        table[i] = request_row(r)
     return table
+
+
+class RequestLog:
+    """The rows of requests that have ended, written as they end, so that a run keeps no request object
+    past its end: a row is a few hundred bytes, where a request with its block keys and session is tens of
+    kilobytes. Rows fill fixed-size chunks; :meth:`table` puts them in request-id (submission) order.
+
+    A row is written once nothing more happens to its request: it ended, and a disaggregated request's KV
+    reached the end of its lifecycle (a request can finish while its staged KV still waits to be freed).
+    Those that ended before their KV are held (:attr:`held`) and written when it ends, or at the run's end.
+    """
+
+    def __init__(self, chunk_rows: int = 16_384) -> None:
+        self.chunk_rows = chunk_rows
+        self._chunks: list[np.ndarray] = []
+        self._chunk = np.zeros(self.chunk_rows, dtype=REQUEST_FIELDS)
+        self._rows = 0
+        """Rows written into the current chunk."""
+        self.held: dict[int, Request] = {}
+        self.count = 0
+        """Requests ended so far (written or held)."""
+        self.failed_without_reason: list[str] = []
+        """Requests that failed with no reason given (an invariant the run checks at its end)."""
+
+    def add(self, req: Request) -> None:
+        """``req`` has ended."""
+        from twin.core.lifecycle import TERMINAL
+
+        self.count += 1
+        if req.status is Status.FAILED and not req.fail_reason:
+            self.failed_without_reason.append(repr(req))
+        if req.kv is not None and req.kv.state not in TERMINAL:
+            self.held[req.id] = req
+            return
+        self._write(req)
+        if self.held:
+            for rid in [rid for rid, r in self.held.items() if r.kv is not None and r.kv.state in TERMINAL]:
+                self._write(self.held.pop(rid))
+
+    def _write(self, req: Request) -> None:
+        self._chunk[self._rows] = request_row(req)
+        self._rows += 1
+        if self._rows == self.chunk_rows:
+            self._chunks.append(self._chunk)
+            self._chunk = np.zeros(self.chunk_rows, dtype=REQUEST_FIELDS)
+            self._rows = 0
+
+    def table(self) -> np.ndarray:
+        """Every row, held ones included, in request-id order."""
+        for req in self.held.values():
+            self._write(req)
+        self.held.clear()
+        table = np.concatenate([*self._chunks, self._chunk[:self._rows]])
+        order = np.argsort(table["id"], kind="stable")
+        return table if np.all(order == np.arange(len(table))) else table[order]
+
+
+PERCENTILES = (50, 90, 99)
+"""The percentiles every latency is summarised by."""
 
 
 def stats(values: np.ndarray) -> dict[str, float]:
@@ -80,25 +144,47 @@ def stats(values: np.ndarray) -> dict[str, float]:
     v = values[np.isfinite(values)]
     if len(v) == 0:
         return {k: float("nan") for k in ("mean", "p50", "p90", "p99")}
-    p50, p90, p99 = np.percentile(v, [50, 90, 99])
+    p50, p90, p99 = np.percentile(v, PERCENTILES)
     return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
 def histogram_stats(counts: dict[int, int] | tuple[np.ndarray, np.ndarray]) -> dict[str, float]:
-    """The same statistics over a histogram of nanosecond gaps: value -> count, or arrays of values and
-    their counts (where a value may appear more than once)."""
+    """:func:`stats` of the gaps a histogram of nanosecond gaps counts (value -> count, or arrays of values
+    and their counts, where a value may appear more than once), read off the histogram without expanding
+    it: a long run counts 10^8 gaps and more. The mean is exact (the integer sum of the gaps over their
+    count); the percentiles are numpy's default (``linear``) ones, computed as ``np.percentile`` computes
+    them on the sorted gaps: the same two neighbours, the same interpolation, the same floats."""
     if isinstance(counts, dict):
         gaps = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
         weights = np.fromiter(counts.values(), dtype=np.int64, count=len(counts))
     else:
         gaps, weights = counts
+    keep = weights > 0
+    gaps, weights = gaps[keep], weights[keep]
     if not len(gaps):
         return stats(np.array([]))
-    # Sorted in numpy: a long run's histogram holds 10^5 distinct gaps whose int objects lie scattered in
-    # memory, so a Python sort of them costs far more than reading them once. Equal gaps are equal floats:
-    # their order, and so the sorted sample, does not depend on how the counts were split.
-    order = np.argsort(gaps)
-    return stats(np.repeat(gaps[order].astype(np.float64), weights[order]) / NS)
+    order = np.argsort(gaps, kind="stable")
+    gaps, weights = gaps[order], weights[order]
+    n = int(weights.sum())
+    total = sum(g * w for g, w in zip(gaps.tolist(), weights.tolist()))   # (Python ints: no overflow)
+    ends = np.cumsum(weights)
+    """Gaps at sorted positions ends[j - 1] .. ends[j] - 1 are gaps[j]."""
+
+    def at(position: np.ndarray) -> np.ndarray:
+        return gaps[np.searchsorted(ends, position, side="right")].astype(np.float64) / NS
+
+    q = np.true_divide(np.array(PERCENTILES), 100)
+    virtual = (n - 1) * q
+    previous = np.floor(virtual)
+    following = previous + 1
+    last = virtual >= n - 1
+    previous[last] = following[last] = n - 1
+    gamma = virtual - np.where(last, -1, previous)  # (numpy's gamma where both neighbours are the last)
+    a, b = at(previous.astype(np.int64)), at(following.astype(np.int64))
+    diff = b - a
+    values = np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
+    p50, p90, p99 = (float(v) for v in values)
+    return {"mean": total / n / NS, "p50": p50, "p90": p90, "p99": p99}
 
 
 def summarize(table: np.ndarray, itl_counts: dict[int, int] | tuple[np.ndarray, np.ndarray], *,

@@ -16,7 +16,7 @@ from twin.shell.sim import CLOCK_MAX_NS, now_ns, to_ns
 from twin.config import TwinConfig, blame, load_config
 from twin.core.errors import ConfigError, InvariantError, StallError
 from twin.core.request import Request, Status
-from twin.results import Results, request_table, summarize
+from twin.results import RequestLog, Results, summarize
 from twin.system import resolve
 from twin.core.tokens import KeyTable, SourceTable
 from twin.whatif import hardware_whatif
@@ -57,7 +57,10 @@ def _roomy_gc() -> Iterator[None]:
 class Simulation:
     """One run of one config: ``Simulation(config).run()`` returns :class:`~twin.results.Results`."""
 
-    def __init__(self, config: TwinConfig, env: simpy.Environment | None = None) -> None:
+    def __init__(self, config: TwinConfig, env: simpy.Environment | None = None, *,
+                 keep_requests: bool = False) -> None:
+        """``keep_requests``: keep every request object in ``driver.requests`` after it ends, for inspection
+        (tests, notebooks); a run otherwise keeps only each ended request's row (:class:`RequestLog`)."""
         import twin.builtin_kinds  # noqa: F401
 
         self.config = resolve(config)
@@ -76,7 +79,10 @@ class Simulation:
             keys=KeyTable() if _keys_recur(plan.sessions) else None,
             wait_scale=plan.wait_scale, max_concurrent=plan.max_concurrent, stop_ns=stop_ns,
             warmup_s=cfg.run.warmup_s, max_model_len=self.workers[0].sched.limits.max_model_len,
+            keep_requests=keep_requests,
         )
+        self.log = RequestLog()
+        self._token_times: dict[int, list[float]] | None = {} if cfg.metrics.record_token_times else None
         from twin.shell.monitor import Monitor
 
         self.monitor = Monitor(self.env, self.workers, to_ns(cfg.metrics.sample_interval_s), self._on_idle,
@@ -89,8 +95,16 @@ class Simulation:
         self.system.submit(req)
 
     def _on_done(self, req: Request) -> None:
+        self._ended(req)
         if req.on_finish is not None:
             req.on_finish(req)
+
+    def _ended(self, req: Request) -> None:
+        """``req`` completed or failed: its row is written and the driver lets go of it."""
+        self.driver.ended(req)
+        self.log.add(req)
+        if self._token_times is not None:
+            self._token_times[req.id] = [t / 1e9 for t in (req.token_times_ns or [])]
 
     def _on_idle(self) -> None:
         pending = self.driver.pending_requests
@@ -143,10 +157,12 @@ class Simulation:
         self.wall_s = time.perf_counter() - start
         for w in self.workers:
             w.stop()
-        for req in self.driver.pending_requests:  # only after max_sim_s
-            req.fail_reason = f"time limit: still {req.status.name.lower()} at run.max_sim_s"
-            req.status = Status.FAILED
-            req.finish_ns = now_ns(self.env)  # (it ended there, as an abort or a refusal ends when it happens)
+        for req in list(self.driver.live.values()):  # only after max_sim_s
+            if not req.is_done:
+                req.fail_reason = f"time limit: still {req.status.name.lower()} at run.max_sim_s"
+                req.status = Status.FAILED
+                req.finish_ns = now_ns(self.env)  # (it ended there, as an abort or a refusal ends when it happens)
+            self._ended(req)
         self.monitor.sample()
         if cfg.run.check_invariants:
             self.check_end_state()
@@ -154,11 +170,10 @@ class Simulation:
 
     def check_end_state(self) -> None:
         """Every request ended; with nothing running, every block is free or cached (checked, not assumed)."""
-        for req in self.driver.requests:
-            if not req.is_done:
-                raise InvariantError(f"{req!r} neither completed nor failed")
-            if req.status is Status.FAILED and not req.fail_reason:
-                raise InvariantError(f"{req!r} failed without a reason")
+        for req in self.driver.live.values():
+            raise InvariantError(f"{req!r} neither completed nor failed")
+        for text in self.log.failed_without_reason:
+            raise InvariantError(f"{text} failed without a reason")
         if self.driver.all_done.triggered:
             for w in self.workers:
                 if w.sched.running or w.sched.reserved_blocks:
@@ -172,7 +187,7 @@ class Simulation:
     # ------------------------------------------------------------------------------------ collect
     def collect(self) -> Results:
         cfg = self.config
-        table = request_table(self.driver.requests)
+        table = self.log.table()
         histograms = [w.sched.gap_arrays() for w in self.workers]
         itl = (np.concatenate([gaps for gaps, _ in histograms]), np.concatenate([n for _, n in histograms]))
         summary = summarize(table, itl, warmup_s=cfg.run.warmup_s, slo_ttft_s=cfg.metrics.slo_ttft_s,
@@ -196,8 +211,8 @@ class Simulation:
         if whatif is not None:
             ledger["hardware_whatif"] = whatif
         token_times = None
-        if cfg.metrics.record_token_times:
-            token_times = {r.id: [t / 1e9 for t in (r.token_times_ns or [])] for r in self.driver.requests}
+        if self._token_times is not None:
+            token_times = {rid: self._token_times[rid] for rid in sorted(self._token_times)}
         return Results(requests=table, summary=summary, timeseries=self.monitor.table(), ledger=ledger,
                        config=cfg.to_dict(), token_times=token_times)
 

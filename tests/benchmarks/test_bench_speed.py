@@ -44,8 +44,8 @@ def test_main_writes_speed_json(vidur_dir: Path, tmp_path: Path, capsys: pytest.
     data = json.loads((out / "speed.json").read_text())
     assert set(data) == {"vidur_conv_400", "vidur_conv_2000"}
     for fig in data.values():
-        assert {"requests", "simulated_s", "wall_s", "events"} <= set(fig)
-        assert "vidur_wall_s" not in fig
+        assert {"requests", "simulated_s", "wall_s", "events", "process_wall_s", "peak_rss_mb"} <= set(fig)
+        assert fig["peak_rss_mb"] > 0 and "vidur_wall_s" not in fig
     printed = capsys.readouterr().out
     assert "Vidur comparison skipped" in printed and "vidur_conv_2000" in printed
     assert json.loads((out / "meta.json").read_text())["skipped"] == {}
@@ -82,3 +82,24 @@ def test_ff_check_compares_the_results_files_and_can_tell_them_apart(vidur_dir: 
     monkeypatch.setattr(twin.config, "load_config", other_run_when_off)
     r = speed.ff_check(scn)
     assert r["ff_identical"] is False and r["ff_files"]["requests.csv"] is False
+
+
+def test_a_whole_process_run_reports_its_own_figures_and_its_peak_memory(vidur_dir: Path, tmp_path: Path) -> None:
+    from benchmarks.scenarios import DataPaths
+
+    paths = DataPaths(vidur_data=vidur_dir, azure_conv=tmp_path / "absent.csv")
+    scn = vidur_list_scenario("vidur_conv_400", vidur_dir / VIDUR_LIST.format(n=400))
+    r = speed.twin_process(scn, paths)
+    assert r["requests"] == r["finished"] == 20 and r["steps"] > 0
+    assert r["process_wall_s"] > r["wall_s"] > 0 and r["peak_rss_mb"] > 0
+
+
+def test_the_scale_points_differ_only_in_their_number_of_requests() -> None:
+    from benchmarks.scenarios import SCALE_POINTS, scenarios
+
+    points = [s for s in scenarios() if s.name in SCALE_POINTS]
+    assert [s.config["workload"]["num_requests"] for s in points] == [10_000, 100_000, 1_000_000]
+    assert all(s.process_only and not s.quick and s.skip_reason() is None for s in points)
+    for s in points:
+        s.config["workload"].pop("num_requests")
+    assert points[0].config == points[1].config == points[2].config

@@ -154,7 +154,7 @@ def test_finished_members_with_aborts_and_memory_pressure_change_nothing(tmp_pat
                       workload={"kind": "synthetic", "num_requests": 80,
                                 "arrival": {"kind": "poisson", "rate_per_s": 60.0},
                                 "input_tokens": {"low": 30, "high": 400}, "output_tokens": {"low": 2, "high": 60}})
-        sim = Simulation(cfg)
+        sim = Simulation(cfg, keep_requests=True)
         rng = np.random.default_rng(seed + 1000)
 
         def aborter():

@@ -108,7 +108,7 @@ def test_a_recompute_after_lease_expiry_respects_seats_held_by_pulls_and_keeps_t
         cfg = load_config({"system": {"kind": "disaggregated", "decode": {"max_num_seqs": 1}},
                            "transfer": {"lease_s": 1e-6, "first_token": first}, "workload": work,
                            "metrics": {"record_token_times": True, "sample_interval_s": 0.001}})
-        sim = Simulation(cfg)
+        sim = Simulation(cfg, keep_requests=True)
         res = sim.run()
         t = res.requests
         assert list(t["status"]) == ["finished"] * 2 and math.isnan(t["kv_expired_s"][0])
@@ -147,7 +147,7 @@ def test_one_token_answer_from_the_prefill_worker_ends_at_staging(tmp_path):
     # decoded once more, ending with 2 output tokens.
     cfg = disagg(tmp_path, [one_call("a", 0.0, 100, 1)], transfer={"first_token": "prefill"},
                  metrics={"record_token_times": True})
-    sim = Simulation(cfg)
+    sim = Simulation(cfg, keep_requests=True)
     res = sim.run()
     r = rows(res)["a"]
     assert r["status"] == "finished" and r["output_tokens"] == 1 and r["kv_state"] == "freed"
@@ -238,7 +238,7 @@ def test_property_every_request_ends_and_every_block_is_released(tmp_path, scena
     write_sessions(path, sessions, source="hypothesis")
     cfg = load_config({"system": system, "transfer": transfer, "workload": {"kind": "sessions", "path": str(path)},
                        "router": {"kind": "least_loaded"}, "metrics": {"sample_interval_s": 0.05}})
-    sim = Simulation(cfg)
+    sim = Simulation(cfg, keep_requests=True)
     res = sim.run()  # raises on a stall, an illegal transition or a leaked block (run.check_invariants)
     t = res.requests
     for row in t:
@@ -261,7 +261,7 @@ def test_headroom_is_capped_by_the_request_size_so_an_empty_decode_worker_can_al
 
 def run_aborting(cfg, session, at_s, reason="client went away"):
     """Run ``cfg`` and abort the request of ``session`` at ``at_s`` (as serve does when its client leaves)."""
-    sim = Simulation(cfg)
+    sim = Simulation(cfg, keep_requests=True)
 
     def aborter():
         yield sim.env.timeout(round(at_s * 1e9))
@@ -409,7 +409,7 @@ def test_output_counters_match_the_table_when_first_token_prefill_requests_are_a
     sessions = [one_call("a", 0.0, 500, 200), one_call("b", 0.001, 200, 8)]
     cfg = disagg(tmp_path, sessions, d_blocks=44, transfer={"lease_s": 0.05, "first_token": "prefill"})
     b = rows(run(cfg))["b"]
-    sim = Simulation(cfg)
+    sim = Simulation(cfg, keep_requests=True)
 
     def aborter():
         yield sim.env.timeout(round(b["kv_expired_s"] * 1e9) + 1)  # requeued on the decode worker, not run

@@ -159,7 +159,7 @@ def _more_knobs(draw: st.DrawFn, cfg: dict) -> None:
 def _run(cfg: dict, fast_forward: bool) -> tuple[Simulation, object]:
     cfg = json.loads(json.dumps(cfg))
     cfg["run"]["fast_forward"] = fast_forward
-    sim = Simulation(load_config(cfg))
+    sim = Simulation(load_config(cfg), keep_requests=True)
     return sim, sim.run()  # raises on a stall, a leaked block or an illegal KV transition
 
 

@@ -1,17 +1,31 @@
 """Summary statistics: the inter-token gap histogram gives the statistics of the gaps it counts."""
 
 import numpy as np
+import pytest
 
 from twin.results import NS, histogram_stats, stats
 
 
 def test_histogram_stats_equal_the_stats_of_the_expanded_gaps():
+    """Read off the histogram without expanding it: numpy's percentiles of the expanded gaps to the bit, and
+    the exact mean (the expanded array's float sum may differ from it in the last bits)."""
+    from fractions import Fraction
+
     rng = np.random.default_rng(7)
-    counts = {int(g): int(c) for g, c in zip(rng.integers(1, 10**9, 500), rng.integers(1, 50, 500))}
-    gaps = sorted(counts)
-    expanded = np.repeat(np.array(gaps, dtype=np.float64), [counts[g] for g in gaps]) / NS
-    assert histogram_stats(counts) == stats(expanded)
-    assert histogram_stats({7: 3}) == stats(np.array([7.0, 7.0, 7.0]) / NS)
+    cases = [{int(g): int(c) for g, c in zip(rng.integers(1, 10**9, 500), rng.integers(1, 50, 500))},
+             {7: 3}, {5: 1}, {1: 1, 2: 1}, {10**12: 2, 3: 10**6}]
+    for counts in cases:
+        gaps = sorted(counts)
+        expanded = np.repeat(np.array(gaps, dtype=np.float64), [counts[g] for g in gaps]) / NS
+        got, want = histogram_stats(counts), stats(expanded)
+        assert [got[k] for k in ("p50", "p90", "p99")] == [want[k] for k in ("p50", "p90", "p99")], counts
+        exact = Fraction(sum(g * c for g, c in counts.items()), sum(counts.values()) * 10**9)
+        assert abs(Fraction(got["mean"]) - exact) <= abs(exact) * Fraction(1, 2**51)
+        assert got["mean"] == pytest.approx(want["mean"], rel=1e-12)
+    # counts split over repeated values, and empty bins, give the same statistics
+    split = (np.array([9, 4, 9, 4, 6]), np.array([2, 1, 3, 0, 5]))
+    assert histogram_stats(split) == histogram_stats({9: 5, 4: 1, 6: 5})
+    assert np.isnan(histogram_stats({})["p50"])
 
 
 def test_a_run_without_token_times_leaves_none_from_an_earlier_run_in_its_folder(tmp_path):
@@ -27,3 +41,90 @@ def test_a_run_without_token_times_leaves_none_from_an_earlier_run_in_its_folder
     assert (tmp_path / "token_times.json").exists()
     Simulation(load_config(base)).run().write(tmp_path)
     assert not (tmp_path / "token_times.json").exists()
+
+
+# ------------------------------------------------------------------------------- bounded memory
+def _small_run(**overrides):
+    from twin.config import load_config
+
+    base = {"model": {"name": "Qwen/Qwen3-0.6B"}, "system": {"replicas": 2},
+            "workload": {"kind": "synthetic", "num_requests": 60, "arrival": {"kind": "poisson", "rate_per_s": 40.0},
+                         "input_tokens": {"low": 20, "high": 200}, "output_tokens": {"low": 2, "high": 30}}}
+    return load_config(base, [f"{k}={v}" for k, v in overrides.items()])
+
+
+def test_a_run_lets_go_of_each_request_and_its_session_when_it_ends():
+    """No request object outlives its end (nor a session's script once it ran): what a run keeps of a
+    request is its row, so memory does not grow with the requests it has finished."""
+    import gc
+
+    from twin.core.request import Request
+    from twin.runner import Simulation
+    from workloads.sessions import Session
+
+    def alive(kind: type) -> list:
+        gc.collect()
+        return [o for o in gc.get_objects() if isinstance(o, kind)]
+
+    earlier = {id(o) for o in alive(Request) + alive(Session)}   # (what earlier tests still hold)
+    sim = Simulation(_small_run())
+    table = sim.run().requests
+    assert len(table) == 60 and (table["status"] == "finished").all()
+    assert [s for s in alive(Session) if id(s) not in earlier] == []
+    assert sim.driver.live == {} and sim.driver.requests is None
+    # What is left is the last batch a worker's process still names (its last step's locals), no more.
+    last = {w: table["finish_s"][table["worker"] == w].max() for w in set(table["worker"])}
+    left = [r for r in alive(Request) if id(r) not in earlier]
+    assert len(left) <= len(sim.workers)
+    assert all(r.finish_ns / 1e9 == last[r.worker] for r in left)
+    del sim, left
+    kept = Simulation(_small_run(), keep_requests=True)   # (the guard sees requests that are kept)
+    kept.run()
+    assert len([r for r in alive(Request) if id(r) not in earlier]) == 60
+
+
+def test_the_rows_written_as_requests_end_are_the_table_of_every_request():
+    """The log's table (rows written as requests end, in any order) equals the table of the kept request
+    objects read after the run, row for row, in submission order; so does a disaggregated run's, whose
+    rows wait for the KV lifecycle to end."""
+    from twin.results import request_table
+    from twin.runner import Simulation
+
+    for cfg in (_small_run(), _small_run(**{"system.kind": "disaggregated"})):
+        sim = Simulation(cfg, keep_requests=True)
+        table = sim.run().requests
+        assert sim.driver.requests is not None
+        expected = request_table(sim.driver.requests)
+        for name in table.dtype.names:
+            if table.dtype[name].kind == "f":
+                assert np.array_equal(table[name], expected[name], equal_nan=True), name
+            else:
+                assert list(table[name]) == list(expected[name]), name
+        assert list(table["id"]) == list(range(60))
+
+
+def test_the_log_orders_rows_by_request_id_and_holds_those_whose_kv_lives_on():
+    from twin.core.lifecycle import KVRecord, KVState
+    from twin.core.request import Request, Status
+    from twin.results import RequestLog
+
+    def ended(rid: int, kv: KVRecord | None = None) -> Request:
+        r = Request(id=rid, prompt_tokens=4, max_output_tokens=1, block_keys=(), arrival_ns=rid)
+        r.status = Status.FINISHED
+        r.kv = kv
+        return r
+
+    log = RequestLog(chunk_rows=2)
+    staged = KVRecord(1, 0)
+    staged.to(KVState.STAGED, 5)
+    log.add(ended(3))
+    log.add(ended(1, staged))
+    assert set(log.held) == {1}
+    log.add(ended(0))
+    log.add(ended(2))
+    staged.to(KVState.FREED, 9)
+    log.add(ended(4))        # the next write finds the held row's KV at its end and writes it too
+    assert log.held == {} and log.count == 5
+    table = log.table()
+    assert list(table["id"]) == [0, 1, 2, 3, 4]
+    assert list(table["kv_state"]) == ["", "freed", "", "", ""]

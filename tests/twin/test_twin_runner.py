@@ -119,7 +119,8 @@ def test_a_request_above_max_model_len_gets_no_block_keys(tmp_path, kind):
                 Session(id="ok", arrival_s=0.0, calls=(Call(append_tokens=100, output_tokens=50),)),
                 Session(id="prefixed", arrival_s=0.0, prefix_group="g", prefix_tokens=10**7,
                         calls=(Call(append_tokens=0, output_tokens=1),))]
-    sim = Simulation(sessions_config(tmp_path, sessions, system={"kind": kind}, engine={"max_model_len": 150}))
+    sim = Simulation(sessions_config(tmp_path, sessions, system={"kind": kind}, engine={"max_model_len": 150}),
+                     keep_requests=True)
     t = sim.run().requests
     assert list(t["status"]) == ["failed", "finished", "failed"]
     assert t["fail_reason"][0] == ("asks for 10000010 tokens (10000000 prompt + 10 output), more than the "
@@ -142,7 +143,7 @@ def test_abort_drops_a_running_and_a_queued_request_at_the_next_step_boundary(tm
         t = (a_times[10] + a_times[11]) / 2
 
         def aborting(name, at_s):
-            sim = Simulation(cfg)
+            sim = Simulation(cfg, keep_requests=True)
 
             def aborter():
                 yield sim.env.timeout(round(at_s * 1e9))
@@ -208,7 +209,8 @@ def test_an_abort_sent_as_a_fast_forwarded_workers_step_ends_takes_effect_at_the
         sim = Simulation(sessions_config(tmp_path, sessions, engine={"name": engine}, kv_cache={"num_blocks": 100},
                                          scheduler={"max_num_seqs": 4}, router={"kind": "round_robin"},
                                          system={"kind": "colocated", "replicas": 2},
-                                         metrics={"record_token_times": True}, run={"fast_forward": ff}))
+                                         metrics={"record_token_times": True}, run={"fast_forward": ff}),
+                         keep_requests=True)
         w1 = sim.workers[1]
         done = w1.on_done
 
@@ -326,7 +328,8 @@ def test_itl_leaves_out_requests_that_arrived_before_the_warmup(tmp_path, engine
     def itl(warmup_s):
         sim = Simulation(sessions_config(tmp_path, sessions, engine={"name": engine},
                                          metrics={"record_token_times": True},
-                                         run={"warmup_s": warmup_s, "fast_forward": fast_forward}))
+                                         run={"warmup_s": warmup_s, "fast_forward": fast_forward}),
+                         keep_requests=True)
         res = sim.run()
         gaps = {r.session: np.diff(r.token_times_ns) for r in sim.driver.requests}
         return res.summary, gaps
@@ -678,7 +681,7 @@ def test_a_cut_fast_forward_run_leaves_no_event_the_monitor_stops_at(tmp_path):
     times = []
     for ff in (True, False):
         sim = Simulation(sessions_config(tmp_path, sessions, metrics={"sample_interval_s": 0.01},
-                                         run={"fast_forward": ff}))
+                                         run={"fast_forward": ff}), keep_requests=True)
 
         def aborter(sim=sim):
             yield sim.env.timeout(200_000_000)

@@ -489,7 +489,7 @@ def test_the_reservation_follows_the_batch_through_admissions_preemptions_aborts
                                     "arrival": {"kind": "poisson", "rate_per_s": 60.0},
                                     "input_tokens": {"low": 30, "high": 300},
                                     "output_tokens": {"low": 2, "high": 60}}})
-    sim = Simulation(cfg)
+    sim = Simulation(cfg, keep_requests=True)
     decoders = {id(w.sched) for w in getattr(sim.system, "decode", ())}
     rng = np.random.default_rng(7)
     aborted = []

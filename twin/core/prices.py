@@ -72,7 +72,10 @@ class Ledger:
 StepPrice = tuple[np.ndarray, int]
 """A step's cost-term vector (seconds, in the ledger's order) and its duration in integer nanoseconds."""
 
-_MEMO_LIMIT = 500_000
+_MEMO_LIMIT = 1 << 17
+"""Prices a memo holds before it is emptied (a shape and its term vector: about half a kilobyte). Prices are
+exact, so the limit changes speed alone; it bounds the memory of long runs, whose mixed steps are mostly new
+shapes."""
 
 
 def _remember(memo: dict[Any, StepPrice], key: Any, values: Collection[float], ns: int) -> StepPrice:

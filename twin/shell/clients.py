@@ -10,6 +10,7 @@ such a request itself (no process of its own, :meth:`SessionDriver._send_alone`)
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Callable, Sequence
 
 import simpy
@@ -39,6 +40,7 @@ class SessionDriver:
         record_token_times: bool = False,
         warmup_s: float = 0.0,
         max_model_len: int | None = None,
+        keep_requests: bool = False,
     ) -> None:
         if len(sessions) != len(start_ns):
             raise ValueError(f"{len(sessions)} sessions but {len(start_ns)} start times")
@@ -57,7 +59,13 @@ class SessionDriver:
         self.max_model_len = max_model_len
         """The engines' limit on prompt + output tokens: a request above it fails on arrival, its block keys
         never read, so none are computed (a trace's 10**12-token prompt took hours and all memory)."""
-        self.requests: list[Request] = []
+        self.num_requests = 0
+        """Requests sent so far (the next one's id)."""
+        self.live: dict[int, Request] = {}
+        """Requests sent and not yet ended, by id (:meth:`ended` lets go of them)."""
+        self.requests: list[Request] | None = [] if keep_requests else None
+        """Every request sent, kept past its end only when asked (``keep_requests``: tests, notebooks); a long
+        run keeps none, so its memory does not grow with the requests it has finished."""
         self.sessions = {"started": 0, "finished": 0, "failed": 0, "skipped": 0}
         """The workload's own sessions; skipped: not started, as they would have arrived after
         ``run.duration_s``."""
@@ -70,7 +78,10 @@ class SessionDriver:
         """Shared prefixes by (group, tokens), their block keys computed: each session starts from a copy
         instead of hashing (and numbering) the same blocks again."""
         order = sorted(range(len(sessions)), key=lambda i: (start_ns[i], i))
-        self._plan = [(start_ns[i], sessions[i]) for i in order]
+        self._plan = deque((start_ns[i], sessions[i]) for i in order)
+        """Sessions still to start, by start time: each leaves it when it starts, so a session's script is
+        let go once it has run."""
+        self._num_planned = len(self._plan)
         self._slots = simpy.Resource(env, capacity=max_concurrent) if max_concurrent else None
         self.all_done = env.event()
         self._alone = 0
@@ -81,19 +92,27 @@ class SessionDriver:
     @property
     def planned_sessions(self) -> int:
         """The workload's own sessions, started or still to start (sub-agents not counted)."""
-        return len(self._plan)
+        return self._num_planned
 
     def gauges(self) -> dict[str, float]:
         return {"sessions_active": self.active, "sessions_in_wait": self.in_wait}
 
     @property
     def pending_requests(self) -> list[Request]:
-        return [r for r in self.requests if not r.is_done]
+        """Requests sent and not yet ended, in the order they were sent."""
+        return [r for r in self.live.values() if not r.is_done]
+
+    def ended(self, req: Request) -> None:
+        """``req`` completed or failed: the driver lets go of it (a request ``twin serve`` took over HTTP
+        is not the driver's: it was never in :attr:`live`)."""
+        self.live.pop(req.id, None)
 
     def _launch(self) -> ProcessGen:
         env = self.env
         running: list[simpy.Event] = []
-        for t_ns, session in self._plan:
+        plan = self._plan
+        while plan:
+            t_ns, session = plan.popleft()
             if self.stop_ns is not None and t_ns > self.stop_ns:
                 self.sessions["skipped"] += 1
                 continue
@@ -236,12 +255,15 @@ class SessionDriver:
         keys: Sequence[int] = ()
         if self.max_model_len is None or prompt + call.output_tokens <= self.max_model_len:
             keys = seq.block_keys(bs) if self.keys is None else seq.block_ids(bs, self.keys)
-        req = Request(id=len(self.requests), prompt_tokens=prompt, max_output_tokens=call.output_tokens,
+        req = Request(id=self.num_requests, prompt_tokens=prompt, max_output_tokens=call.output_tokens,
                       block_keys=tuple(keys), arrival_ns=now_ns(self.env), session=sid, turn=k,
                       priority=priority)
         if self.warmup_s and req.arrival_ns / 1e9 < self.warmup_s:
             req.measured = False
-        self.requests.append(req)
+        self.num_requests += 1
+        self.live[req.id] = req
+        if self.requests is not None:
+            self.requests.append(req)
         return req
 
     def _prefix(self, group: str, tokens: int) -> TokenSequence:
