@@ -148,7 +148,8 @@ def twin_process(scn: Scenario, paths: DataPaths, run: bool = True) -> dict[str,
         text = figures.read().decode()
     match = re.search(r"^TWIN_FIGURES (\{.*\})$", text, re.M)
     out: dict[str, Any] = json.loads(match.group(1)) if match else {}
-    out.update(process_wall_s=wall, peak_rss_mb=usage.ru_maxrss / 1024)   # (Linux: ru_maxrss in KiB)
+    out.update(process_wall_s=wall, process_cpu_s=usage.ru_utime + usage.ru_stime,
+               peak_rss_mb=usage.ru_maxrss / 1024)   # (Linux: ru_maxrss in KiB)
     return out
 
 
@@ -235,7 +236,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("events", "events", "{:d}"),
     ("steps", "steps", "{:d}"), ("req/wall s", "requests_per_wall_s", "{:.0f}"),
     ("sim/wall", "sim_per_wall", "{:.0f}"), ("twin proc s", "process_wall_s", "{:.2f}"),
-    ("peak RSS MB", "peak_rss_mb", "{:.0f}"),
+    ("proc cpu s", "process_cpu_s", "{:.2f}"), ("peak RSS MB", "peak_rss_mb", "{:.0f}"),
     ("proc floor s", "process_floor_s", "{:.2f}"),
     ("vidur s", "vidur_wall_s", "{:.1f}"), ("vidur loop s", "vidur_loop_s", "{:.2f}"),
     ("x vidur", "speedup_vs_vidur", "{:.1f}"), ("x vidur loop", "speedup_loop_vs_vidur", "{:.1f}"),
@@ -351,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
             r = measure_twin(scn, args.repeats)
             if not args.no_process:
                 proc = twin_process(scn, paths)
-                r.update(process_wall_s=proc["process_wall_s"], peak_rss_mb=proc["peak_rss_mb"])
+                r.update({k: proc[k] for k in ("process_wall_s", "process_cpu_s", "peak_rss_mb")})
         if args.ff_check:
             r.update(ff_check(scn))
             print(f"[ff  ] {scn.name}: fast-forward on / off "
