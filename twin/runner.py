@@ -20,6 +20,7 @@ from twin.results import RequestLog, Results, summarize
 from twin.system import resolve
 from twin.core.tokens import KeyTable, SourceTable
 from twin.whatif import hardware_whatif
+from workloads.generators import OpenLoopSessions
 from workloads.sessions import Session
 
 
@@ -30,6 +31,8 @@ def _keys_recur(sessions: Sequence[Session]) -> bool:
     and pays off in the workers' prefix-cache dictionaries; with one call per session (request traces)
     each key is cached and evicted about once, and the table costs more than it saves.
     """
+    if isinstance(sessions, OpenLoopSessions):   # one call each, by construction (and made only when read)
+        return False
     return any(len(s.calls) > 1 or any(c.subagents for c in s.calls) for s in sessions)
 
 

@@ -236,7 +236,7 @@ class SyntheticWorkload(WorkloadSpec):
                              f"entries to draw from)")
 
     def build(self, rng: np.random.Generator) -> WorkloadPlan:
-        from workloads.generators import open_loop_sessions, pool_draws, pooled_sessions
+        from workloads.generators import OpenLoopSessions, pool_draws, pooled_sessions
 
         if self.prompt_pool is not None:
             isl = self.input_tokens.sample(rng, self.prompt_pool)
@@ -251,8 +251,8 @@ class SyntheticWorkload(WorkloadSpec):
             raise ConfigError("workload.prefix_tokens", f"every prompt starts with the {self.prefix_tokens} shared "
                               f"tokens, but request {i} drew {int(isl[i])} input tokens from workload.input_tokens")
         try:
-            sessions = open_loop_sessions(None, isl, osl, prefix_group=self.prefix_group,
-                                          prefix_tokens=self.prefix_tokens)
+            sessions = OpenLoopSessions(None, isl, osl, prefix_group=self.prefix_group,
+                                        prefix_tokens=self.prefix_tokens)
         except ValueError as exc:
             raise ConfigError("workload", str(exc)) from None
         return _plan(sessions, self.arrival, rng)

@@ -7,6 +7,8 @@ the whole workload reproducible.
 from __future__ import annotations
 
 import math
+from typing import Sequence, overload
+
 import numpy as np
 import numpy.typing as npt
 
@@ -81,34 +83,58 @@ def open_loop_sessions(
     ``input_tokens`` are whole prompt lengths; with a ``prefix_group`` the first ``prefix_tokens`` of each
     prompt are the shared prefix and the rest is the call's append. Ids are ``{id_prefix}-{i}``.
     """
-    inputs = np.asarray(input_tokens, dtype=np.int64).reshape(-1)
-    outputs = np.asarray(output_tokens, dtype=np.int64).reshape(-1)
-    if len(inputs) != len(outputs):
-        raise ValueError(f"{len(inputs)} input lengths but {len(outputs)} output lengths")
-    arrivals: list[float | None]
-    if arrivals_s is None:
-        arrivals = [None] * len(inputs)
-    else:
-        arr = np.asarray(arrivals_s, dtype=np.float64).reshape(-1)
-        if len(arr) != len(inputs):
-            raise ValueError(f"{len(arr)} arrivals but {len(inputs)} requests")
-        arrivals = [float(a) for a in arr]
-    if prefix_group is None and prefix_tokens:
-        raise ValueError("prefix_tokens needs a prefix_group")
-    sessions = []
-    for i, (arrival, isl, osl) in enumerate(zip(arrivals, inputs.tolist(), outputs.tolist())):
-        if isl < prefix_tokens:
-            raise ValueError(f"request {i}: input {isl} is shorter than the shared prefix {prefix_tokens}")
-        sessions.append(
-            Session(
-                id=f"{id_prefix}-{i}",
-                arrival_s=arrival,
-                prefix_group=prefix_group,
-                prefix_tokens=prefix_tokens,
-                calls=(Call(append_tokens=isl - prefix_tokens, output_tokens=osl),),
-            )
+    return list(OpenLoopSessions(arrivals_s, input_tokens, output_tokens, id_prefix=id_prefix,
+                                 prefix_group=prefix_group, prefix_tokens=prefix_tokens))
+
+
+class OpenLoopSessions(Sequence[Session]):
+    """:func:`open_loop_sessions` as a sequence that makes each session when it is read: a million-request
+    workload holds three arrays of lengths instead of a million session objects. Reading session i twice
+    gives two equal sessions."""
+
+    def __init__(self, arrivals_s: npt.ArrayLike | None, input_tokens: npt.ArrayLike,
+                 output_tokens: npt.ArrayLike, *, id_prefix: str = "req", prefix_group: str | None = None,
+                 prefix_tokens: int = 0) -> None:
+        inputs = np.asarray(input_tokens, dtype=np.int64).reshape(-1)
+        outputs = np.asarray(output_tokens, dtype=np.int64).reshape(-1)
+        if len(inputs) != len(outputs):
+            raise ValueError(f"{len(inputs)} input lengths but {len(outputs)} output lengths")
+        arrivals = None
+        if arrivals_s is not None:
+            arrivals = np.asarray(arrivals_s, dtype=np.float64).reshape(-1)
+            if len(arrivals) != len(inputs):
+                raise ValueError(f"{len(arrivals)} arrivals but {len(inputs)} requests")
+        if prefix_group is None and prefix_tokens:
+            raise ValueError("prefix_tokens needs a prefix_group")
+        short = np.flatnonzero(inputs < prefix_tokens)
+        if len(short):
+            i = int(short[0])
+            raise ValueError(f"request {i}: input {int(inputs[i])} is shorter than the shared prefix {prefix_tokens}")
+        self._inputs, self._outputs, self._arrivals = inputs, outputs, arrivals
+        self._id_prefix, self._group, self._prefix = id_prefix, prefix_group, prefix_tokens
+
+    def __len__(self) -> int:
+        return len(self._inputs)
+
+    @overload
+    def __getitem__(self, i: int) -> Session: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Session]: ...
+
+    def __getitem__(self, i: int | slice) -> Session | list[Session]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"session {i} of {n}")
+        i %= n
+        return Session(
+            id=f"{self._id_prefix}-{i}",
+            arrival_s=None if self._arrivals is None else float(self._arrivals[i]),
+            prefix_group=self._group,
+            prefix_tokens=self._prefix,
+            calls=(Call(append_tokens=int(self._inputs[i]) - self._prefix, output_tokens=int(self._outputs[i])),),
         )
-    return sessions
 
 
 POOL_SAMPLINGS = ("sequential", "random", "shuffle")

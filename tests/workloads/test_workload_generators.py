@@ -100,6 +100,22 @@ def test_open_loop_sessions() -> None:
         open_loop_sessions([0.0, 1.0], [5], [6])
 
 
+def test_open_loop_sessions_made_when_read_are_the_sessions_of_the_list() -> None:
+    from workloads.generators import OpenLoopSessions
+
+    args = (np.array([0.5, 1.0, 2.5]), [300, 400, 101], np.array([10, 20, 30]))
+    lazy = OpenLoopSessions(*args, id_prefix="r", prefix_group="sys", prefix_tokens=100)
+    eager = open_loop_sessions(*args, id_prefix="r", prefix_group="sys", prefix_tokens=100)
+    assert len(lazy) == 3 and list(lazy) == eager and lazy[1] == lazy[1] == eager[1]
+    assert lazy[-1] == eager[2] and lazy[1:] == eager[1:]
+    assert type(lazy[0].calls[0].output_tokens) is int and type(lazy[0].arrival_s) is float
+    assert OpenLoopSessions(None, [5], [6])[0].arrival_s is None
+    with pytest.raises(IndexError, match="session 3 of 3"):
+        lazy[3]
+    with pytest.raises(ValueError, match="request 1: input 50 is shorter than the shared prefix 100"):
+        OpenLoopSessions(None, [150, 50], [1, 1], prefix_group="g", prefix_tokens=100)
+
+
 def test_read_request_csv_vidur_plain_and_azure(tmp_path: Path) -> None:
     vidur = tmp_path / "vidur.csv"
     vidur.write_text(

@@ -78,9 +78,14 @@ class SessionDriver:
         """Shared prefixes by (group, tokens), their block keys computed: each session starts from a copy
         instead of hashing (and numbering) the same blocks again."""
         order = sorted(range(len(sessions)), key=lambda i: (start_ns[i], i))
-        self._plan = deque((start_ns[i], sessions[i]) for i in order)
-        """Sessions still to start, by start time: each leaves it when it starts, so a session's script is
-        let go once it has run."""
+        self._plan = deque(order)
+        """Sessions still to start (their indices), by start time."""
+        self._start_ns = start_ns
+        self._scripts: list[Session | None] | None = list(sessions) if isinstance(sessions, list) else None
+        """The sessions of a list, each let go once started (None), so a script is not kept past its run; a
+        sequence that makes its sessions when read (workloads.generators.OpenLoopSessions) is read as they
+        start, and holds none."""
+        self._sessions: Sequence[Session] = sessions if self._scripts is None else ()
         self._num_planned = len(self._plan)
         self._slots = simpy.Resource(env, capacity=max_concurrent) if max_concurrent else None
         self.all_done = env.event()
@@ -102,6 +107,16 @@ class SessionDriver:
         """Requests sent and not yet ended, in the order they were sent."""
         return [r for r in self.live.values() if not r.is_done]
 
+    def _take(self, i: int) -> Session:
+        """Session ``i``, let go here once it is started (:attr:`_scripts`)."""
+        scripts = self._scripts
+        if scripts is None:
+            return self._sessions[i]
+        session = scripts[i]
+        assert session is not None
+        scripts[i] = None
+        return session
+
     def ended(self, req: Request) -> None:
         """``req`` completed or failed: the driver lets go of it (a request ``twin serve`` took over HTTP
         is not the driver's: it was never in :attr:`live`)."""
@@ -112,7 +127,8 @@ class SessionDriver:
         running: list[simpy.Event] = []
         plan = self._plan
         while plan:
-            t_ns, session = plan.popleft()
+            i = plan.popleft()
+            t_ns, session = self._start_ns[i], self._take(i)
             if self.stop_ns is not None and t_ns > self.stop_ns:
                 self.sessions["skipped"] += 1
                 continue
