@@ -134,17 +134,19 @@ class RequestLog:
         for req in self.held.values():
             self._write(req)
         self.held.clear()
-        parts = [*self._chunks, self._chunk[:self._rows]]
-        n = sum(len(p) for p in parts)
+        chunks = self._chunks
+        chunks.append(self._chunk[:self._rows])
+        self._chunk = self._chunk[:0]
+        n = sum(len(c) for c in chunks)
         table = np.zeros(n, dtype=REQUEST_FIELDS)
         placed = np.zeros(n, dtype=bool)
-        for part in parts:   # ids are 0 .. n - 1 (a run numbers its requests as it sends them)
-            table[part["id"]] = part
+        while chunks:   # each chunk let go once placed: the table and one chunk at a time, not two tables
+            part = chunks.pop()
+            table[part["id"]] = part   # (ids are 0 .. n - 1: a run numbers its requests as it sends them)
             placed[part["id"]] = True
+            del part
         if not placed.all():
             raise InvariantError(f"request ids are not 0 .. {n - 1}: rows of {n - int(placed.sum())} missing")
-        self._chunks = []
-        self._chunk = self._chunk[:0]
         self._table = table
         return table
 

@@ -196,3 +196,23 @@ def test_scheduler_modules_import_without_simpy_and_stay_small(module: str) -> N
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.FunctionDef):
             assert node.end_lineno is not None and node.end_lineno - node.lineno < 80, node.name
+
+
+def test_a_gap_histogram_merged_into_arrays_keeps_every_count(monkeypatch):
+    """Past its dictionary limit the histogram merges into sorted arrays (a sixth of the memory) and keeps
+    counting into the same dictionary; what it reads back is every gap with its whole count."""
+    import twin.core.gaps as gaps_module
+
+    monkeypatch.setattr(gaps_module, "_DICT_ITEMS", 3)
+    h = GapHistogram()
+    counts = h.counts
+    for gap in (5, 9, 5, 12, 7):
+        counts[gap] = counts.get(gap, 0) + 1
+        h.check()
+    assert len(counts) <= 3 and list(h._merged[0]) == [5, 7, 9, 12]
+    h.add_run([7, 30], 2)
+    counts[5] = counts.get(5, 0) + 1
+    values, weights = h.arrays()
+    assert sorted(zip(values.tolist(), weights.tolist())) == [(5, 1), (5, 2), (7, 1), (7, 2), (9, 1), (12, 1),
+                                                              (30, 2)]
+    assert h.whole() == {5: 3, 7: 3, 9: 1, 12: 1, 30: 2} and h.counts is counts

@@ -9,14 +9,18 @@ import numpy as np
 _RUN_BATCH = 4096
 """Gaps handed in bulk (:meth:`GapHistogram.add_run`) that are packed into arrays at once."""
 _BLOCK_ITEMS = 1 << 22
-"""Packed gaps that are counted into the histogram's dictionary when there are more."""
+"""Packed gaps that are merged into the sorted arrays when there are more."""
+_DICT_ITEMS = 1 << 16
+"""Distinct gaps the dictionary holds before they are merged into the sorted arrays: a long run's gaps are
+mostly distinct (step durations in nanoseconds), about a hundred bytes each in a dictionary, sixteen there."""
 
 
 class GapHistogram:
     """Inter-token gaps (ns -> count). A step's gaps are counted in :attr:`counts` at once; a fast-forwarded
     run hands each step's duration with the number of requests it is the gap of (:meth:`add_run`), counted in
     numpy when the histogram is read (a dictionary update per gap and step costs more than the step's other
-    bookkeeping)."""
+    bookkeeping). Past :data:`_DICT_ITEMS` distinct gaps the dictionary is merged into sorted arrays of gaps
+    and counts (:meth:`compact`), so the histogram stays exact in a sixth of the memory."""
 
     def __init__(self) -> None:
         self.counts: dict[int, int] = {}
@@ -27,12 +31,23 @@ class GapHistogram:
         self._blocks: list[tuple[np.ndarray, np.ndarray]] = []
         """Those gaps packed into arrays (gaps, counts), a batch at a time."""
         self._block_items = 0
+        self._merged = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        """Gaps merged out of the dictionary and the blocks: distinct gaps, sorted, and their counts."""
 
     def whole(self) -> dict[int, int]:
-        """The whole histogram as a dictionary (what was handed in bulk counted into :attr:`counts`)."""
-        if self._runs or self._blocks:
-            self._count_blocks()
+        """The whole histogram as a dictionary (everything counted into :attr:`counts`)."""
+        if self._runs or self._blocks or len(self._merged[0]):
+            self.compact()
+            counts = self.counts
+            for gap, n in zip(*(a.tolist() for a in self._merged)):
+                counts[gap] = n
+            self._merged = (self._merged[0][:0], self._merged[1][:0])
         return self.counts
+
+    def check(self) -> None:
+        """Merge the dictionary into the arrays once it holds more than :data:`_DICT_ITEMS` distinct gaps."""
+        if len(self.counts) > _DICT_ITEMS:
+            self.compact()
 
     def add_run(self, gaps: list[int], count: int) -> None:
         """Count each of ``gaps`` ``count`` times: in bulk, later."""
@@ -53,20 +68,23 @@ class GapHistogram:
         self._block_items += len(gaps)
         runs.clear()
         self._run_items = 0
-        if self._block_items > _BLOCK_ITEMS:  # bound the memory of very long runs
-            self._count_blocks()
+        if self._block_items > _BLOCK_ITEMS or len(self.counts) > _DICT_ITEMS:  # (bound long runs' memory)
+            self.compact()
 
-    def _count_blocks(self) -> None:
-        """Add every gap handed in bulk to :attr:`counts` (integer sums: any order gives them)."""
+    def compact(self) -> None:
+        """Merge the dictionary's gaps and those handed in bulk into the sorted arrays (integer sums: any
+        order gives them) and empty the dictionary in place (the scheduler counts into it directly)."""
         self._pack_runs()
-        if not self._blocks:
-            return
-        values, where = np.unique(np.concatenate([g for g, _ in self._blocks]), return_inverse=True)
-        totals = np.zeros(len(values), dtype=np.int64)
-        np.add.at(totals, where, np.concatenate([w for _, w in self._blocks]))
         counts = self.counts
-        for gap, n in zip(values.tolist(), totals.tolist()):
-            counts[gap] = counts.get(gap, 0) + n
+        gaps = [self._merged[0], np.fromiter(counts, dtype=np.int64, count=len(counts)),
+                *(g for g, _ in self._blocks)]
+        weights = [self._merged[1], np.fromiter(counts.values(), dtype=np.int64, count=len(counts)),
+                   *(w for _, w in self._blocks)]
+        values, where = np.unique(np.concatenate(gaps), return_inverse=True)
+        totals = np.zeros(len(values), dtype=np.int64)
+        np.add.at(totals, where, np.concatenate(weights))
+        self._merged = (values, totals)
+        counts.clear()
         self._blocks.clear()
         self._block_items = 0
 
@@ -75,7 +93,8 @@ class GapHistogram:
         may appear more than once)."""
         self._pack_runs()
         counts = self.counts
-        return (np.concatenate([np.fromiter(counts, dtype=np.int64, count=len(counts)),
+        return (np.concatenate([self._merged[0], np.fromiter(counts, dtype=np.int64, count=len(counts)),
                                 *(g for g, _ in self._blocks)]),
-                np.concatenate([np.fromiter(counts.values(), dtype=np.int64, count=len(counts)),
+                np.concatenate([self._merged[1],
+                                np.fromiter(counts.values(), dtype=np.int64, count=len(counts)),
                                 *(w for _, w in self._blocks)]))

@@ -167,6 +167,7 @@ class OutputProcessorMixin:
         self.admission.count_decode_steps(1 if not out.preempted and stats.num_decode == stats.num_reqs else 0,
                                           self.running, self.waiting)
         self.input_queue.step_applied(stats.num_decode == stats.num_reqs)
+        self.gaps.check()
         return finished
 
     def _apply_outputs(self) -> None:
