@@ -25,7 +25,7 @@ MAX_POOL_BLOCKS = 2_000_000_000
 
 
 def pool_blocks(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
-    """A block count a pool can hold: 10**15 was a bare ValueError from the block pool, naming no field."""
+    """A block count a pool can hold, refused here with the field's name rather than deep in the pool."""
     positive(inst, attr, value)
     if value is not None and value > MAX_POOL_BLOCKS:
         raise ValueError(f"{attr.name} must be at most {MAX_POOL_BLOCKS:,} (the blocks one worker's pool holds), "
@@ -98,8 +98,7 @@ def known_name(kind: str, lister: str) -> Any:
             raise ValueError(f"{attr.name} names no known {kind}: {value!r}; expected one of {names}") from None
         except (ValueError, NotImplementedError) as exc:
             # A known name whose spec file is wrong, or a model type the hardware model does not cover: its
-            # own message (file, line, field). It was "names no known gpu: 'mine'; expected one of [...,
-            # 'mine', ...]", and an unsupported model type a bare NotImplementedError.
+            # own message (file, line, field), not "unknown name" for a name the list shows.
             raise ValueError(f"{attr.name} {value!r} cannot be loaded: {exc}") from None
 
     return check
