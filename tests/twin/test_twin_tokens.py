@@ -129,3 +129,25 @@ def test_block_ids_number_keys_in_first_use_order_and_follow_cuts():
     assert z.block_ids(4, table) == [1, 2, 3, 4]
     for seq in (x, y, z):
         assert table.number(seq.block_keys(4)) == seq.block_ids(4, table)
+
+
+def test_a_forgotten_stream_name_lets_go_without_reusing_its_id():
+    table = SourceTable()
+    a, b = table.get(("session", "a", 0)), table.get(("session", "b", 0))
+    table.forget(("session", "a", 0))
+    table.forget(("session", "never", 0))   # (a name never used is nothing to forget)
+    assert (a, b) == (1, 2) and len(table) == 1
+    assert table.get(("session", "c", 0)) == 3 and table.get(("session", "a", 0)) == 4
+    assert table.get(("session", "b", 0)) == 2
+
+
+def test_a_run_lets_go_of_the_stream_names_of_ended_sessions():
+    from twin.config import load_config
+    from twin.runner import Simulation
+
+    sim = Simulation(load_config({"model": {"name": "Qwen/Qwen3-0.6B"}, "workload": {
+        "kind": "synthetic", "num_requests": 30, "arrival": {"kind": "poisson", "rate_per_s": 20.0},
+        "input_tokens": {"low": 20, "high": 100}, "output_tokens": {"low": 2, "high": 9},
+        "prefix_group": "system", "prefix_tokens": 16}}))
+    sim.run()
+    assert len(sim.sources) == 1   # the shared prefix group's stream alone

@@ -24,18 +24,25 @@ _CHAIN_KEYS: Callable[[list[int], int, int, int, int, int], int] | None = compil
 
 
 class SourceTable:
-    """Per-run interning of stream names to ints, in order of first use."""
+    """Per-run interning of stream names to ints, in order of first use. A name no one will use again (a
+    session's own streams, once it has ended) is let go (:meth:`forget`); ids are never reused, so the
+    tokens already written with it keep their identity."""
 
     def __init__(self) -> None:
         self._ids: dict[object, int] = {}
+        self._last = 0
 
     def get(self, name: object) -> int:
         """The id of stream ``name``, allocating the next one on first use."""
         sid = self._ids.get(name)
         if sid is None:
-            sid = len(self._ids) + 1
+            self._last = sid = self._last + 1
             self._ids[name] = sid
         return sid
+
+    def forget(self, name: object) -> None:
+        """Let go of ``name`` (a later :meth:`get` of it would allocate a new id)."""
+        self._ids.pop(name, None)
 
     def __len__(self) -> int:
         return len(self._ids)

@@ -164,6 +164,7 @@ class SessionDriver:
         self.submit(req)
 
     def _alone_finished(self, req: Request) -> None:
+        self._forget_streams(req.session, 1, 1)   # (a cut or hashed prompt moves a one-call stream to epoch 1)
         self.sessions["finished" if req.status is Status.FINISHED else "failed"] += 1
         self.active -= 1
         self._alone -= 1
@@ -209,6 +210,7 @@ class SessionDriver:
             self.submit(req)
             yield done
             if req.status is not Status.FINISHED:
+                self._forget_streams(sid, epoch, k + 1)
                 counts["failed"] += 1
                 self.active -= 1
                 return
@@ -223,8 +225,19 @@ class SessionDriver:
                 self.in_wait += 1
                 yield env.timeout(wait_ns)
                 self.in_wait -= 1
+        self._forget_streams(sid, epoch, len(session.calls))
         counts["finished"] += 1
         self.active -= 1
+
+    def _forget_streams(self, sid: str, epochs: int, calls: int) -> None:
+        """A session (or sub-agent) named ``sid`` ended: its own streams' names (epochs 0 .. ``epochs``, the
+        hashed prompts' tails of its first ``calls`` calls) are let go, as no one names them again (session
+        ids are unique in a workload; a sub-agent's name carries its parent's)."""
+        sources = self.sources
+        for epoch in range(epochs + 1):
+            sources.forget(("session", sid, epoch))
+        for k in range(calls):
+            sources.forget(("tail", sid, k))
 
     def _on_clock(self, send_ns: int, sid: str, k: int, what: str) -> None:
         """Refuses to send call ``k`` of ``sid`` past the clock's range. The plan checks each session's own
