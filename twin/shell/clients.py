@@ -81,11 +81,10 @@ class SessionDriver:
         self._plan = deque(order)
         """Sessions still to start (their indices), by start time."""
         self._start_ns = start_ns
-        self._scripts: list[Session | None] | None = list(sessions) if isinstance(sessions, list) else None
-        """The sessions of a list, each let go once started (None), so a script is not kept past its run; a
-        sequence that makes its sessions when read (workloads.generators.OpenLoopSessions) is read as they
-        start, and holds none."""
-        self._sessions: Sequence[Session] = sessions if self._scripts is None else ()
+        self._sessions: Sequence[Session | None] = list(sessions) if isinstance(sessions, list) else sessions
+        """The sessions: a list is copied and each entry let go once started (None), so a script is not kept
+        past its run; a sequence that makes its sessions when read (workloads.generators.OpenLoopSessions)
+        holds none, and is read as they start."""
         self._num_planned = len(self._plan)
         self._slots = simpy.Resource(env, capacity=max_concurrent) if max_concurrent else None
         self.all_done = env.event()
@@ -108,13 +107,12 @@ class SessionDriver:
         return [r for r in self.live.values() if not r.is_done]
 
     def _take(self, i: int) -> Session:
-        """Session ``i``, let go here once it is started (:attr:`_scripts`)."""
-        scripts = self._scripts
-        if scripts is None:
-            return self._sessions[i]
-        session = scripts[i]
+        """Session ``i``, let go here once it is started (:attr:`_sessions`)."""
+        sessions = self._sessions
+        session = sessions[i]
+        if isinstance(sessions, list):
+            sessions[i] = None
         assert session is not None
-        scripts[i] = None
         return session
 
     def ended(self, req: Request) -> None:
