@@ -84,6 +84,11 @@ class EngineProfile:
     of the row (vLLM's PyTorch path sorts the row for top-p). Greedy requests (temperature 0) take an argmax,
     priced at 0."""
     host_overlap: bool = False          # async scheduling: host work of a step hides under its GPU work
+    speculative_overlap: bool = True
+    """Whether host_overlap holds while the engine drafts (speculative decoding). SGLang's EAGLE worker (the
+    path of its MTP / NEXTN drafts) turns the overlap scheduler off unless SGLANG_ENABLE_SPEC_V2 is set
+    (server_args.ServerArgs._handle_speculative_decoding, 0.5.x: disable_overlap_schedule = True). A config
+    says otherwise with engine.speculative.overlap."""
     chunked_prefill: bool = True        # the engine's default: a prompt may be split across steps
     mixed_prefill: bool = True          # a step with prefill work also carries the running decodes
     reserve_full_kv: bool = False       # admission sets aside KV for prompt + all output (TRT-LLM GUARANTEED_NO_EVICT)

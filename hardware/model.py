@@ -57,7 +57,8 @@ class ModelSpec:
     layers: tuple[Layer, ...] = attrs.field(default=attrs.Factory(_dense_layers, takes_self=True))
     mtp_layers: int = 0
     """Next-token-prediction modules in the checkpoint (config ``num_nextn_predict_layers``: 1 for
-    DeepSeek-V3/R1): each a decoder layer of the last layer's kind after a projection of [embedding; hidden]
+    DeepSeek-V3/R1; ``mtp_num_hidden_layers``: 1 for Qwen3.5, whose module is a full-attention MoE layer,
+    vLLM's Qwen3NextMultiTokenPredictor): each a decoder layer of the last layer's kind after a projection of [embedding; hidden]
     (2 x hidden -> hidden), sharing the embedding and LM head; usable as a speculative-decoding draft."""
     mtp_layer: Layer | None = None
     """The MTP module's decoder layer where it is not of the last layer's kind (DeepSeek-V4: the last entry
@@ -320,7 +321,7 @@ _POSITIVE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "
 _COUNT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "n_shared_experts", "top_k_experts",
                  "shared_intermediate_size", "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
                  "first_k_dense_replace", "decoder_sparse_step", "interleave_moe_layer_step", "sliding_window",
-                 "num_nextn_predict_layers", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                 "num_nextn_predict_layers", "mtp_num_hidden_layers", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                  "v_head_dim", "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups",
                  "linear_num_value_heads", "linear_value_head_dim", "linear_num_key_heads", "linear_key_head_dim",
                  "moe_latent_size", "attention_head_dim", "global_head_dim", "num_global_key_value_heads",
@@ -424,8 +425,13 @@ def _spec(name: str, model_type: str, cfg: dict[str, Any], layers: list[Layer], 
         vocab_size=int(cfg["vocab_size"]), tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         mlp_gated=ffn.gated, default_weight_dtype=weight, default_kv_dtype=kv, quant_scope=scope,
         dense_weight_dtype=dense_fmt if dense_fmt != weight else "",
-        layers=tuple(layers), mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),
+        layers=tuple(layers), mtp_layers=_mtp_layers(cfg),
         residual_reads=_residual_reads(cfg, len(layers)), context_length=_context_length(cfg))
+
+
+def _mtp_layers(cfg: dict[str, Any]) -> int:
+    """ModelSpec.mtp_layers: DeepSeek's ``num_nextn_predict_layers`` or Qwen3.5's ``mtp_num_hidden_layers``."""
+    return int(cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 0)
 
 
 def _residual_reads(cfg: dict[str, Any], n: int) -> float:

@@ -189,13 +189,17 @@ class SpeculativeConfig:
     acceptance: float | tuple[float, ...] | None = None
     """Probability that a draft is accepted given the drafts before it were: one number for every position, or
     a list of k. Required with a method, left unset with ``none``."""
+    overlap: bool | None = None
+    """Whether the engine's overlap scheduler (host work of a step hidden under the GPU work of the one
+    before) keeps running while it drafts: unset, the engine's rule (``speculative_overlap`` of its profile:
+    SGLang's EAGLE worker turns it off unless SGLANG_ENABLE_SPEC_V2 is set); true or false as launched."""
 
     def __attrs_post_init__(self) -> None:
         k = self.num_speculative_tokens
         if self.method == "none":
-            if k or self.acceptance is not None:
-                raise ValueError(f"method is 'none': num_speculative_tokens ({k}) and acceptance "
-                                 f"({self.acceptance!r}) must be left unset")
+            if k or self.acceptance is not None or self.overlap is not None:
+                raise ValueError(f"method is 'none': num_speculative_tokens ({k}), acceptance "
+                                 f"({self.acceptance!r}) and overlap ({self.overlap!r}) must be left unset")
             return
         if k < 1:
             raise ValueError(f"num_speculative_tokens must be >= 1 with method {self.method!r}, got {k}")

@@ -46,11 +46,15 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
     if spec.enabled:
         if not model.mtp_layers:
             raise ConfigError("engine.speculative.method", f"{spec.method!r} drafts with the model's next-token-"
-                              f"prediction module, and {model.name} has none (num_nextn_predict_layers = 0)")
+                              f"prediction module, and {model.name} has none (no num_nextn_predict_layers / mtp_num_hidden_layers)")
         parallel["spec_tokens"] = spec.num_speculative_tokens
+    engine = load_engine(config.engine.name)
+    if spec.enabled and engine.host_overlap and not (engine.speculative_overlap if spec.overlap is None
+                                                     else spec.overlap):
+        engine = attrs.evolve(engine, host_overlap=False)   # the engine as launched: no overlap while drafting
     try:
         dep = Deployment(gpu=config.hardware.spec(gpu), model=model,
-                         engine=load_engine(config.engine.name), tp=tp, moe_kernel=config.engine.moe_kernel,
+                         engine=engine, tp=tp, moe_kernel=config.engine.moe_kernel,
                          moe_routing=config.model.moe_routing, sampling=config.engine.sampling,
                          **parallel, **dtypes)  # type: ignore[arg-type]
         if dep.moe_kernel == "default" and dep.model.is_moe:   # the kernel the engine selects by itself

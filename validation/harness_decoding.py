@@ -4,6 +4,7 @@ sampler the requests asked for, and the routed-expert (MoE) kernel the harness o
 
 from __future__ import annotations
 
+from validation import inferencemax_blackwell
 from validation.measured_rows import RowSpec, measured_day
 from validation.protocols import GENAI_PERF, HOPPER, INFERENCEMAX, Protocol
 
@@ -43,7 +44,9 @@ def harness_speculative(row: dict[str, str], spec: "RowSpec", proto: Protocol) -
     speculative_config decoding_type MTP with num_nextn_predict_layers 3, or 1 when DP_ATTENTION is true
     (nvidia-master.yaml dsr1-fp8-h200-trt-mtp: dp-attn from CONC 128 at 1k/1k, 256 at 1k/8k, 64 at 8k/1k,
     which the rows' attention-DP columns carry). Disaggregated rows: the matched config entry's recipe
-    (:func:`inferencemax_disagg.deployment`).
+    (:func:`inferencemax_disagg.deployment`). Aggregated InferenceMAX rows on Blackwell: the
+    ``speculative_tokens`` of their script's launch (SGLang's EAGLE chain: --speculative-num-steps drafts with
+    top-k 1; validation/inferencemax_blackwell.py).
     """
     if spec.mode == "disagg":
         return spec.spec_tokens
@@ -51,7 +54,24 @@ def harness_speculative(row: dict[str, str], spec: "RowSpec", proto: Protocol) -
             and measured_day(row) == "2026-01-14":
         assert spec.agg is not None
         return 1 if spec.agg.dp > 1 else 3
+    if proto is INFERENCEMAX and spec.gpu not in HOPPER:
+        launch = inferencemax_blackwell.find(row)
+        return int(launch["launch"].get("speculative_tokens", 0)) if launch is not None else 0
     return 0
+
+
+def harness_spec_overlap(spec: "RowSpec") -> bool | None:
+    """Whether the row's launch keeps the overlap scheduler on while drafting, where it sets what the engine
+    would not do by itself (None: the engine's rule, EngineProfile.speculative_overlap).
+
+    SGLang disaggregated MTP rows: their srt-slurm recipes set SGLANG_ENABLE_SPEC_V2=1 on the prefill and
+    decode workers (recipes/h200/1k1k/bs256-1p6d-dep-mtp.yaml, the copy in csahithi/srt-slurm at 44b22ab;
+    the other recipes of the configs in validation/harness/inferencemax_disagg.json were not read), which keeps
+    SGLang's overlap scheduler on under EAGLE. The single-node scripts set no such variable.
+    """
+    if spec.mode == "disagg" and spec.backend == "sglang":
+        return True
+    return None
 
 
 GENERATION_CONFIG_TOP_P = frozenset({

@@ -17,7 +17,8 @@ flags: :data:`LAYOUTS`), ``max_num_seqs``, ``max_num_batched_tokens``, ``cuda_gr
 ``gpu_memory_utilization``, ``kv_dtype``, ``block_size``, ``prefix_caching``, ``moe_kernel``,
 ``recv_interval`` (SGLang's --scheduler-recv-interval), TensorRT-LLM's ``attention_dp_balance``,
 ``attention_dp_timeout_iters``, ``attention_dp_batching_wait_iters``, ``batch_wait_iters`` and
-``batch_wait_max_tokens_ratio``, and ``by_tp`` (the same keys for one launched TP, where the script branches
+``batch_wait_max_tokens_ratio``, ``speculative_tokens`` (MTP / EAGLE drafts per step, a chain;
+validation.harness_decoding.harness_speculative), and ``by_tp`` (the same keys for one launched TP, where the script branches
 on it). A value is a number, a string, ``CONC`` (one engine rank's share of the client's concurrency),
 ``2*ISL``, ``{"conc_at_least": C, "then": A, "else": B}`` where the script picks a value by $CONC, or
 ``{"expr": E}``, an expression of the script's own variables (:func:`settings`) where its rule needs more. A
@@ -93,10 +94,11 @@ def _image(text: str) -> str:
     return text.replace("nvcr.io#", "nvcr.io/")   # the template and enroot spelling of NGC images
 
 
-def _names_image(source: str) -> bool:
-    """Whether a row's source names its image (the exports and db-dumps of 2025-10-29 / 11-02 name none)."""
+def _source_images(source: str) -> set[str]:
+    """The images a row's source names (none in the exports and db-dumps of 2025-10-29 / 11-02). Compared
+    whole: ``lmsysorg/sglang:v0.5.9-cu130`` and ``...-cu130-amd64`` were two configs' images on the same days."""
     fields = (f.strip().removeprefix("image=") for f in source.split(";"))
-    return any("/" in f and ":" in f and "=" not in f for f in fields)
+    return {f for f in fields if "/" in f and ":" in f and "=" not in f}
 
 
 def find(row: dict[str, str]) -> dict[str, Any] | None:
@@ -108,12 +110,12 @@ def find(row: dict[str, str]) -> dict[str, Any] | None:
     source = _image(row.get("silicon_data_source", ""))
     model, backend = row["model_path"].strip(), row["backend"].strip()
     precision = row.get("precision", "").strip().lower()
+    images = _source_images(source)
     for e in launches():
         if e["system"] != system or (e["backend"], e["precision"]) != (backend, precision) \
                 or model not in (e["model_path"], *e.get("model_aliases", ())):
             continue
-        if _live(e["measured"], source) and (not _names_image(source)
-                                             or any(_image(image) in source for image in e["images"])):
+        if _live(e["measured"], source) and (not images or any(_image(image) in images for image in e["images"])):
             return e
     return None
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from validation.harness_decoding import engine_moe_kernel, harness_moe_kernel, harness_sampling, \
-    harness_speculative, mtp_acceptance
+    harness_spec_overlap, harness_speculative, mtp_acceptance
 from validation.harness_launch import (deployment_limits, harness_graphs, harness_kv, harness_prefix_caching,
                                        harness_skip)
 from validation.measured_rows import Skip
@@ -75,6 +75,9 @@ def row_config(row: dict[str, str], *, waves: int | None = None, prompt_pool: st
     if drafts:
         cfg["engine"]["speculative"] = {"method": "mtp", "num_speculative_tokens": drafts,
                                         "acceptance": mtp_acceptance(drafts)}
+        overlap = harness_spec_overlap(spec)
+        if overlap is not None:
+            cfg["engine"]["speculative"]["overlap"] = overlap
     caching = harness_prefix_caching(row, spec, proto)
     if caching is not None:
         cfg["kv_cache"] = {"prefix_caching": caching}

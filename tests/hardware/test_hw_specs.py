@@ -295,6 +295,22 @@ def test_nvidia_deepseek_nvfp4_checkpoints_load_as_nvfp4_with_fp8_kv() -> None:
     assert (v3.name, v3.default_weight_dtype, v3.default_kv_dtype) == ("nvidia/DeepSeek-V3-NVFP4", "fp4", "fp8")
 
 
+def test_qwen3_5_mtp_module_is_a_full_attention_moe_layer() -> None:
+    """Qwen3.5 names its next-token-prediction module ``mtp_num_hidden_layers`` (DeepSeek:
+    ``num_nextn_predict_layers``); the draft is a full-attention MoE layer (vLLM's Qwen3NextMultiTokenPredictor
+    builds it with layer_type full_attention), which is the kind of the model's last layer. Its KV counts only
+    when the deployment drafts with it."""
+    model = load_model("Qwen/Qwen3.5-397B-A17B")
+    assert model.mtp_layers == 1 and load_model("Qwen/Qwen3-32B").mtp_layers == 0
+    plain = Deployment(gpu=load_gpu("b300_sxm"), model=model, engine=load_engine("sglang"), tp=4)
+    drafting = Deployment(gpu=load_gpu("b300_sxm"), model=model, engine=load_engine("sglang"), tp=4, spec_tokens=3)
+    mixer, ffn = drafting.draft_layer
+    assert mixer is not None and mixer.kind == "gqa" and ffn is not None and ffn.kind == "moe"
+    full_layers = sum(n for (m, _), n in model.layer_groups if m is not None and m.kind == "gqa")
+    assert full_layers == 15
+    assert drafting.kv_bytes_per_token * full_layers == plain.kv_bytes_per_token * (full_layers + 1)
+
+
 def test_modelopt_kv_cache_scheme_of_8_bit_floats_is_an_fp8_kv_cache() -> None:
     """nvidia/Kimi-K2.5-NVFP4's config.json gives its KV format as kv_cache_scheme {num_bits 8, type float}."""
     import hardware

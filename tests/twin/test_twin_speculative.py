@@ -263,7 +263,7 @@ def test_a_model_without_an_mtp_module_is_an_error() -> None:
     cfg = load_config({"engine": spec(1, 0.8)})  # Llama-3.1-8B: no next-token-prediction module
     with pytest.raises(ConfigError) as err:
         Simulation(cfg)
-    assert err.value.path == "engine.speculative.method" and "num_nextn_predict_layers = 0" in str(err.value)
+    assert err.value.path == "engine.speculative.method" and "no num_nextn_predict_layers / mtp_num_hidden_layers" in str(err.value)
 
 
 def test_a_step_budget_below_one_speculative_decode_is_an_error() -> None:
@@ -397,3 +397,25 @@ def test_a_speculative_run_is_planned_to_the_first_finish_or_the_blocks_it_would
     assert (a.num_computed_tokens, a.num_output_tokens) == (8 + 3 * k, 1 + 3 * k)
     assert sched.kv.pool.num_free == ref.kv.pool.num_free
     assert sched.output_tokens == ref.output_tokens and sched.steps == ref.steps
+
+
+def test_sglang_drafts_without_the_overlap_scheduler_unless_the_launch_keeps_it() -> None:
+    """SGLang's EAGLE worker turns its overlap scheduler off unless SGLANG_ENABLE_SPEC_V2 is set: a speculative
+    SGLang deployment runs its host work in series with the GPU's, so the step pays SGLang's whole step host
+    time; engine.speculative.overlap: true keeps the overlap (and hides it); vLLM keeps its overlap."""
+    def deployment(engine: str, **speculative: object) -> tuple[Deployment, float]:
+        section = spec(2, 0.8)
+        section["speculative"].update(speculative)  # type: ignore[attr-defined]
+        cfg = load_config({"model": {"name": MIMO}, "engine": {"name": engine, **section}})
+        dep = make_deployment(cfg, 1)
+        cost = cost_model(cfg, dep).step_cost(verify_shape([500, 700], 3))
+        return dep, cost.terms["step_host"]
+
+    plain = make_deployment(load_config({"model": {"name": MIMO}, "engine": {"name": "sglang"}}), 1)
+    assert plain.engine.host_overlap
+    drafting, host = deployment("sglang")
+    assert not drafting.engine.host_overlap and host == load_engine("sglang").step_host_s
+    kept, hidden = deployment("sglang", overlap=True)
+    assert kept.engine.host_overlap and hidden < host
+    assert deployment("vllm")[0].engine.host_overlap
+    assert not deployment("vllm", overlap=False)[0].engine.host_overlap

@@ -194,7 +194,7 @@ def _window_instants(day: str) -> list[str]:
 
 def test_every_b200_entry_is_well_formed_and_no_two_versions_claim_the_same_instant() -> None:
     entries = [e for e in blackwell.launches() if e["system"] == "b200_sxm"]
-    assert len(entries) == 39
+    assert len(entries) == 40
     for e in entries:
         assert e["launch"]["layout"] in blackwell.LAYOUTS and e["images"] and e["search_space"], e["valid_for"]
         assert any(cite[:10].rstrip(":").isalnum() and cite[9] == ":" for cite in e["citations"].values())
@@ -202,20 +202,66 @@ def test_every_b200_entry_is_well_formed_and_no_two_versions_claim_the_same_inst
             assert {"isl", "osl", "tp", "ep", "dp_attn", "conc_start", "conc_end"} <= set(s)
         for tp, dp, conc, isl in itertools.product((1, 4, 8), (1, 8), (4, 256), (1024, 8192)):
             blackwell.settings(e, tp, conc, isl, osl=1024, client_conc=conc * dp, dp=dp, ep=tp * dp)
+    # Versions of one config follow each other; two configs live at once (a plain and an MTP one) differ in image.
     key = lambda e: (e["model_path"], e["backend"], e["precision"])  # noqa: E731
     for (_, group) in itertools.groupby(sorted(entries, key=key), key=key):
         versions = list(group)
-        windows = sorted((e["measured"]["from"], e["measured"]["until"] or "9") for e in versions
-                         if isinstance(e["measured"], dict))
-        assert all(a[1] <= b[0] for a, b in zip(windows, windows[1:])), windows
+        windowed = [e for e in versions if isinstance(e["measured"], dict)]
+        for a, b in itertools.combinations(windowed, 2):
+            if set(a["images"]) & set(b["images"]):
+                (a_from, a_until), (b_from, b_until) = ((e["measured"]["from"], e["measured"]["until"] or "9")
+                                                        for e in (a, b))
+                assert a_until <= b_from or b_until <= a_from, (a["valid_for"], b["valid_for"])
         for day_entry in (e for e in versions if isinstance(e["measured"], list)):
             for day in day_entry["measured"]:
-                claims = [e for e in versions if any(blackwell._live(e["measured"], s) for s in _window_instants(day))]
+                claims = [e for e in versions if any(blackwell._live(e["measured"], s) for s in _window_instants(day))
+                          and set(e["images"]) & set(day_entry["images"])]
                 assert claims == [day_entry], (day, [c["valid_for"] for c in claims])
 
 
 def test_the_b300_entries_keep_their_day_lists() -> None:
     """The generalisation to windows leaves the B300 entries as they were: lists of measured days."""
     b300 = [e for e in blackwell.launches() if e["system"] == "b300_sxm"]
-    assert len(b300) == 10 and all(isinstance(e["measured"], list) for e in b300)
+    assert len(b300) == 12 and all(isinstance(e["measured"], list) for e in b300)
     assert json.loads(blackwell.FLAGS.read_text())[0]["system"] == "h200_sxm"
+
+
+QWEN35 = "Qwen/Qwen3.5-397B-A17B"
+
+
+def wip_row(image: str, conc: int, tp: str, ep: str) -> dict[str, str]:
+    """A B300 Qwen3.5 FP8 row of the 2026-04-03 wip runs, as source_file 2026-03-25.csv writes them."""
+    source = f"source_file=2026-03-25.csv; model=Qwen3.5-397B; silicon_concurrency={conc}; " \
+             f"measured=2026-04-03T16:55:34Z; wip=True; image={image}"
+    return b200_row(QWEN35, "sglang", "fp8", "", image, conc, system="b300_sxm", tp_size=tp, moe_ep_size=ep,
+                    silicon_data_source=source)
+
+
+def test_the_b300_wip_qwen3_5_rows_take_the_b200_configs_their_images_name() -> None:
+    """No B300 single-node runner existed on 2026-04-03: image v0.5.9-cu130 (tp 4, ep 1) is the B200 MTP
+    config, whose script drafts 3 tokens with EAGLE; v0.5.9-cu130-amd64 the plain B200 config. The image is
+    compared whole: the first is a prefix of the second."""
+    mtp = wip_row(SGLANG_059, 32, "4", "1")
+    assert blackwell.find(mtp)["path"] == "benchmarks/single_node/qwen3.5_fp8_b200_mtp.sh"
+    tp_dp_ep, scheduler, kv, engine, kv_dtype = parts(mtp)
+    assert tp_dp_ep == (4, 1, 1) and kv_dtype == "fp8"
+    assert scheduler == {"max_num_seqs": 32, "max_num_batched_tokens": 32768, "recv_interval": 30}
+    assert kv == {"prefix_caching": False, "gpu_memory_utilization": 0.8}
+    assert engine["speculative"]["num_speculative_tokens"] == 3 and "overlap" not in engine["speculative"]
+    plain = wip_row(SGLANG_059 + "-amd64", 32, "4", "4")
+    assert blackwell.find(plain)["path"] == "benchmarks/single_node/qwen3.5_fp8_b200.sh"
+    tp_dp_ep, scheduler, kv, engine, _ = parts(plain)
+    assert tp_dp_ep == (4, 1, 4) and "speculative" not in engine
+    assert scheduler == {"max_num_seqs": 128, "max_num_batched_tokens": 32768, "recv_interval": 30}
+    assert blackwell.find(wip_row("lmsysorg/sglang:v0.5.9", 32, "4", "1")) is None
+
+
+def test_only_sglang_disaggregated_mtp_launches_keep_the_overlap_scheduler() -> None:
+    """The srt-slurm SGLang MTP recipes set SGLANG_ENABLE_SPEC_V2=1; single-node scripts leave SGLang's rule."""
+    from types import SimpleNamespace
+
+    from validation.harness_decoding import harness_spec_overlap
+
+    assert harness_spec_overlap(SimpleNamespace(mode="disagg", backend="sglang")) is True
+    assert harness_spec_overlap(SimpleNamespace(mode="disagg", backend="trtllm")) is None
+    assert harness_spec_overlap(SimpleNamespace(mode="agg", backend="sglang")) is None
