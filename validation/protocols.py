@@ -20,9 +20,10 @@ class Protocol:
 
     Every measured request is simulated: these closed loops reach no steady state in a few waves that the
     rest could be extrapolated from. Simulating 3 or 4 waves and scaling the middle ones up to ``waves`` (the
-    first and last waves kept whole) moved the predicted mean TTFT by 25-85 % on the genai-perf rows (fixed
-    lengths keep the waves in lockstep) and by up to 150 % on disaggregated DeepSeek rows whose prefill queue
-    grows through the whole run, while TPOT moved by under 1 % on most rows.
+    first and last waves kept whole) moved the predicted mean TTFT by 10-85 % on the genai-perf rows (fixed
+    lengths keep the waves in lockstep) and by up to 150 % (TPOT up to 47 %) on disaggregated DeepSeek rows
+    whose prefill queue grows through the whole run; TPOT moved by under 1 % on most other rows (measured on
+    the 27 costliest rows of silicon_h100_h200.csv).
     """
 
     name: str
