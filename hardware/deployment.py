@@ -127,7 +127,8 @@ class Deployment:
             raise DeploymentError("spec_tokens", f"spec_tokens must be >= 0, got {self.spec_tokens}")
         if self.spec_tokens and not self.model.mtp_layers:
             raise DeploymentError("spec_tokens", f"MTP speculative decoding needs a next-token-prediction module, "
-                                  f"and {self.model.name} has none (no num_nextn_predict_layers / mtp_num_hidden_layers)")
+                                  f"and {self.model.name} has none "
+                                  f"(no num_nextn_predict_layers / mtp_num_hidden_layers)")
         for field, dtype, valid in (("weight_dtype", self.weight_dtype, WEIGHT_DTYPES),
                                     ("dense_weight_dtype", self.dense_weight_dtype, WEIGHT_DTYPES),
                                     ("kv_dtype", self.kv_dtype, KV_DTYPES)):

@@ -58,8 +58,8 @@ class ModelSpec:
     mtp_layers: int = 0
     """Next-token-prediction modules in the checkpoint (config ``num_nextn_predict_layers``: 1 for
     DeepSeek-V3/R1; ``mtp_num_hidden_layers``: 1 for Qwen3.5, whose module is a full-attention MoE layer,
-    vLLM's Qwen3NextMultiTokenPredictor): each a decoder layer of the last layer's kind after a projection of [embedding; hidden]
-    (2 x hidden -> hidden), sharing the embedding and LM head; usable as a speculative-decoding draft."""
+    vLLM's Qwen3NextMultiTokenPredictor): each a decoder layer of the last layer's kind after a projection of
+    [embedding; hidden] (2 x hidden -> hidden), sharing the embedding and LM head; usable as a speculative-decoding draft."""
     mtp_layer: Layer | None = None
     """The MTP module's decoder layer where it is not of the last layer's kind (DeepSeek-V4: the last entry
     of compress_ratios, a window-only attention); None: the last layer's kind (Deployment.draft_layer)."""
@@ -321,7 +321,8 @@ _POSITIVE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "
 _COUNT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "n_shared_experts", "top_k_experts",
                  "shared_intermediate_size", "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
                  "first_k_dense_replace", "decoder_sparse_step", "interleave_moe_layer_step", "sliding_window",
-                 "num_nextn_predict_layers", "mtp_num_hidden_layers", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                 "num_nextn_predict_layers", "mtp_num_hidden_layers", "kv_lora_rank", "q_lora_rank",
+                 "qk_nope_head_dim", "qk_rope_head_dim",
                  "v_head_dim", "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups",
                  "linear_num_value_heads", "linear_value_head_dim", "linear_num_key_heads", "linear_key_head_dim",
                  "moe_latent_size", "attention_head_dim", "global_head_dim", "num_global_key_value_heads",

@@ -46,7 +46,8 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
     if spec.enabled:
         if not model.mtp_layers:
             raise ConfigError("engine.speculative.method", f"{spec.method!r} drafts with the model's next-token-"
-                              f"prediction module, and {model.name} has none (no num_nextn_predict_layers / mtp_num_hidden_layers)")
+                              f"prediction module, and {model.name} has none "
+                              f"(no num_nextn_predict_layers / mtp_num_hidden_layers)")
         parallel["spec_tokens"] = spec.num_speculative_tokens
     engine = load_engine(config.engine.name)
     if spec.enabled and engine.host_overlap and not (engine.speculative_overlap if spec.overlap is None

@@ -18,8 +18,8 @@ flags: :data:`LAYOUTS`), ``max_num_seqs``, ``max_num_batched_tokens``, ``cuda_gr
 ``recv_interval`` (SGLang's --scheduler-recv-interval), TensorRT-LLM's ``attention_dp_balance``,
 ``attention_dp_timeout_iters``, ``attention_dp_batching_wait_iters``, ``batch_wait_iters`` and
 ``batch_wait_max_tokens_ratio``, ``speculative_tokens`` (MTP / EAGLE drafts per step, a chain;
-validation.harness_decoding.harness_speculative), and ``by_tp`` (the same keys for one launched TP, where the script branches
-on it). A value is a number, a string, ``CONC`` (one engine rank's share of the client's concurrency),
+validation.harness_decoding.harness_speculative), and ``by_tp`` (the same keys for one launched TP, where the
+script branches on it). A value is a number, a string, ``CONC`` (one engine rank's share of the client's concurrency),
 ``2*ISL``, ``{"conc_at_least": C, "then": A, "else": B}`` where the script picks a value by $CONC, or
 ``{"expr": E}``, an expression of the script's own variables (:func:`settings`) where its rule needs more. A
 value that comes out null leaves the engine's default.

@@ -263,7 +263,8 @@ def test_a_model_without_an_mtp_module_is_an_error() -> None:
     cfg = load_config({"engine": spec(1, 0.8)})  # Llama-3.1-8B: no next-token-prediction module
     with pytest.raises(ConfigError) as err:
         Simulation(cfg)
-    assert err.value.path == "engine.speculative.method" and "no num_nextn_predict_layers / mtp_num_hidden_layers" in str(err.value)
+    assert err.value.path == "engine.speculative.method"
+    assert "no num_nextn_predict_layers / mtp_num_hidden_layers" in str(err.value)
 
 
 def test_a_step_budget_below_one_speculative_decode_is_an_error() -> None:
