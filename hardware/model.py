@@ -59,7 +59,8 @@ class ModelSpec:
     """Next-token-prediction modules in the checkpoint (config ``num_nextn_predict_layers``: 1 for
     DeepSeek-V3/R1; ``mtp_num_hidden_layers``: 1 for Qwen3.5, whose module is a full-attention MoE layer,
     vLLM's Qwen3NextMultiTokenPredictor): each a decoder layer of the last layer's kind after a projection of
-    [embedding; hidden] (2 x hidden -> hidden), sharing the embedding and LM head; usable as a speculative-decoding draft."""
+    [embedding; hidden] (2 x hidden -> hidden), sharing the embedding and LM head; usable as a
+    speculative-decoding draft."""
     mtp_layer: Layer | None = None
     """The MTP module's decoder layer where it is not of the last layer's kind (DeepSeek-V4: the last entry
     of compress_ratios, a window-only attention); None: the last layer's kind (Deployment.draft_layer)."""
