@@ -395,4 +395,8 @@ def resolve(config: TwinConfig) -> TwinConfig:
     )
     # Every datasheet value of the named GPU is written out, so the config shows the spec the factors apply to.
     hardware = attrs.evolve(config.hardware, **spec_fields(config.hardware.spec(scaled=False)))
-    return attrs.evolve(config, hardware=hardware, scheduler=scheduler, kv_cache=kv_cache)
+    speculative = config.engine.speculative
+    if speculative.enabled and speculative.overlap is None:   # the engine's rule, written out
+        speculative = attrs.evolve(speculative, overlap=engine.host_overlap and engine.speculative_overlap)
+    return attrs.evolve(config, hardware=hardware, scheduler=scheduler, kv_cache=kv_cache,
+                        engine=attrs.evolve(config.engine, speculative=speculative))

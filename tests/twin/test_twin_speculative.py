@@ -420,3 +420,9 @@ def test_sglang_drafts_without_the_overlap_scheduler_unless_the_launch_keeps_it(
     assert kept.engine.host_overlap and hidden < host
     assert deployment("vllm")[0].engine.host_overlap
     assert not deployment("vllm", overlap=False)[0].engine.host_overlap
+    # The run's resolved config (config.yaml) writes the engine's rule out.
+    from twin.system import resolve
+    for engine, overlap in (("sglang", False), ("vllm", True)):
+        section = spec(2, 0.8)
+        cfg = resolve(load_config({"model": {"name": MIMO}, "engine": {"name": engine, **section}}))
+        assert cfg.engine.speculative.overlap is overlap
