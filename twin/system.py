@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import attrs
 
 from hardware import CostModel, Deployment, DeploymentError, load_engine, load_model
+from hardware.engine import EngineProfile
 from hardware.gpu import spec_fields
 from hardware._data import read_yaml
 from hardware.calibration import (BORROWED_MOE_KERNELS, CURVE_MOE_KERNELS, Calibration,
                                   borrowed_moe_calibration, calibration_archs, calibration_for,
                                   calibration_from_dict)
-from twin.config import SystemSpec, TwinConfig, non_negative, positive
+from twin.config import SpeculativeConfig, SystemSpec, TwinConfig, non_negative, positive
 from twin.core.errors import ConfigError
 from twin.core.kv_cache import HostTier, KVCacheManager
 from twin.registry import register
@@ -50,8 +51,7 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
                               f"(no num_nextn_predict_layers / mtp_num_hidden_layers)")
         parallel["spec_tokens"] = spec.num_speculative_tokens
     engine = load_engine(config.engine.name)
-    if spec.enabled and engine.host_overlap and not (engine.speculative_overlap if spec.overlap is None
-                                                     else spec.overlap):
+    if spec.enabled and engine.host_overlap and not drafting_overlap(engine, spec):
         engine = attrs.evolve(engine, host_overlap=False)   # the engine as launched: no overlap while drafting
     try:
         dep = Deployment(gpu=config.hardware.spec(gpu), model=model,
@@ -106,6 +106,12 @@ def moe_constants(config: TwinConfig, dep: Deployment) -> Calibration | None:
     if config.hardware.constants in ("auto", dep.gpu.arch):
         return None   # (CostModel takes the owner's set for the architecture)
     return constants(config, dep, BORROWED_MOE_KERNELS[dep.moe_kernel])
+
+
+def drafting_overlap(engine: EngineProfile, spec: SpeculativeConfig) -> bool:
+    """Whether ``engine`` hides its host work under the GPU's while it drafts: its overlap scheduler, kept
+    under speculative decoding by its rule (EngineProfile.speculative_overlap) unless the config says."""
+    return engine.host_overlap and (engine.speculative_overlap if spec.overlap is None else spec.overlap)
 
 
 def _deployment_field(field: str, where: str) -> str:
@@ -397,6 +403,6 @@ def resolve(config: TwinConfig) -> TwinConfig:
     hardware = attrs.evolve(config.hardware, **spec_fields(config.hardware.spec(scaled=False)))
     speculative = config.engine.speculative
     if speculative.enabled and speculative.overlap is None:   # the engine's rule, written out
-        speculative = attrs.evolve(speculative, overlap=engine.host_overlap and engine.speculative_overlap)
+        speculative = attrs.evolve(speculative, overlap=drafting_overlap(engine, speculative))
     return attrs.evolve(config, hardware=hardware, scheduler=scheduler, kv_cache=kv_cache,
                         engine=attrs.evolve(config.engine, speculative=speculative))

@@ -116,10 +116,6 @@ class PlannedRun:
         self.k = k
         del self.ends[k:], self.terms[k:], self.ns[k:]
 
-    def start_of(self, i: int) -> int:
-        """Start time of step i (1-based)."""
-        return self.start_ns if i == 1 else self.ends[i - 2]
-
     def sync(self, now: int) -> list[Request]:
         """Apply what step-by-step simulation has applied before events at ``now`` run."""
         upto = self.scheduled
