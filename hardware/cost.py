@@ -227,7 +227,7 @@ class CostModel:
         graph = self._graphed(M, R, D)
         cal = self.gcal if graph else self.ecal
         for g in self.groups:
-            self._add_layer_terms(t, g, M, R, D, graph, cal, G)
+            self._add_layer_terms(t, g, M, R, D, graph, cal, G, q)
         # Logits of every sampled position: one per request, and the k drafts of each speculative decode.
         t["lm_head"] = self.lm_head.time_s(R + D * (q - 1), graph)
         if self.pp_hops:
@@ -237,9 +237,10 @@ class CostModel:
                 scaleup_Bps=gpu.scaleup_bw_Bps, nic_Bps=gpu.nic_bw_Bps)
 
     def _add_layer_terms(self, t: dict[str, float], g: LayerGroup, M: int, R: int, D: int, graph: bool,
-                         cal: Calibration, G: int = 0) -> None:
+                         cal: Calibration, G: int = 0, q: int = 1) -> None:
         """Add the token-dependent terms of the layers of kind ``g`` over M tokens to ``t``. The routed
-        experts see the G tokens of the whole attention-DP group (0: attn_dp ranks of M tokens each)."""
+        experts see the G tokens of the whole attention-DP group (0: attn_dp ranks of M tokens each); each of
+        the D decodes carries q tokens (1 + drafts when speculative)."""
         d, h = self.dep, self.dep.model.hidden_size
         group = G or M * d.attn_dp
         ew_Bps = d.gpu.hbm_bw_Bps * cal.elementwise.mem_eff
@@ -252,7 +253,7 @@ class CostModel:
         if g.norm_allreduce:    # one FP32 sum of squares for q and one for k per token
             t["tp_allreduce"] += n * self._allreduce_s(M * 2 * 4, d.tp)
         if g.mixer is not None and g.mixer.kind in ("mamba2", "gdn"):
-            t["ssm_scan"] += n * self._ssm_s(g.mixer, M, R, D, cal)
+            t["ssm_scan"] += n * self._ssm_s(g.mixer, M, R, D, cal, q)
         if g.ffn is not None and g.ffn.kind == "moe":
             mean_rank = self._moe_s(g.ffn, group, cal, self._routing_mean)
             t["moe_experts"] += n * mean_rank
@@ -289,18 +290,26 @@ class CostModel:
                      peak_flops=d.gpu.flops_for(COMPUTE_DTYPE[fmt]), bw_Bps=d.gpu.hbm_bw_Bps,
                      routing=routing)
 
-    def _ssm_s(self, mx: MixerSpec, M: int, R: int, D: int, cal: Calibration) -> float:
+    def _ssm_s(self, mx: MixerSpec, M: int, R: int, D: int, cal: Calibration, q: int = 1) -> float:
         """Mamba2 / GDN conv + scan (hardware.kernels.ssm_s); Mamba2 state is heads x head_dim x state. Where the
         constants hold a decode curve of their own (Calibration.ssm_decode), the decode requests' update kernels
-        are priced on it and the prompts' chunked kernels on ``ssm``, as the engines launch them apart."""
+        are priced on it and the prompts' chunked kernels on ``ssm``, as the engines launch them apart.
+
+        A speculative decode (q = 1 + drafts tokens) runs its q tokens through the recurrent update and keeps
+        the state after each position, to roll back to the last accepted one: q states written beside the one
+        read (vLLM: a state slot per position, spec_state_indices_tensor of GDNAttentionMetadata; SGLang: the
+        mamba pool's intermediate_ssm cache, one snapshot per draft token). An engine with
+        EngineProfile.verify_state_copy then copies the accepted snapshot into the request's state."""
         d = self.dep
         price = functools.partial(kernels.ssm_s, heads=d.mixer_heads(mx), dk=mx.state_size, dv=mx.head_dim,
                                   chunk=mx.chunk_size, state_bytes=mx.state_bytes,
                                   peak_flops=d.gpu.flops_for("bf16"), bw_Bps=d.gpu.hbm_bw_Bps)
+        dq = D * q
+        snapshots = D * (q - 1 + (2 if d.engine.verify_state_copy else 0)) if q > 1 else 0
         if cal.ssm_decode is None or not D:
-            return price(cal.ssm, tokens=M, reqs=R, decode_reqs=D)
-        decode = price(cal.ssm_decode, tokens=D, reqs=D, decode_reqs=D)
-        return decode + (price(cal.ssm, tokens=M - D, reqs=R - D, decode_reqs=0) if M > D else 0.0)
+            return price(cal.ssm, tokens=M, reqs=R, decode_reqs=dq, extra_states=snapshots)
+        decode = price(cal.ssm_decode, tokens=dq, reqs=D, decode_reqs=dq, extra_states=snapshots)
+        return decode + (price(cal.ssm, tokens=M - dq, reqs=R - D, decode_reqs=0) if M > dq else 0.0)
 
     # --- attention -----------------------------------------------------------------------------
     def _attention_graphed(self, s: BatchShape) -> bool:

@@ -89,6 +89,12 @@ class EngineProfile:
     path of its MTP / NEXTN drafts) turns the overlap scheduler off unless SGLANG_ENABLE_SPEC_V2 is set
     (server_args.ServerArgs._handle_speculative_decoding, 0.5.x: disable_overlap_schedule = True). A config
     says otherwise with engine.speculative.overlap."""
+    verify_state_copy: bool = False
+    """Whether, after a speculative verify, the engine copies the accepted position's recurrent state (Mamba2,
+    gated DeltaNet) from its per-draft snapshots into the request's state: a read and a write of the state
+    per request and layer (SGLang: HybridLinearAttnBackend.update_mamba_state_after_mtp_verify gathers
+    intermediate_ssm into the mamba pool's states). vLLM's kernel writes each position's state in place of
+    a slot the next step reads from (no copy)."""
     chunked_prefill: bool = True        # the engine's default: a prompt may be split across steps
     mixed_prefill: bool = True          # a step with prefill work also carries the running decodes
     reserve_full_kv: bool = False       # admission sets aside KV for prompt + all output (TRT-LLM GUARANTEED_NO_EVICT)

@@ -156,6 +156,35 @@ def test_linear_attention_decode_takes_its_own_curve_where_one_is_fitted() -> No
                                                                          decode_reqs=16, **kw)
 
 
+def test_speculative_verify_moves_a_recurrent_state_per_position() -> None:
+    """A verify of q = 4 tokens per decode runs them all through the recurrent update (no chunked scan) and
+    writes the state after each position: q writes beside the read, 3 more state moves than a plain decode;
+    SGLang then copies the accepted snapshot back (2 more), vLLM does not. Prompt tokens are priced apart."""
+    from hardware import kernels
+
+    model = load_model("Qwen/Qwen3.5-397B-A17B")
+    mx = next(m for m, _ in model.layers if m is not None and m.kind == "gdn")
+    gpu = load_gpu("b300_sxm")
+    for engine, extra in (("sglang", 5), ("vllm", 3)):
+        cm = CostModel(Deployment(gpu=gpu, model=model, engine=load_engine(engine), tp=4))
+        cal = cm.gcal
+        assert cal.ssm_decode is not None
+        kw = dict(heads=cm.dep.mixer_heads(mx), dk=mx.state_size, dv=mx.head_dim, chunk=mx.chunk_size,
+                  state_bytes=mx.state_bytes, peak_flops=gpu.flops_for("bf16"), bw_Bps=gpu.hbm_bw_Bps)
+        verify = kernels.ssm_s(cal.ssm_decode, tokens=64, reqs=16, decode_reqs=64, extra_states=16 * extra, **kw)
+        prompt = kernels.ssm_s(cal.ssm, tokens=512, reqs=1, decode_reqs=0, **kw)
+        assert cm._ssm_s(mx, 64, 16, 16, cal, q=4) == verify
+        assert cm._ssm_s(mx, 576, 17, 16, cal, q=4) == verify + prompt
+        assert cm._ssm_s(mx, 16, 16, 16, cal, q=1) == kernels.ssm_s(cal.ssm_decode, tokens=16, reqs=16,
+                                                                    decode_reqs=16, **kw)
+        state = kw["heads"] * mx.state_size * mx.head_dim * mx.state_bytes
+        moved = kernels.ssm_s(Roofline(compute_eff=1e9, mem_eff=1.0, floor_s=0.0), tokens=64, reqs=16,
+                              decode_reqs=64, extra_states=16 * extra, **kw)
+        plain = kernels.ssm_s(Roofline(compute_eff=1e9, mem_eff=1.0, floor_s=0.0), tokens=64, reqs=16,
+                              decode_reqs=64, **kw)
+        assert (moved - plain) * gpu.hbm_bw_Bps == pytest.approx(16 * extra * state, rel=1e-9)
+
+
 def test_blackwell_graph_floors_never_exceed_the_fitted_ones() -> None:
     """The B300 tables time TRT-LLM-gen's fused MoE (vLLM NVFP4: an 18.3 us floor per call) where the op's
     kernel count times vLLM's graph kernel floor gives 6 x 4.5 us = 27 us; the Blackwell sets keep the smaller,
