@@ -298,14 +298,14 @@ class CostModel:
         A speculative decode (q = 1 + drafts tokens) runs its q tokens through the recurrent update and keeps
         the state after each position, to roll back to the last accepted one: q states written beside the one
         read (vLLM: a state slot per position, spec_state_indices_tensor of GDNAttentionMetadata; SGLang: the
-        mamba pool's intermediate_ssm cache, one snapshot per draft token). An engine with
-        EngineProfile.verify_state_copy then copies the accepted snapshot into the request's state."""
+        mamba pool's intermediate_ssm cache, one snapshot per draft token), and SGLang then copies the accepted
+        snapshot into the request's state (EngineProfile.verify_states)."""
         d = self.dep
         price = functools.partial(kernels.ssm_s, heads=d.mixer_heads(mx), dk=mx.state_size, dv=mx.head_dim,
                                   chunk=mx.chunk_size, state_bytes=mx.state_bytes,
                                   peak_flops=d.gpu.flops_for("bf16"), bw_Bps=d.gpu.hbm_bw_Bps)
         dq = D * q
-        snapshots = D * (q - 1 + (2 if d.engine.verify_state_copy else 0)) if q > 1 else 0
+        snapshots = D * (q - 1 + (2 if d.engine.verify_states == "snapshots" else 0)) if q > 1 else 0
         if cal.ssm_decode is None or not D:
             return price(cal.ssm, tokens=M, reqs=R, decode_reqs=dq, extra_states=snapshots)
         decode = price(cal.ssm_decode, tokens=dq, reqs=D, decode_reqs=dq, extra_states=snapshots)

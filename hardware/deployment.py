@@ -457,25 +457,55 @@ class Deployment:
     @property
     def state_bytes_per_request(self) -> int:
         """Constant per-request memory on one GPU: Mamba2 / GDN recurrent + conv state, sliding-window KV."""
-        total = 0.0
+        recurrent, other = self._state_parts()
+        return int(round((recurrent + other) * self._stage_fraction()))
+
+    def _state_parts(self) -> tuple[float, float]:
+        """A request's constant state over all layers, before the pipeline stage's share: (recurrent and conv
+        state of the Mamba2 / GDN layers, everything else: sliding-window KV, DeepSeek-V4 compressor rows)."""
+        recurrent = other = 0.0
         for (m, _), n in self.model.layer_groups:
             if m is None:
                 continue
             heads = self.mixer_heads(m)
             if m.kind == "mamba2":
                 d_inner, groups = heads * m.head_dim, self.mixer_groups(m)
-                total += n * (heads * m.head_dim * m.state_size * m.state_bytes
-                              + (d_inner + 2 * groups * m.state_size) * (m.conv_kernel - 1) * CONV_STATE_BYTES)
+                recurrent += n * (heads * m.head_dim * m.state_size * m.state_bytes
+                                  + (d_inner + 2 * groups * m.state_size) * (m.conv_kernel - 1) * CONV_STATE_BYTES)
             elif m.kind == "gdn":
                 groups = self.mixer_groups(m)
-                total += n * (heads * m.state_size * m.head_dim * m.state_bytes
-                              + (2 * groups * m.state_size + heads * m.head_dim) * (m.conv_kernel - 1)
-                              * CONV_STATE_BYTES)
+                recurrent += n * (heads * m.state_size * m.head_dim * m.state_bytes
+                                  + (2 * groups * m.state_size + heads * m.head_dim) * (m.conv_kernel - 1)
+                                  * CONV_STATE_BYTES)
             elif m.kind == "csa":
-                total += n * (m.window * self.csa_entry_bytes(m) + self._csa_compressor_state(m))
+                other += n * (m.window * self.csa_entry_bytes(m) + self._csa_compressor_state(m))
             elif m.is_attention and self._windowed(m):
-                total += n * m.window * self._mixer_kv_bytes_per_token(m)
-        return int(round(total * self._stage_fraction()))
+                other += n * m.window * self._mixer_kv_bytes_per_token(m)
+        return recurrent, other
+
+    @property
+    def held_state_bytes_per_request(self) -> int:
+        """What one admitted request holds of the pool for its constant state: state_bytes_per_request, and
+        under speculative decoding on an engine that keeps a state slot per verified position
+        (EngineProfile.verify_states: slots, vLLM's 1 + num_speculative_blocks Mamba blocks) k more copies
+        of its recurrent and conv state."""
+        state = self.state_bytes_per_request
+        if not self.spec_tokens or self.engine.verify_states != "slots":
+            return state
+        recurrent, _ = self._state_parts()
+        return state + int(round(self.spec_tokens * recurrent * self._stage_fraction()))
+
+    def verify_snapshot_bytes(self, max_num_seqs: int | None = None) -> int:
+        """The speculative verify's SSM snapshot pool on one GPU where the engine keeps one
+        (EngineProfile.verify_states: snapshots, SGLang's intermediate_ssm cache): (max running requests + 1) x
+        (1 + k) SSM states per recurrent layer, allocated with the KV pool; 0 otherwise. The conv windows it
+        keeps beside them (under 1 % of it for Qwen3.5) are left out."""
+        if not self.spec_tokens or self.engine.verify_states != "snapshots":
+            return 0
+        ssm = sum(n * self.mixer_heads(m) * m.state_size * m.head_dim * m.state_bytes
+                  for (m, _), n in self.model.layer_groups if m is not None and m.kind in ("mamba2", "gdn"))
+        seqs = max_num_seqs or self.engine.default_max_num_seqs(self.gpu)
+        return int(round((seqs + 1) * (1 + self.spec_tokens) * ssm * self._stage_fraction()))
 
     @staticmethod
     def _csa_compressor_state(m: MixerSpec) -> float:
@@ -495,7 +525,7 @@ class Deployment:
 
     def state_blocks_per_request(self, block_size: int) -> int:
         """KV blocks one request's constant state occupies when it shares the block pool (0 if none)."""
-        state = self.state_bytes_per_request
+        state = self.held_state_bytes_per_request
         return _cdiv(state, self.bytes_per_block(block_size)) if state else 0
 
     # --- weights -------------------------------------------------------------------------------
@@ -593,7 +623,8 @@ class Deployment:
         activation peak lying outside the fraction there; ValueError if nothing fits.
 
         Per-request state (Mamba, sliding windows) is not subtracted here: it is taken from the same pool
-        per admitted request (state_blocks_per_request).
+        per admitted request (state_blocks_per_request). A speculative verify's SSM snapshot pool
+        (verify_snapshot_bytes, sized by ``max_num_seqs``) is.
         """
         if not 0.0 < gpu_memory_utilization <= 1.0:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
@@ -614,6 +645,10 @@ class Deployment:
             free = hbm * gpu_memory_utilization - weights - reserve
             how = (f"HBM {hbm / 2**30:.1f} GiB x {gpu_memory_utilization} - weights {weights / 2**30:.2f} GiB "
                    f"- reserve {reserve / 2**30:.2f} GiB")
+        snapshots = self.verify_snapshot_bytes(max_num_seqs)
+        if snapshots:
+            free -= snapshots
+            how += f" - verify snapshots {snapshots / 2**30:.2f} GiB"
         blocks = math.floor(free / per_block) if free > 0 else 0
         if blocks <= 0:
             raise ValueError(

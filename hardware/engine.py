@@ -20,6 +20,7 @@ ADMISSION_RESERVES = ("none", "sglang")
 PREEMPTION_RULES = ("vllm", "sglang")
 KV_TRANSFER_PIECES = ("block", "layer", "buffer")
 DP_BALANCERS = ("least_loaded", "vllm_stats", "round_robin")
+VERIFY_STATES = ("slots", "snapshots")
 TRANSFER_BUFFER_BYTES = 512 << 20
 """TensorRT-LLM's KV send buffer (TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE, 512 MB by default)."""
 _MIB = 2**20
@@ -89,12 +90,15 @@ class EngineProfile:
     path of its MTP / NEXTN drafts) turns the overlap scheduler off unless SGLANG_ENABLE_SPEC_V2 is set
     (server_args.ServerArgs._handle_speculative_decoding, 0.5.x: disable_overlap_schedule = True). A config
     says otherwise with engine.speculative.overlap."""
-    verify_state_copy: bool = False
-    """Whether, after a speculative verify, the engine copies the accepted position's recurrent state (Mamba2,
-    gated DeltaNet) from its per-draft snapshots into the request's state: a read and a write of the state
-    per request and layer (SGLang: HybridLinearAttnBackend.update_mamba_state_after_mtp_verify gathers
-    intermediate_ssm into the mamba pool's states). vLLM's kernel writes each position's state in place of
-    a slot the next step reads from (no copy)."""
+    verify_states: str = "slots"
+    """Where a speculative verify keeps the recurrent state (Mamba2, gated DeltaNet) after each of its 1 + k
+    positions, to roll back to the last accepted one. slots (vLLM): every request holds 1 + k state slots
+    (MambaSpec.num_speculative_blocks), the kernel writes each position's state into one and the next step
+    reads the accepted one where it lies. snapshots (SGLang): a pool of (max running requests + 1) x (1 + k)
+    SSM snapshots per layer (MambaPool's intermediate_ssm cache, memory_pool.py) beside each request's one
+    state, and after the verify the accepted snapshot is copied into that state, a read and a write more
+    per request and layer (HybridLinearAttnBackend.update_mamba_state_after_mtp_verify). TensorRT-LLM's
+    path was not checked and takes slots."""
     chunked_prefill: bool = True        # the engine's default: a prompt may be split across steps
     mixed_prefill: bool = True          # a step with prefill work also carries the running decodes
     reserve_full_kv: bool = False       # admission sets aside KV for prompt + all output (TRT-LLM GUARANTEED_NO_EVICT)
@@ -151,7 +155,8 @@ class EngineProfile:
                              ("kv_memory_rule", KV_MEMORY_RULES), ("admission_reserve", ADMISSION_RESERVES),
                              ("preemption", PREEMPTION_RULES),
                              ("memory_fraction_rule", MEMORY_FRACTION_RULES),
-                             ("kv_transfer_pieces", KV_TRANSFER_PIECES), ("dp_balancer", DP_BALANCERS)):
+                             ("kv_transfer_pieces", KV_TRANSFER_PIECES), ("dp_balancer", DP_BALANCERS),
+                             ("verify_states", VERIFY_STATES)):
             value = getattr(self, field)
             if value not in valid:
                 raise ValueError(f"engine {self.name!r}: unknown {field} {value!r}; valid: {', '.join(valid)}")

@@ -1,5 +1,6 @@
 """One hand-computed ledger case per model family (MoE, MLA, hybrid Mamba), caching and calibration sets."""
 
+import math
 import random
 
 import attrs
@@ -101,6 +102,28 @@ def test_hybrid_mamba_state_by_hand() -> None:
     assert dep.kv_bytes_per_token == n_attn * 2 * (8 // 2) * 128 * 2
     cost = CostModel(dep).step_cost(BatchShape.from_requests([1] * 4, [300] * 4))
     assert cost.terms["ssm_scan"] > 0 and cost.terms["ssm_proj"] > 0
+
+
+def test_speculative_verify_state_memory_by_engine() -> None:
+    """Qwen3.5-397B TP4 with 3 MTP drafts: 45 GDN layers of 64 / 4 value heads x 128 x 128 FP32 state
+    (1 MiB) plus a BF16 conv window of (2 x 16 / 4 key heads x 128 + 16 x 128) x 3. vLLM holds 1 + 3 such
+    states per request; SGLang one per request and a pool of (256 + 1) x 4 SSM snapshots per layer (45 GiB),
+    which comes off its KV memory."""
+    model = load_model("Qwen/Qwen3.5-397B-A17B")
+    ssm = 16 * 128 * 128 * 4
+    state = 45 * (ssm + (2 * 4 * 128 + 16 * 128) * 3 * 2)
+    gpu = load_gpu("b300_sxm")
+    for engine, held, snaps in (("vllm", 4 * state, 0), ("sglang", state, 257 * 4 * 45 * ssm)):
+        plain = Deployment(gpu=gpu, model=model, engine=load_engine(engine), tp=4, weight_dtype="fp8")
+        dep = attrs.evolve(plain, spec_tokens=3)
+        assert plain.state_bytes_per_request == dep.state_bytes_per_request == state
+        assert plain.held_state_bytes_per_request == state and dep.held_state_bytes_per_request == held
+        assert plain.verify_snapshot_bytes(256) == 0 and dep.verify_snapshot_bytes(256) == snaps
+    # SGLang's KV memory (mem_fraction_static): HBM x fraction - weights - runtime reserve - the snapshots
+    # (the drafting deployment also holds the MTP layer's weights and, per token, its KV)
+    for d, pool in ((plain, 0), (dep, snaps)):
+        free = gpu.hbm_bytes * 0.8 - d.weight_bytes_per_gpu - d.engine.runtime_reserve_bytes - pool
+        assert d.kv_capacity_blocks(64, 0.8, max_num_seqs=256) == math.floor(free / d.bytes_per_block(64))
 
 
 def test_gpt_oss_keeps_attention_bf16() -> None:
