@@ -1,6 +1,8 @@
 """Running the measured rows (:func:`validate_silicon`): each row simulated with its twin config (rows asking
-for the same simulation share one), in worker processes when asked, journalled to ``rows.jsonl`` as it
-finishes so an interrupted run resumes, and written out as ``rows.csv`` and ``summary.json``.
+for the same simulation share one; a row whose prompts no request can find again runs without the prefix
+cache where that gives the same result, :func:`_run_config`), in worker processes when asked, journalled to
+``rows.jsonl`` as it finishes so an interrupted run resumes, and written out as ``rows.csv`` and
+``summary.json``.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
+import attrs
 import numpy as np
 
+from twin.config import TwinConfig
 from twin.core.errors import TwinError
-from twin.results import jsonable
+from twin.results import Results, jsonable
 from validation.accuracy import summarize
 from validation.measured_rows import Skip, measured_ms, read_rows
 from validation.protocols import protocol
@@ -47,13 +51,12 @@ def simulate_row(row: dict[str, str], overrides: Mapping[str, Any] = MappingProx
     """Predicted vs measured TTFT / TPOT for one row, or its skip reason; ``overrides`` are
     :func:`row_config`'s keywords (``waves``, ``prompt_pool``)."""
     from twin.config import load_config
-    from twin.runner import Simulation
 
     out = _row_head(row)
     try:  # (row_spec skips a ragged row)
         cfg = load_config(row_config(row, **_row_kwargs(overrides)), list(overrides.get("settings", ())))
         measured_ms(row, "silicon_ttft_ms"), measured_ms(row, "silicon_tpot_ms")  # (before simulating)
-        res = Simulation(cfg).run()
+        res = _run_config(cfg)
     except Skip as exc:
         return {**out, "skipped": str(exc)}
     except UNREPRESENTABLE as exc:
@@ -64,6 +67,30 @@ def simulate_row(row: dict[str, str], overrides: Mapping[str, Any] = MappingProx
         return {**out, "skipped": f"{s['requests']['failed']} requests failed: {kinds}"}
     ttft_s, tpot_s, _ = measured_means(res.requests)
     return _row_result(row, out, ttft_s * 1e3, tpot_s * 1e3, s["sim"]["wall_s"])
+
+
+def _run_config(cfg: TwinConfig) -> Results:
+    """The row's simulation, run first without the prefix cache where no request can hit it.
+
+    A benchmark's synthetic prompts (no prompt pool) are each a stream of their own, so no two requests share
+    a first block key, and every later block's key chains on the first: no request finds another's blocks.
+    The only hits left are a request's own blocks after it was preempted. So a run without a preemption gives
+    the same steps, prices and latencies with the cache off, without registering a key per block; a run with
+    one is simulated again as configured. Only KV pages of one token take this path (SGLang's radix cache:
+    registration is most of such a row's time); rows with a host KV tier keep the cache (evictions move
+    blocks there)."""
+    from twin.runner import Simulation
+    from twin.sources import SyntheticWorkload
+    from twin.system import resolve
+
+    kv, w = cfg.kv_cache, cfg.workload
+    unique = isinstance(w, SyntheticWorkload) and w.prompt_pool is None and w.prefix_group is None
+    if not (unique and kv.prefix_caching and kv.host_memory_gib is None and resolve(cfg).kv_cache.block_size == 1):
+        return Simulation(cfg).run()
+    res = Simulation(attrs.evolve(cfg, kv_cache=attrs.evolve(kv, prefix_caching=False))).run()
+    if res.requests["preemptions"].any():
+        return Simulation(cfg).run()
+    return res
 
 
 def _row_head(row: dict[str, str]) -> dict[str, Any]:

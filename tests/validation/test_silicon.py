@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import validation.silicon as validate_module
@@ -1276,3 +1277,48 @@ def test_error_spread_beside_the_mape() -> None:
 
     assert error_spread([5.0, -20.0, 8.0, -1.0]) == {"median_abs": 6.5, "median_signed": 2.0, "within_10": 0.75}
     assert error_spread([]) == {"median_abs": None, "median_signed": None, "within_10": None}
+
+
+def _chat(engine: str, num_blocks: int | None = None, block_size: int | None = None, **workload: object) -> dict:
+    cfg = {"model": {"name": "meta-llama/Llama-3.1-8B"}, "hardware": {"gpu": "h100_sxm"}, "engine": {"name": engine},
+           "workload": {"kind": "synthetic", "num_requests": 24, "input_tokens": {"low": 200, "high": 600},
+                        "output_tokens": {"low": 20, "high": 60},
+                        "arrival": {"kind": "concurrency", "concurrency": 8}, **workload},
+           "metrics": {"sample_interval_s": 5.0}}
+    if num_blocks is not None:
+        cfg["kv_cache"] = {"num_blocks": num_blocks, "block_size": block_size}
+    return cfg
+
+
+def test_unique_prompt_rows_run_without_the_prefix_cache_unless_a_request_was_preempted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A synthetic benchmark's prompts share no block key, so its run with the prefix cache off is the run
+    with it on, request for request, unless a preempted request could have found its own blocks again: then
+    the row is simulated again as configured. Only one-token pages take this path; a prompt pool (repeats
+    the cache finds) keeps the cache."""
+    from twin.config import load_config
+    from twin.runner import Simulation
+
+    built: list[bool] = []
+    real = Simulation.__init__
+
+    def spy(self, cfg, *a, **kw):  # type: ignore[no-untyped-def]
+        built.append(cfg.kv_cache.prefix_caching)
+        real(self, cfg, *a, **kw)
+
+    for raw, runs in ((_chat("sglang"), [False]), (_chat("vllm"), [True]),   # (16-token pages: as configured)
+                      (_chat("vllm", num_blocks=1600, block_size=1), [False, True]),   # 8 x up to 660 tokens
+                      (_chat("sglang", prompt_pool=4), [True])):
+        cfg = load_config(raw)
+        want = Simulation(cfg).run().requests
+        built.clear()
+        monkeypatch.setattr(Simulation, "__init__", spy)
+        got = silicon_run._run_config(cfg).requests
+        monkeypatch.undo()
+        assert built == runs
+        for name in want.dtype.names:
+            same = (np.array_equal(got[name], want[name], equal_nan=True) if want[name].dtype.kind == "f"
+                    else (got[name] == want[name]).all())
+            assert same, name
+        if runs == [False, True]:
+            assert want["preemptions"].any()
