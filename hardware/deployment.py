@@ -457,31 +457,30 @@ class Deployment:
     @property
     def state_bytes_per_request(self) -> int:
         """Constant per-request memory on one GPU: Mamba2 / GDN recurrent + conv state, sliding-window KV."""
-        recurrent, other = self._state_parts()
-        return int(round((recurrent + other) * self._stage_fraction()))
+        ssm, conv, other = self._state_parts()
+        return int(round((ssm + conv + other) * self._stage_fraction()))
 
-    def _state_parts(self) -> tuple[float, float]:
-        """A request's constant state over all layers, before the pipeline stage's share: (recurrent and conv
-        state of the Mamba2 / GDN layers, everything else: sliding-window KV, DeepSeek-V4 compressor rows)."""
-        recurrent = other = 0.0
+    def _state_parts(self) -> tuple[float, float, float]:
+        """A request's constant state over all layers, before the pipeline stage's share: the Mamba2 / GDN
+        layers' SSM state and their conv windows, and everything else (sliding-window KV, DeepSeek-V4
+        compressor rows). Each part is a sum of whole byte counts, so any order of adding them is exact."""
+        ssm = conv = other = 0.0
         for (m, _), n in self.model.layer_groups:
             if m is None:
                 continue
             heads = self.mixer_heads(m)
-            if m.kind == "mamba2":
-                d_inner, groups = heads * m.head_dim, self.mixer_groups(m)
-                recurrent += n * (heads * m.head_dim * m.state_size * m.state_bytes
-                                  + (d_inner + 2 * groups * m.state_size) * (m.conv_kernel - 1) * CONV_STATE_BYTES)
-            elif m.kind == "gdn":
+            if m.kind in ("mamba2", "gdn"):
+                ssm += n * heads * m.head_dim * m.state_size * m.state_bytes
                 groups = self.mixer_groups(m)
-                recurrent += n * (heads * m.state_size * m.head_dim * m.state_bytes
-                                  + (2 * groups * m.state_size + heads * m.head_dim) * (m.conv_kernel - 1)
-                                  * CONV_STATE_BYTES)
+                # conv channels: Mamba2's x, B and C; GDN's q, k and v
+                channels = (heads * m.head_dim + 2 * groups * m.state_size if m.kind == "mamba2"
+                            else 2 * groups * m.state_size + heads * m.head_dim)
+                conv += n * channels * (m.conv_kernel - 1) * CONV_STATE_BYTES
             elif m.kind == "csa":
                 other += n * (m.window * self.csa_entry_bytes(m) + self._csa_compressor_state(m))
             elif m.is_attention and self._windowed(m):
                 other += n * m.window * self._mixer_kv_bytes_per_token(m)
-        return recurrent, other
+        return ssm, conv, other
 
     @property
     def held_state_bytes_per_request(self) -> int:
@@ -492,8 +491,8 @@ class Deployment:
         state = self.state_bytes_per_request
         if not self.spec_tokens or self.engine.verify_states != "slots":
             return state
-        recurrent, _ = self._state_parts()
-        return state + int(round(self.spec_tokens * recurrent * self._stage_fraction()))
+        ssm, conv, _ = self._state_parts()
+        return state + int(round(self.spec_tokens * (ssm + conv) * self._stage_fraction()))
 
     def verify_snapshot_bytes(self, max_num_seqs: int | None = None) -> int:
         """The speculative verify's SSM snapshot pool on one GPU where the engine keeps one
@@ -502,8 +501,7 @@ class Deployment:
         keeps beside them (under 1 % of it for Qwen3.5) are left out."""
         if not self.spec_tokens or self.engine.verify_states != "snapshots":
             return 0
-        ssm = sum(n * self.mixer_heads(m) * m.state_size * m.head_dim * m.state_bytes
-                  for (m, _), n in self.model.layer_groups if m is not None and m.kind in ("mamba2", "gdn"))
+        ssm, _, _ = self._state_parts()
         seqs = max_num_seqs or self.engine.default_max_num_seqs(self.gpu)
         return int(round((seqs + 1) * (1 + self.spec_tokens) * ssm * self._stage_fraction()))
 
