@@ -431,28 +431,28 @@ def test_state_blocks_limit_how_many_run() -> None:
 
 
 def _pool_with_copies(pool_cls: type[PyBlockPool]) -> PyBlockPool:
-    """Blocks 0-3 held; 0 and 1 cached as "a" and "b", 2 a further copy of "a"; 4-5 freed with "c" cached
+    """Blocks 0-3 held; 0 and 1 cached as keys 11 and 12, 2 a further copy of 11; 4-5 freed with 13 cached
     on 4; 6-7 never allocated."""
     pool = pool_cls(8, keep_duplicates=True)
     pool.allocate(6)
-    pool.cache_run(["a", "b"], [0, 1])
-    pool.cache(2, "a")
-    pool.cache(4, "c")
+    pool.cache_run([11, 12], [0, 1])
+    pool.cache(2, 11)
+    pool.cache(4, 13)
     pool.release([5, 4])
     pool.check()
     return pool
 
 
 @pytest.mark.parametrize("fault, message", [
-    (lambda p: p.block_key.__setitem__(7, "z"), "a never-allocated block is referenced or cached"),
-    (lambda p: p.cached.__setitem__("b", 3), "cached key b points at block 3 holding None"),
-    (lambda p: p.cached.__setitem__("d", 1), "cached key d points at block 1 holding b"),
-    (lambda p: p.block_key.__setitem__(3, "q"),
+    (lambda p: p.block_key.__setitem__(7, 16), "a never-allocated block is referenced or cached"),
+    (lambda p: p.cached.__setitem__(12, 3), "cached key 12 points at block 3 holding None"),
+    (lambda p: p.cached.__setitem__(14, 1), "cached key 14 points at block 1 holding 12"),
+    (lambda p: p.block_key.__setitem__(3, 15),
      r"5 blocks hold a key, but 3 keys are cached with 1 further copies \(num_cached 4\)"),
-    (lambda p: p.dups.__setitem__("b", [3]), r"the further copies \[2, 3\] are not the blocks flagged \[2\]"),
-    (lambda p: p.dups.__setitem__("a", [2, 2]), r"the further copies \[2, 2\] are not the blocks flagged \[2\]"),
-    (lambda p: p.dups.__setitem__("c", []), "key c: further copies"),
-    (lambda p: p.dups.pop("a"), r"the further copies \[\] are not the blocks flagged \[2\]"),
+    (lambda p: p.dups.__setitem__(12, [3]), r"the further copies \[2, 3\] are not the blocks flagged \[2\]"),
+    (lambda p: p.dups.__setitem__(11, [2, 2]), r"the further copies \[2, 2\] are not the blocks flagged \[2\]"),
+    (lambda p: p.dups.__setitem__(13, []), "key 13: further copies"),
+    (lambda p: p.dups.pop(11), r"the further copies \[\] are not the blocks flagged \[2\]"),
 ])
 def test_check_names_the_fault_in_either_pool(pool_cls: type[PyBlockPool], fault, message) -> None:
     """A corrupted pool fails its end-of-run check with check_pool's message, in the Python pool and in the

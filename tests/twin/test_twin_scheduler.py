@@ -4,6 +4,7 @@ import pytest
 from twin_testkit import make_request, make_scheduler, step
 
 from twin.core.request import Status
+from twin.core.shapes import batch_shape
 from twin.core.scheduler import Scheduler, SglangFcfsQueue
 
 
@@ -428,7 +429,7 @@ def test_batch_shape_summed_in_parts_equals_the_whole(policy: str) -> None:
         if not sched.has_work:
             break
         out = sched.schedule(t)
-        assert out.stats == Scheduler._stats(out.scheduled)
+        assert out.stats == batch_shape(out.scheduled)
         preempted += len(out.preempted)
         sched.update(out, t + 1)
     assert not sched.has_work and preempted

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections import OrderedDict
-from typing import AbstractSet, Callable, Iterable, Sequence
+from typing import AbstractSet, Callable, Iterable, Protocol, Sequence
 
 from twin.core.errors import InvariantError
 from twin.core.compiled import compiled
@@ -264,11 +264,11 @@ class PyBlockPool:
         one stays the block a lookup finds, and ``block`` is kept as a further copy (``keep_duplicates``)
         or left uncached.
 
-        One dictionary access for "not cached yet, so cache it": setdefault stores ``block`` and returns
-        that very object only when ``key`` was absent. (Were ``key`` held by a block equal to ``block``,
-        that block would hold ``key``; but ``block`` holds no key.)"""
+        One dictionary access for "not cached yet, so cache it": setdefault stores ``block`` and returns it
+        when ``key`` was absent, or else the block that holds ``key``, which is not ``block`` (``block``
+        holds no key). Compared by value: the compiled core keeps ints unboxed, so identity says nothing."""
         if self.block_key[block] is None:
-            if self.cached.setdefault(key, block) is block:
+            if self.cached.setdefault(key, block) == block:
                 self.block_key[block] = key
             elif self.keep_duplicates:
                 self._add_copy(block, key)
@@ -281,7 +281,7 @@ class PyBlockPool:
         keep = self.keep_duplicates
         for key, block in zip(keys, blocks):
             if block_key[block] is None:
-                if setdefault(key, block) is block:
+                if setdefault(key, block) == block:
                     block_key[block] = key
                 elif keep:
                     self._add_copy(block, key)
@@ -334,10 +334,10 @@ class PyBlockPool:
 
     def copies(self) -> list[int]:
         """The blocks flagged as further copies of a cached key (for :func:`check_pool`)."""
-        return [b for b, flag in enumerate(self._dup) if flag]
+        return list(itertools.compress(range(self.num_blocks), self._dup))
 
 
-def check_pool(pool: PyBlockPool, fresh: int, num_queued: int, live: list[int]) -> None:
+def check_pool(pool: Pool, fresh: int, num_queued: int, live: list[int]) -> None:
     """The end-of-run consistency check of a pool, Python or compiled: ``fresh`` is where its never-used
     blocks start, ``num_queued`` its count of live free-queue entries and ``live`` those entries.
 
@@ -372,7 +372,40 @@ def check_pool(pool: PyBlockPool, fresh: int, num_queued: int, live: list[int]) 
                              f"{len(copies)} further copies (num_cached {pool.num_cached})")
 
 
-BlockPool: type[PyBlockPool] = compiled("BlockPool") or PyBlockPool
+class Pool(Protocol):
+    """What the rest of the twin uses of a block pool, :class:`PyBlockPool` or the compiled ``BlockPool``.
+    (Typed by this protocol rather than by PyBlockPool, which the compiled pool does not subclass: the
+    mypyc-compiled core checks an attribute's class at run time.)"""
+
+    num_blocks: int
+    keep_duplicates: bool
+    evictions: int
+    ref_cnt: list[int]
+    block_key: list[int | None]
+    cached: dict[int, int]
+    dups: dict[int, list[int]]
+
+    @property
+    def num_free(self) -> int: ...
+    @property
+    def num_used(self) -> int: ...
+    @property
+    def num_cached(self) -> int: ...
+    def lookup(self, key: int) -> int | None: ...
+    def allocate(self, n: int) -> list[int]: ...
+    def allocate_one(self) -> int: ...
+    def touch(self, blocks: Iterable[int]) -> None: ...
+    def release(self, blocks: Iterable[int]) -> None: ...
+    def cache(self, block: int, key: int) -> None: ...
+    def cache_run(self, keys: Iterable[int], blocks: Iterable[int]) -> None: ...
+    def match_prefix(self, keys: Sequence[int], limit: int) -> list[int]: ...
+    def unreferenced(self, blocks: Iterable[int]) -> int: ...
+    def free_order(self) -> list[int]: ...
+    def copies(self) -> list[int]: ...
+    def check(self) -> None: ...
+
+
+BlockPool: Callable[..., Pool] = compiled("BlockPool") or PyBlockPool
 """The block pool class :class:`KVCacheManager` uses: the compiled one where ``twin.core._blockpool`` is built
 (:func:`twin.core.compiled.compiled`), else :class:`PyBlockPool` (same results)."""
 
@@ -452,7 +485,7 @@ class KVCacheManager:
         they fill (vLLM registers every full block at once). Set by the scheduler from its preemption rule
         (twin.core.scheduler.SchedulerLimits.preemption), only with prefix caching on."""
         self.host = host if enable_prefix_caching else None
-        self.pool = BlockPool(num_blocks, on_evict=self.host.demote if self.host is not None else None,
+        self.pool: Pool = BlockPool(num_blocks, on_evict=self.host.demote if self.host is not None else None,
                               keep_duplicates=keep_duplicates)
         self.req_blocks: dict[int, list[int]] = {}
         self._num_hashed: dict[int, int] = {}

@@ -51,19 +51,22 @@ class SchedulerOutput:
 class OutputProcessorMixin:
     """Scheduler.update and what it calls: the output of a step the worker ran, applied at its end."""
 
-    if TYPE_CHECKING:  # the scheduler's state this half reads (twin.core.scheduler.Scheduler)
-        limits: SchedulerLimits
-        kv: KVCacheManager
-        running: list[Request]
-        waiting: WaitingQueue
-        cohort: DecodeCohort | None
-        drafter: Drafter | None
-        admission: AdmissionPolicy
-        input_queue: InputQueue
-        record_token_times: bool
-        retain_finished_kv: bool
+    # The scheduler's state this half reads (set by twin.core.scheduler.Scheduler): declared in the class body,
+    # not under TYPE_CHECKING, so that the compiled core (mypyc) knows the attributes of the class it builds.
+    limits: SchedulerLimits
+    kv: KVCacheManager
+    running: list[Request]
+    waiting: WaitingQueue
+    cohort: DecodeCohort | None
+    drafter: Drafter | None
+    admission: AdmissionPolicy
+    input_queue: InputQueue
+    record_token_times: bool
+    retain_finished_kv: bool
 
-        def _leave_running(self, req: Request) -> None: ...
+    def _leave_running(self, req: Request) -> None:
+        """Take ``req`` out of the running batch (Scheduler._leave_running)."""
+        raise NotImplementedError
 
     def _init_outputs(self) -> None:
         """The state this half keeps: counters, the gap histogram, the last steps' times, vLLM's async output."""

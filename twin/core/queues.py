@@ -69,7 +69,9 @@ class PriorityQueue:
     def add(self, req: Request) -> None:
         heapq.heappush(self._heap, (*self._key(req), req))
 
-    prepend = add
+    def prepend(self, req: Request) -> None:
+        """A preempted request rejoins by its key, as any other."""
+        self.add(req)
 
     def peek(self) -> Request:
         return self._heap[0][3]
@@ -85,7 +87,7 @@ class PriorityQueue:
         return len(self._heap)
 
     def __iter__(self) -> Iterator[Request]:
-        return (e[3] for e in sorted(self._heap, key=lambda e: e[:3]))
+        return iter([e[3] for e in sorted(self._heap, key=lambda e: e[:3])])
 
     def victim(self, running: list[Request]) -> Request:
         return max(running, key=self._key)

@@ -64,8 +64,6 @@ class Scheduler(OutputProcessorMixin):
     """Continuous-batching scheduler of one worker: :meth:`schedule` forms a step, :meth:`update` applies
     its output (twin.core.output_processor)."""
 
-    _stats = staticmethod(batch_shape)  # (the shape of (request, tokens) pairs: twin.core.shapes.batch_shape)
-
     def __init__(self, limits: SchedulerLimits, kv: KVCacheManager, policy: str = "fcfs",
                  record_token_times: bool = False, retain_finished_kv: bool = False,
                  lazy_decodes: bool = False, drafter: Drafter | None = None) -> None:
