@@ -5,6 +5,7 @@ import pytest
 from twin.config import load_config
 from twin.runner import Simulation
 from twin.core.decode_cohort import DecodeCohort
+from twin.core.scheduler import Scheduler
 
 
 def _config(**sections):
@@ -20,22 +21,27 @@ def _config(**sections):
 
 def _run(cfg, out, cohort: bool, lazy_steps: list[int] | None = None, shapes: list | None = None):
     """Run ``cfg`` with every worker's cohort on or off (``lazy_steps`` collects each step's cohort size,
-    ``shapes`` each step's batch shape with its worker)."""
+    ``shapes`` each step's batch shape with its worker). The steps are read where the workers (twin.shell)
+    call Scheduler.schedule, so the compiled core is observed as the Python one."""
     sim = Simulation(cfg)
+    wids = {}
     for w in sim.workers:
         sched = w.sched
         sched.cohort = DecodeCohort(sched.kv, sched.record_token_times) if cohort else None
+        wids[id(sched)] = w.wid
+    schedule = Scheduler.schedule
 
-        def counting(now, schedule=sched.schedule, wid=w.wid):
-            result = schedule(now)
-            if lazy_steps is not None:
-                lazy_steps.append(result.lazy)
-            if shapes is not None:
-                shapes.append((wid, result.stats))
-            return result
+    def counting(self, now, admit_prompts=True):
+        result = schedule(self, now, admit_prompts)
+        if lazy_steps is not None:
+            lazy_steps.append(result.lazy)
+        if shapes is not None:
+            shapes.append((wids[id(self)], result.stats))
+        return result
 
-        sched.schedule = counting
-    res = sim.run()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Scheduler, "schedule", counting)
+        res = sim.run()
     res.write(out)
     return res
 
@@ -90,6 +96,7 @@ def test_systems_turn_the_cohort_on_with_fast_forward_only():
     assert vllm_rule.workers[0].sched.cohort is not None
 
 
+@pytest.mark.pure_core
 def test_cohort_rebasing_its_update_count_changes_nothing(tmp_path, monkeypatch):
     import twin.core.decode_cohort
 
@@ -133,6 +140,7 @@ def test_a_member_that_finishes_leaves_the_cohort_without_breaking_it_up(tmp_pat
     assert on.ledger == off.ledger
 
 
+@pytest.mark.pure_core
 def test_finished_members_with_aborts_and_memory_pressure_change_nothing(tmp_path, monkeypatch):
     """The ghost paths (a member finished while the cohort breaks up under memory pressure, or a client's
     abort breaks it up) give what step-by-step simulation gives: tight KV (120 or 300 blocks of 4 tokens),

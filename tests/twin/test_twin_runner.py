@@ -545,6 +545,7 @@ class _FlatPrices:
         return [(np.zeros(1), 1000) for _ in steps]
 
 
+@pytest.mark.pure_core
 @pytest.mark.parametrize("same_content", [False, True])
 def test_fast_forward_block_events_in_bulk_match_the_step_by_step_order(monkeypatch, same_content):
     """24 blocks of 2 tokens. r0 (6 + 30 tokens) runs alone and leaves 18 cached free blocks; r1 and r2

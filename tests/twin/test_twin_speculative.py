@@ -327,6 +327,7 @@ def _count_spec_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
      "workload": {"kind": "synthetic", "num_requests": 30, "arrival": {"kind": "poisson", "rate_per_s": 4.0},
                   "input_tokens": {"low": 30, "high": 200}, "output_tokens": {"low": 40, "high": 300}}},
 ])
+@pytest.mark.pure_core
 def test_fast_forwarded_speculative_runs_give_the_bytes_of_step_by_step_simulation(tmp_path, monkeypatch, sections):
     """Speculative decodes emit a drawn number of tokens a step; a run draws its steps' acceptances ahead from
     each request's own stream, so its tokens, block events and end times are those of step-by-step
