@@ -84,12 +84,17 @@ def test_the_loader_runs_the_compiled_modules_where_they_are_built():
 
 
 def _fake_build(folder: Path, names: list[str]) -> dict[str, Path]:
+    """Sources written at t = 1 s, each module's compiled file at 2 s (a rebuild may leave these as they
+    were), their shared library at 4 s."""
     for name in names:
         (folder / f"{name}.py").write_text("")
         os.utime(folder / f"{name}.py", ns=(1_000_000_000, 1_000_000_000))
         (folder / f"{name}.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
         os.utime(folder / f"{name}.cpython-311-x86_64-linux-gnu.so", ns=(2_000_000_000, 2_000_000_000))
     (folder / "clock.py").write_text("")  # a source with no compiled file: not a compiled module
+    library = folder / "servetwin_core__mypyc.cpython-311-x86_64-linux-gnu.so"
+    library.write_bytes(b"")
+    os.utime(library, ns=(4_000_000_000, 4_000_000_000))
     return compiled_modules(folder)
 
 
@@ -97,12 +102,15 @@ def _fake_build(folder: Path, names: list[str]) -> dict[str, Path]:
                     .EXTENSION_SUFFIXES, reason="names the compiled files of CPython 3.11 on Linux x86-64")
 def test_the_loader_runs_the_sources_when_asked_or_when_a_source_is_newer_than_its_build(tmp_path):
     built = _fake_build(tmp_path, ["scheduler", "kv_cache"])
+    library = tmp_path / "servetwin_core__mypyc.cpython-311-x86_64-linux-gnu.so"
     assert sorted(built) == ["kv_cache", "scheduler"]
-    assert use_compiled(tmp_path, built, pure=False, library_found=True) == (True, "")
-    assert use_compiled(tmp_path, built, pure=True, library_found=True) == (False, "")
-    assert use_compiled(tmp_path, {}, pure=False, library_found=False) == (False, "")
-    assert use_compiled(tmp_path, built, pure=False, library_found=False) == (
+    assert use_compiled(tmp_path, built, pure=False, library=library) == (True, "")
+    assert use_compiled(tmp_path, built, pure=True, library=library) == (False, "")
+    assert use_compiled(tmp_path, {}, pure=False, library=None) == (False, "")
+    assert use_compiled(tmp_path, built, pure=False, library=None) == (
         False, "compiled modules found but not their library servetwin_core__mypyc")
-    os.utime(tmp_path / "kv_cache.py", ns=(3_000_000_000, 3_000_000_000))  # edited after the build
-    assert use_compiled(tmp_path, built, pure=False, library_found=True) == (
+    os.utime(tmp_path / "kv_cache.py", ns=(3_000_000_000, 3_000_000_000))  # newer than its own file, not the library
+    assert use_compiled(tmp_path, built, pure=False, library=library) == (True, "")
+    os.utime(tmp_path / "kv_cache.py", ns=(5_000_000_000, 5_000_000_000))  # edited after the build
+    assert use_compiled(tmp_path, built, pure=False, library=library) == (
         False, "kv_cache.py changed since the core was compiled")

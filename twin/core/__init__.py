@@ -42,19 +42,24 @@ def compiled_modules(folder: Path) -> dict[str, Path]:
     return out
 
 
-def use_compiled(folder: Path, built: dict[str, Path], pure: bool, library_found: bool) -> tuple[bool, str]:
+def use_compiled(folder: Path, built: dict[str, Path], pure: bool, library: Path | None) -> tuple[bool, str]:
     """Whether to run the compiled modules ``built`` of ``folder``, and why not (empty when they run).
-    ``pure``: SERVETWIN_PURE_PYTHON=1; ``library_found``: their shared library is importable."""
-    if not built:
+    ``pure``: SERVETWIN_PURE_PYTHON=1; ``library``: their shared library, which holds their code (each
+    module's own file only loads it, and a rebuild may leave it as it was), or None where it is missing."""
+    if not built or pure:
         return False, ""
-    if pure:
-        return False, ""
-    if not library_found:
+    if library is None:
         return False, f"compiled modules found but not their library {_SHARED_LIBRARY}"
-    stale = sorted(n for n, so in built.items() if (folder / f"{n}.py").stat().st_mtime_ns > so.stat().st_mtime_ns)
+    built_ns = library.stat().st_mtime_ns
+    stale = sorted(n for n in built if (folder / f"{n}.py").stat().st_mtime_ns > built_ns)
     if stale:
         return False, f"{', '.join(s + '.py' for s in stale)} changed since the core was compiled"
     return True, ""
+
+
+def _library() -> Path | None:
+    spec = importlib.util.find_spec(_SHARED_LIBRARY)
+    return Path(spec.origin) if spec is not None and spec.origin is not None else None
 
 
 class _SourceFinder(importlib.abc.MetaPathFinder):
@@ -73,7 +78,7 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
 
 _built = compiled_modules(_HERE)
 COMPILED, _why_not = use_compiled(_HERE, _built, os.environ.get("SERVETWIN_PURE_PYTHON") == "1",
-                                  bool(_built) and importlib.util.find_spec(_SHARED_LIBRARY) is not None)
+                                  _library() if _built else None)
 """Whether this process runs the mypyc-compiled core (False: the Python sources)."""
 if _why_not:
     warnings.warn(f"twin.core: {_why_not}; running the Python sources (rebuild: pip install -e .)",
