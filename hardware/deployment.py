@@ -23,6 +23,8 @@ ACT_BYTES = 2          # activations are BF16
 LOGIT_BYTES = 4        # the sampler works on FP32 logits
 SAMPLINGS = ("greedy", "top_k_top_p")
 """What the requests ask the sampler for (Deployment.sampling)."""
+FP32_MATMUL = ("highest", "high")
+"""PyTorch float32 matmul precisions (Deployment.fp32_matmul)."""
 CONV_STATE_BYTES = 2   # Mamba / GDN convolution state is kept in the activation dtype
 
 
@@ -49,12 +51,14 @@ def _cdiv(a: int, b: int) -> int:
 
 @attrs.frozen
 class Linear:
-    """One weight matrix per GPU: y (m x n) = x (m x k) @ W (k x n); `quantized` uses the weight dtype."""
+    """One weight matrix per GPU: y (m x n) = x (m x k) @ W (k x n); `quantized` uses the weight dtype,
+    `fp32` float32 weights and input (a float32 matmul: Deployment.fp32_matmul says which units run it)."""
 
     name: str
     n: int
     k: int
     quantized: bool = True
+    fp32: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -122,6 +126,13 @@ class Deployment:
     ``top_k_top_p`` (random sampling with a top-k and / or top-p filter, e.g. a model's generation_config
     defaults, which vLLM applies to requests that set none), priced by the engine's sampler_s_per_vocab."""
 
+    fp32_matmul: str = "highest"
+    """PyTorch's float32 matmul precision in the engine's process (FP32_MATMUL), which sets the units a
+    float32 GEMM (a :class:`Linear` with ``fp32``: MiniMax-M2's router) runs on: ``highest`` (PyTorch's
+    default), the CUDA cores at the GPU's ``peak_flops.fp32``; ``high``, TF32 tensor cores at
+    ``peak_flops.tf32``. vLLM sets it from VLLM_FLOAT32_MATMUL_PRECISION (torch.set_float32_matmul_precision
+    in its GPU worker; default "highest")."""
+
     def __attrs_post_init__(self) -> None:
         if self.spec_tokens < 0:
             raise DeploymentError("spec_tokens", f"spec_tokens must be >= 0, got {self.spec_tokens}")
@@ -144,6 +155,12 @@ class Deployment:
                                   f"got {self.moe_routing!r}")
         if self.sampling not in SAMPLINGS:
             raise DeploymentError("sampling", f"sampling must be one of {', '.join(SAMPLINGS)}, got {self.sampling!r}")
+        if self.fp32_matmul not in FP32_MATMUL:
+            raise DeploymentError("fp32_matmul", f"fp32_matmul must be one of {', '.join(FP32_MATMUL)}, "
+                                  f"got {self.fp32_matmul!r}")
+        if any(f is not None and f.router_fp32 for _, f in self.model.layers) and "fp32" not in self.gpu.peak_flops:
+            raise DeploymentError("gpu", f"{self.model.name}'s router runs a float32 GEMM, and {self.gpu.name}'s spec "
+                                         f"gives no peak_flops.fp32 (the CUDA cores' FLOP/s) to price it: add it")
         if self.moe_kernel == "deepgemm" and self.weight_dtype != "fp8_block":
             raise DeploymentError("moe_kernel", f"moe_kernel deepgemm runs block-FP8 weights only, got weight_dtype "
                                   f"{self.weight_dtype!r}")
@@ -265,6 +282,10 @@ class Deployment:
     def linear_bytes_per_elem(self, quantized: bool) -> float:
         return DTYPE_BYTES[self.dense_weight_dtype] if quantized else ACT_BYTES
 
+    def linear_weight_bytes(self, lin: Linear) -> float:
+        """Bytes per weight of a linear layer: float32 ones (``fp32``) 4, else :meth:`linear_bytes_per_elem`."""
+        return 4.0 if lin.fp32 else self.linear_bytes_per_elem(lin.quantized)
+
     @property
     def dense_weight_only(self) -> bool:
         """:attr:`weight_only` for :attr:`dense_weight_dtype`."""
@@ -363,7 +384,7 @@ class Deployment:
             inter = _cdiv(f.intermediate_size, self.tp)
             up = 2 * inter if f.gated else inter
             return [Linear("up_proj", up, h, q), Linear("down_proj", h, inter, q)]
-        lins = [Linear("router", f.num_experts, h, False)]
+        lins = [Linear("router", f.num_experts, h, False, fp32=f.router_fp32)]
         if f.latent_size:
             lat = _cdiv(f.latent_size, 1)
             lins += [Linear("latent_in", lat, h, q), Linear("latent_out", h, lat, q)]
@@ -528,7 +549,7 @@ class Deployment:
 
     # --- weights -------------------------------------------------------------------------------
     def _linears_bytes(self, lins: list[Linear]) -> float:
-        return sum(lin.n * lin.k * self.linear_bytes_per_elem(lin.quantized) for lin in lins)
+        return sum(lin.n * lin.k * self.linear_weight_bytes(lin) for lin in lins)
 
     @property
     def linear_weight_bytes_per_layer(self) -> int:

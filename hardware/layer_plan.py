@@ -56,10 +56,13 @@ class LayerGroup:
 
 
 def plan_gemm(dep: Deployment, lin: Linear, term: str, ecal: Calibration, gcal: Calibration) -> Gemm:
-    """A linear layer as a GEMM on its weight format's curve, eager (``ecal``) and graph-replayed (``gcal``)."""
+    """A linear layer as a GEMM on its weight format's curve, eager (``ecal``) and graph-replayed (``gcal``).
+    A float32 one (``Linear.fp32``) has no curve of its own: the BF16 curve's efficiencies at the rate of the
+    units Deployment.fp32_matmul runs it on (CUDA cores or TF32 tensor cores), over 4-byte weights."""
     wdt = dep.linear_curve_dtype(lin.quantized)
-    return Gemm(term, lin.n, lin.k, dep.linear_bytes_per_elem(lin.quantized), ecal.gemm_for(wdt), gcal.gemm_for(wdt),
-                dep.gpu.flops_for(COMPUTE_DTYPE[wdt]), dep.gpu.hbm_bw_Bps)
+    peak = dep.gpu.flops_for(("tf32" if dep.fp32_matmul == "high" else "fp32") if lin.fp32 else COMPUTE_DTYPE[wdt])
+    return Gemm(term, lin.n, lin.k, dep.linear_weight_bytes(lin), ecal.gemm_for(wdt), gcal.gemm_for(wdt), peak,
+                dep.gpu.hbm_bw_Bps)
 
 
 @attrs.frozen

@@ -117,6 +117,10 @@ class FfnSpec:
     experts_per_token: int = 0
     shared_intermediate_size: int = 0   # all shared experts together
     latent_size: int = 0                # latent MoE (Nemotron-3): experts work in this width, 0 = hidden
+    router_fp32: bool = False
+    """The router's GEMM runs in float32 (weights and input cast up): MiniMax-M2's gate, ``self.gate(hidden_states
+    .to(torch.float32))`` over float32 weights in vLLM's and SGLang's minimax_m2.py. Else it runs in the
+    activation format (BF16)."""
 
     def __attrs_post_init__(self) -> None:
         if self.kind not in FFN_KINDS:

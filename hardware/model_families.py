@@ -57,8 +57,8 @@ def _minimax_m2(cfg: dict[str, Any]) -> list[Layer]:
     shared = int(cfg.get("shared_intermediate_size") or 0)
     mixer = attrs.evolve(_gqa(cfg), qk_norm_across_heads=bool(cfg.get("use_qk_norm"))
                          and cfg.get("qk_norm_type", "per_layer") == "per_layer")
-    return [(mixer, _moe_ffn(cfg, "num_local_experts", "intermediate_size", shared))] * int(
-        cfg["num_hidden_layers"])
+    moe = attrs.evolve(_moe_ffn(cfg, "num_local_experts", "intermediate_size", shared), router_fp32=True)
+    return [(mixer, moe)] * int(cfg["num_hidden_layers"])
 
 
 def _gpt_oss(cfg: dict[str, Any]) -> list[Layer]:

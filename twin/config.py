@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Sequence
 import attrs
 
 from hardware.calibration import MOE_KERNELS
-from hardware.deployment import SAMPLINGS
+from hardware.deployment import FP32_MATMUL, SAMPLINGS
 from hardware.engine import ADMISSION_RESERVES, GRAPH_MODES, KV_TRANSFER_PIECES, PREEMPTION_RULES
 from hardware.kernels import SERVING_ROUTINGS
 from twin.config_codec import from_dict, key_lines, parse_override, read_yaml, set_path, to_dict, within
@@ -105,7 +105,8 @@ class HardwareConfig:
     YAML file with the fields of hardware/data/gpus/*.yaml (relative: to the working directory, else to the
     config file's folder)."""
     peak_flops: dict[str, float] | None = attrs.field(default=None, validator=_flops_map)
-    """Dense tensor-core FLOP/s by compute format (bf16, fp8, fp4), merged into the named GPU's."""
+    """Dense FLOP/s by compute format, merged into the named GPU's: the tensor cores' bf16, fp8, fp4 and tf32,
+    and the CUDA cores' fp32 (what a float32 matmul runs at under engine.float32_matmul ``highest``)."""
     hbm_bytes: int | None = attrs.field(default=None, validator=positive)
     """HBM capacity in bytes."""
     hbm_bw_Bps: float | None = attrs.field(default=None, validator=positive)
@@ -257,6 +258,10 @@ class EngineConfig:
     (random sampling with a top-k / top-p filter, as vLLM serves requests that set no sampling parameters:
     it applies the model's generation_config defaults). The latter costs the engine's sampler_s_per_vocab
     per sampled row and vocabulary entry (cost term ``sampler``)."""
+    float32_matmul: str = attrs.field(default="highest", validator=one_of(*FP32_MATMUL))
+    """PyTorch's float32 matmul precision in the engine (vLLM's VLLM_FLOAT32_MATMUL_PRECISION): ``highest``
+    (the default) runs a float32 GEMM, such as MiniMax-M2's router, on the CUDA cores (the GPU's
+    ``peak_flops.fp32``), ``high`` on the TF32 tensor cores (``peak_flops.tf32``)."""
     speculative: SpeculativeConfig = attrs.Factory(SpeculativeConfig)
     """Speculative decoding (SpeculativeConfig); off by default."""
     max_model_len: int | None = attrs.field(default=None, validator=positive)

@@ -57,6 +57,7 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
         dep = Deployment(gpu=config.hardware.spec(gpu), model=model,
                          engine=engine, tp=tp, moe_kernel=config.engine.moe_kernel,
                          moe_routing=config.model.moe_routing, sampling=config.engine.sampling,
+                         fp32_matmul=config.engine.float32_matmul,
                          **parallel, **dtypes)  # type: ignore[arg-type]
         if dep.moe_kernel == "default" and dep.model.is_moe:   # the kernel the engine selects by itself
             chosen = dep.engine.default_moe_kernel(dep.gpu, model.model_type, dep.weight_dtype, dep.attn_dp)
@@ -122,6 +123,7 @@ def _deployment_field(field: str, where: str) -> str:
         return f"{where}.{own[field]}"
     return {"weight_dtype": "model.weight_dtype", "kv_dtype": "model.kv_dtype", "moe_routing": "model.moe_routing",
             "moe_kernel": "engine.moe_kernel", "sampling": "engine.sampling",
+            "fp32_matmul": "engine.float32_matmul", "gpu": "hardware.gpu",
             "spec_tokens": "engine.speculative.num_speculative_tokens"}.get(field, where)
 
 

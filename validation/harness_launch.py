@@ -315,7 +315,9 @@ def harness_graphs(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> dic
     :func:`deployment_limits`; the row's ``max_batch_size`` where it gives one), so no decode batch is padded.
     TRT-LLM disaggregated rows: the decode workers capture up to their batch limit (the Dynamo recipes name
     it, e.g. ``..._batch128_...yaml``); prefill workers run no pure-decode step. InferenceMAX B300 rows: their
-    script's --cuda-graph-max-bs / --max-cudagraph-capture-size (:func:`blackwell_settings`).
+    script's --cuda-graph-max-bs / --max-cudagraph-capture-size (:func:`blackwell_settings`), with the engine
+    settings the script names beside them (its MoE kernel; the float32 matmul precision the MiniMax-M2.5
+    scripts of 2026-04-21 export, VLLM_FLOAT32_MATMUL_PRECISION=high).
     """
     if spec.backend == "trtllm" and spec.mode == "disagg":
         return {"cuda_graph_max_size": spec.decode_batch} if spec.decode_batch else {}
@@ -325,7 +327,7 @@ def harness_graphs(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> dic
         return {}
     if spec.gpu not in HOPPER:   # (and the MoE kernel the script names: --moe-runner-backend flashinfer_trtllm)
         b300 = blackwell_settings(row, spec)
-        return {k: b300[k] for k in ("cuda_graph_max_size", "moe_kernel") if k in b300}
+        return {k: b300[k] for k in ("cuda_graph_max_size", "moe_kernel", "float32_matmul") if k in b300}
     model, day = spec.model.lower(), measured_day(row)
     out: dict[str, Any] = {}
     if spec.backend == "vllm":

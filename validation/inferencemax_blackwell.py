@@ -14,7 +14,8 @@ so GB200 rows find none.
 
 ``launch`` keys: ``layout`` (how the script turns the search-space entry's TP / EP / dp-attn into engine
 flags: :data:`LAYOUTS`), ``max_num_seqs``, ``max_num_batched_tokens``, ``cuda_graph_max_size``,
-``gpu_memory_utilization``, ``kv_dtype``, ``block_size``, ``prefix_caching``, ``moe_kernel``,
+``gpu_memory_utilization``, ``kv_dtype``, ``block_size``, ``prefix_caching``, ``moe_kernel``, ``float32_matmul``
+(vLLM's VLLM_FLOAT32_MATMUL_PRECISION, engine.float32_matmul),
 ``recv_interval`` (SGLang's --scheduler-recv-interval), TensorRT-LLM's ``attention_dp_balance``,
 ``attention_dp_timeout_iters``, ``attention_dp_batching_wait_iters``, ``batch_wait_iters`` and
 ``batch_wait_max_tokens_ratio``, ``speculative_tokens`` (MTP / EAGLE drafts per step, a chain;

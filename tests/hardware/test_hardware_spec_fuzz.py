@@ -80,15 +80,15 @@ def test_gpu_missing_field_is_named(data: Path) -> None:
 
 
 @pytest.mark.parametrize(("old", "new", "message"), [
-    ("hbm_bw_Bps: 3.35e12", "hbm_bw_Bps: [1]", "line 10: hbm_bw_Bps must be a number, got [1]"),
+    ("hbm_bw_Bps: 3.35e12", "hbm_bw_Bps: [1]", "line 12: hbm_bw_Bps must be a number, got [1]"),
     ("hbm_bw_Bps: 3.35e12", "hbm_bw_Bps: .inf",
-     "line 10: GPUSpec.hbm_bw_Bps must be a finite number > 0, got inf"),
-    ("hbm_bytes: 85899345920", "hbm_bytes: 80GB", "line 9: hbm_bytes must be an integer, got '80GB'"),
+     "line 12: GPUSpec.hbm_bw_Bps must be a finite number > 0, got inf"),
+    ("hbm_bytes: 85899345920", "hbm_bytes: 80GB", "line 11: hbm_bytes must be an integer, got '80GB'"),
     ("bf16: 989.0e12", "bf16: 0", "line 7: GPU 'mine': peak_flops.bf16 must be a finite number > 0 (FLOP/s), got 0.0"),
     ("bf16: 989.0e12", "bf16: .nan",
      "line 7: GPU 'mine': peak_flops.bf16 must be a finite number > 0 (FLOP/s), got nan"),
     ("scaleup_domain_gpus: 8", "scaleup_domain_gpus: 0",
-     "line 12: GPU 'mine': scaleup_domain_gpus must be an integer >= 1, got 0"),
+     "line 14: GPU 'mine': scaleup_domain_gpus must be an integer >= 1, got 0"),
 ])
 def test_gpu_bad_values_name_file_line_and_field(data: Path, old: str, new: str, message: str) -> None:
     # Before: TypeError / AttributeError naming nothing, a ZeroDivisionError (bf16 0), NaN step costs (NaN
@@ -101,7 +101,7 @@ def test_gpu_bad_values_name_file_line_and_field(data: Path, old: str, new: str,
 
 def test_gpu_unknown_field_and_yaml_syntax_error(data: Path) -> None:
     path = _gpu(data, "num_sms: 132", "num_sm: 132")
-    with pytest.raises(ValueError, match=r"^.*mine\.yaml, line 15: unknown field 'num_sm'; valid: name, "):
+    with pytest.raises(ValueError, match=r"^.*mine\.yaml, line 17: unknown field 'num_sm'; valid: name, "):
         load_gpu("mine")
     path.write_text("name: mine\n  peak_flops: [\n")      # was a bare yaml ScannerError
     with pytest.raises(ValueError) as err:

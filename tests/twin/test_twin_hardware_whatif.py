@@ -69,13 +69,13 @@ def test_values_replace_the_named_gpus_and_the_resolved_config_lists_them(tmp_pa
     cfg = load_config(None, ["hardware.hbm_bw_Bps=4.8e12", "hardware.peak_flops.fp8=2.5e15",
                              "hardware.scale.hbm_bw=1.5"])
     spec = cfg.hardware.spec()
-    assert spec.hbm_bw_Bps == pytest.approx(7.2e12) and spec.peak_flops == {"bf16": 989e12, "fp8": 2.5e15}
+    assert spec.hbm_bw_Bps == pytest.approx(7.2e12) and spec.peak_flops == {"bf16": 989e12, "fp8": 2.5e15, "fp32": 67e12, "tf32": 494.5e12}
     assert spec.name == "h100_sxm" and spec.arch == "hopper"
     sim = Simulation(cfg)
     hw = sim.config.to_dict()["hardware"]
     # The named GPU's values with this config's own, before the factors (reloading it gives the same spec).
     assert hw["hbm_bw_Bps"] == 4.8e12 and hw["hbm_bytes"] == 85899345920 and hw["scale"]["hbm_bw"] == 1.5
-    assert hw["peak_flops"] == {"bf16": 989e12, "fp8": 2.5e15}
+    assert hw["peak_flops"] == {"bf16": 989e12, "fp8": 2.5e15, "fp32": 67e12, "tf32": 494.5e12}
     assert load_config(sim.config.to_dict()).hardware.spec() == spec
     ledger = hardware_whatif(sim.config, sim.workers, worker_names(sim.system))
     assert ledger is not None

@@ -1160,8 +1160,9 @@ def test_b300_layouts_follow_the_scripts_and_their_search_space() -> None:
 
 
 def test_b300_rows_get_the_launch_flags_of_their_script() -> None:
-    """Batch caps, token budgets, CUDA-graph caps, memory fractions, KV dtype / block size and prefix caching
-    of the InferenceX B300 scripts (validation/harness/inferencemax_flags.md, B300 section)."""
+    """Batch caps, token budgets, CUDA-graph caps, memory fractions, KV dtype / block size, prefix caching and
+    the float32 matmul precision of the InferenceX B300 scripts (validation/harness/inferencemax_flags.md, B300
+    section)."""
     def parts(r: dict[str, str]) -> tuple[dict, dict, dict, dict]:
         cfg = row_config(r)
         return (cfg.get("scheduler", {}), cfg.get("kv_cache", {}),
@@ -1171,7 +1172,10 @@ def test_b300_rows_get_the_launch_flags_of_their_script() -> None:
                                            VLLM_019, 16, isl=8192, tp_size="1"))
     assert sched == {"max_num_batched_tokens": 16384}             # 2 x ISL, engine-default max-num-seqs
     assert kv == {"prefix_caching": False, "gpu_memory_utilization": 0.9, "block_size": 32}
-    assert eng == {"cuda_graph_max_size": 2048} and model["kv_dtype"] == "fp8"
+    assert eng == {"cuda_graph_max_size": 2048, "float32_matmul": "high"} and model["kv_dtype"] == "fp8"
+    _, _, eng, _ = parts(b300_row("MiniMaxAI/MiniMax-M2.5", "vllm", "fp8", "2026-04-17T00:00:00.000Z",
+                                  VLLM_019, 16, isl=8192, tp_size="1"))
+    assert eng == {"cuda_graph_max_size": 2048}    # the script of 04-17 exported no VLLM_FLOAT32_MATMUL_PRECISION
     sched, kv, eng, model = parts(b300_row("MiniMaxAI/MiniMax-M2.5", "vllm", "fp4", "2026-04-21T00:00:00.000Z",
                                            VLLM_019, 2048, tp_size="2", attention_dp_size="2", moe_tp_size="1",
                                            moe_ep_size="4"))
