@@ -128,7 +128,8 @@ SPEC_VALUES = ("peak_flops", "hbm_bytes", "hbm_bw_Bps", "scaleup_bw_Bps", "scale
 """The fields of a GPU spec a config may set to a value of its own (hardware.<field>)."""
 SCALE_KNOBS: Mapping[str, str] = MappingProxyType({
     "flops": "peak_flops", "flops_bf16": "peak_flops.bf16", "flops_fp8": "peak_flops.fp8",
-    "flops_fp4": "peak_flops.fp4", "hbm_bytes": "hbm_bytes", "hbm_bw": "hbm_bw_Bps",
+    "flops_fp4": "peak_flops.fp4", "flops_tf32": "peak_flops.tf32", "flops_fp32": "peak_flops.fp32",
+    "hbm_bytes": "hbm_bytes", "hbm_bw": "hbm_bw_Bps",
     "scaleup_bw": "scaleup_bw_Bps", "host_bw": "host_bw_Bps", "nic_bw": "nic_bw_Bps",
 })
 """Factors a config may put on a GPU's spec (hardware.scale.<knob>) and the field each multiplies: ``flops``

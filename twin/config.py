@@ -54,13 +54,18 @@ class GpuScale:
     the ledger terms its resource bounds (hardware.gpu.SCALE_KNOBS)."""
 
     flops: float = attrs.field(default=1.0, validator=_factor)
-    """Peak tensor-core FLOP/s of every compute format."""
+    """Peak FLOP/s of every compute format (the CUDA cores' fp32 too)."""
     flops_bf16: float = attrs.field(default=1.0, validator=_factor)
     """Peak BF16 FLOP/s (on top of ``flops``)."""
     flops_fp8: float = attrs.field(default=1.0, validator=_factor)
     """Peak FP8 FLOP/s (on top of ``flops``); the GPU must have an FP8 rate of its own."""
     flops_fp4: float = attrs.field(default=1.0, validator=_factor)
     """Peak FP4 FLOP/s (on top of ``flops``); the GPU must have an FP4 rate of its own (Blackwell)."""
+    flops_tf32: float = attrs.field(default=1.0, validator=_factor)
+    """Peak TF32 tensor-core FLOP/s (on top of ``flops``): a float32 GEMM under engine.float32_matmul high."""
+    flops_fp32: float = attrs.field(default=1.0, validator=_factor)
+    """Peak FP32 FLOP/s of the CUDA cores (on top of ``flops``): a float32 GEMM under engine.float32_matmul
+    highest (MiniMax-M2's router)."""
     hbm_bytes: float = attrs.field(default=1.0, validator=_factor)
     """HBM capacity: with weights and activations unchanged, it moves the KV pool (and the engine rules that
     read the GPU's memory: SGLang's memory fraction, its chunk and batch defaults)."""

@@ -72,3 +72,20 @@ def test_a_gpu_without_a_float32_rate_cannot_price_a_float32_router():
     assert only_fp32.flops_for("tf32") == 67e12   # no TF32 rate: a TF32 matmul at the CUDA cores' rate
     with pytest.raises(ValueError, match="peak_flops has no fp32 entry"):
         bare.flops_for("tf32")
+
+
+def test_a_factor_on_the_fp32_rate_moves_the_float32_router_alone():
+    """hardware.scale.flops_fp32: the CUDA cores' rate doubles; of an 8k-token MiniMax prompt only the routers
+    (moe_experts) get faster, and with the router on TF32 nothing moves."""
+    model, engine, h200 = load_model(MINIMAX), load_engine("vllm"), load_gpu("h200_sxm")
+    faster = derive_gpu(h200, scale={"flops_fp32": 2.0})
+    assert faster.peak_flops == {**h200.peak_flops, "fp32": 134e12}
+    shape = BatchShape.from_requests([8192], [8192])
+    for precision, moves in (("highest", True), ("high", False)):
+        base, fast = (CostModel(Deployment(gpu=g, model=model, engine=engine, tp=4, fp32_matmul=precision))
+                      .step_cost(shape).terms for g in (h200, faster))
+        assert {k: v for k, v in base.items() if k != "moe_experts"} == \
+            {k: v for k, v in fast.items() if k != "moe_experts"}
+        assert (fast["moe_experts"] < base["moe_experts"]) is moves
+        if not moves:
+            assert fast["moe_experts"] == base["moe_experts"]
