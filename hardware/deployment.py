@@ -158,7 +158,8 @@ class Deployment:
         if self.fp32_matmul not in FP32_MATMUL:
             raise DeploymentError("fp32_matmul", f"fp32_matmul must be one of {', '.join(FP32_MATMUL)}, "
                                   f"got {self.fp32_matmul!r}")
-        if any(f is not None and f.router_fp32 for _, f in self.model.layers) and "fp32" not in self.gpu.peak_flops:
+        if "fp32" not in self.gpu.peak_flops and any(f is not None and f.router_fp32
+                                                     for (_, f), _ in self.model.layer_groups):
             raise DeploymentError("gpu", f"{self.model.name}'s router runs a float32 GEMM, and {self.gpu.name}'s spec "
                                          f"gives no peak_flops.fp32 (the CUDA cores' FLOP/s) to price it: add it")
         if self.moe_kernel == "deepgemm" and self.weight_dtype != "fp8_block":
@@ -285,6 +286,13 @@ class Deployment:
     def linear_weight_bytes(self, lin: Linear) -> float:
         """Bytes per weight of a linear layer: float32 ones (``fp32``) 4, else :meth:`linear_bytes_per_elem`."""
         return 4.0 if lin.fp32 else self.linear_bytes_per_elem(lin.quantized)
+
+    def linear_peak_flops(self, lin: Linear) -> float:
+        """The peak a linear layer's GEMM runs at: a float32 one on the units :attr:`fp32_matmul` names (CUDA
+        cores, or TF32 tensor cores under ``high``), else its curve format's tensor-core rate."""
+        if lin.fp32:
+            return self.gpu.flops_for("tf32" if self.fp32_matmul == "high" else "fp32")
+        return self.gpu.flops_for(COMPUTE_DTYPE[self.linear_curve_dtype(lin.quantized)])
 
     @property
     def dense_weight_only(self) -> bool:

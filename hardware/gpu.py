@@ -12,13 +12,14 @@ import attrs
 from hardware._data import DATA_DIR, is_count, is_integer, is_number, is_rate, located, read_yaml, unknown_name, where
 
 GPU_DIR = DATA_DIR / "gpus"
-# Fallback order when a GPU has no tensor-core rate for a format (e.g. FP4 on Hopper runs at FP8 rate).
-_FLOPS_FALLBACK = {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16": ("bf16",)}
+# Fallback order when a GPU has no rate of its own for a format (e.g. FP4 on Hopper runs at FP8 rate). The
+# single-precision rates: ``fp32``, the CUDA cores' (a float32 matmul under PyTorch's default "highest"
+# precision), and ``tf32``, the tensor cores' (under "high"), which falls back to ``fp32`` and never to a
+# narrower format's rate.
+_FLOPS_FALLBACK = {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16"), "bf16": ("bf16",),
+                   "tf32": ("tf32", "fp32"), "fp32": ("fp32",)}
 FP32_FORMATS = ("fp32", "tf32")
-"""Single-precision rates a spec may give besides the tensor-core formats: ``fp32``, the CUDA cores' (what a
-float32 matmul runs at under PyTorch's default "highest" precision), and ``tf32``, the tensor cores' TF32
-rate (under "high"). Never taken from another format's rate: a spec that lacks one cannot price an FP32
-GEMM (:meth:`GPUSpec.flops_for` says which field to add); without ``tf32`` a TF32 matmul runs at ``fp32``."""
+"""The formats a spec without an ``fp32`` rate cannot price (GPUSpec.flops_for says which field to add)."""
 
 
 def _positive(inst: object, attr: "attrs.Attribute[Any]", value: float) -> None:
@@ -78,17 +79,13 @@ class GPUSpec:
         return dtype == "bf16" or any(d in self.peak_flops for d in _FLOPS_FALLBACK.get(dtype, ()) if d != "bf16")
 
     def flops_for(self, dtype: str) -> float:
-        """Peak dense FLOP/s for a compute format, falling back to the next wider one the GPU has (FP32
-        formats: :data:`FP32_FORMATS`)."""
-        if dtype in FP32_FORMATS:
-            for d in (dtype, "fp32"):
-                if d in self.peak_flops:
-                    return float(self.peak_flops[d])
-            raise ValueError(f"GPU {self.name!r}: peak_flops has no fp32 entry (the CUDA cores' single-precision "
-                             f"FLOP/s), which a float32 matmul ({dtype}) is priced at: add it to the GPU's spec")
+        """Peak dense FLOP/s for a compute format, falling back to the next wider one the GPU has."""
         for d in _FLOPS_FALLBACK.get(dtype, ("bf16",)):
             if d in self.peak_flops:
                 return float(self.peak_flops[d])
+        if dtype in FP32_FORMATS:
+            raise ValueError(f"GPU {self.name!r}: peak_flops has no fp32 entry (the CUDA cores' single-precision "
+                             f"FLOP/s), which a float32 matmul ({dtype}) is priced at: add it to the GPU's spec")
         return float(self.peak_flops["bf16"])
 
 

@@ -12,7 +12,6 @@ import attrs
 from hardware import kernels
 from hardware.calibration import Calibration, Roofline
 from hardware.deployment import ACT_BYTES, Deployment, Linear
-from hardware.dtypes import COMPUTE_DTYPE
 from hardware.layers import FfnSpec, MixerSpec
 
 TERM_OF_LINEAR = {"o_proj": "o_proj", "o_a_proj": "o_proj", "in_proj": "ssm_proj", "out_proj": "ssm_proj",
@@ -60,9 +59,8 @@ def plan_gemm(dep: Deployment, lin: Linear, term: str, ecal: Calibration, gcal: 
     A float32 one (``Linear.fp32``) has no curve of its own: the BF16 curve's efficiencies at the rate of the
     units Deployment.fp32_matmul runs it on (CUDA cores or TF32 tensor cores), over 4-byte weights."""
     wdt = dep.linear_curve_dtype(lin.quantized)
-    peak = dep.gpu.flops_for(("tf32" if dep.fp32_matmul == "high" else "fp32") if lin.fp32 else COMPUTE_DTYPE[wdt])
-    return Gemm(term, lin.n, lin.k, dep.linear_weight_bytes(lin), ecal.gemm_for(wdt), gcal.gemm_for(wdt), peak,
-                dep.gpu.hbm_bw_Bps)
+    return Gemm(term, lin.n, lin.k, dep.linear_weight_bytes(lin), ecal.gemm_for(wdt), gcal.gemm_for(wdt),
+                dep.linear_peak_flops(lin), dep.gpu.hbm_bw_Bps)
 
 
 @attrs.frozen

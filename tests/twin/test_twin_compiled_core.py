@@ -1,6 +1,7 @@
 """The mypyc-compiled core (setup.py) against its Python sources: the same bytes out, and the loader's choice
 (twin/core/__init__.py) of which runs."""
 
+import importlib.machinery
 import json
 import os
 import subprocess
@@ -83,26 +84,27 @@ def test_the_loader_runs_the_compiled_modules_where_they_are_built():
         assert twin.core.COMPILED and not source and set(built) >= {"scheduler", "kv_cache", "fastforward"}
 
 
+SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]   # this interpreter's compiled-module file ending
+
+
 def _fake_build(folder: Path, names: list[str]) -> dict[str, Path]:
     """Sources written at t = 1 s, each module's compiled file at 2 s (a rebuild may leave these as they
     were), their shared library at 4 s."""
     for name in names:
         (folder / f"{name}.py").write_text("")
         os.utime(folder / f"{name}.py", ns=(1_000_000_000, 1_000_000_000))
-        (folder / f"{name}.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
-        os.utime(folder / f"{name}.cpython-311-x86_64-linux-gnu.so", ns=(2_000_000_000, 2_000_000_000))
+        (folder / f"{name}{SUFFIX}").write_bytes(b"")
+        os.utime(folder / f"{name}{SUFFIX}", ns=(2_000_000_000, 2_000_000_000))
     (folder / "clock.py").write_text("")  # a source with no compiled file: not a compiled module
-    library = folder / "servetwin_core__mypyc.cpython-311-x86_64-linux-gnu.so"
+    library = folder / f"servetwin_core__mypyc{SUFFIX}"
     library.write_bytes(b"")
     os.utime(library, ns=(4_000_000_000, 4_000_000_000))
     return compiled_modules(folder)
 
 
-@pytest.mark.skipif(".cpython-311-x86_64-linux-gnu.so" not in __import__("importlib.machinery").machinery
-                    .EXTENSION_SUFFIXES, reason="names the compiled files of CPython 3.11 on Linux x86-64")
 def test_the_loader_runs_the_sources_when_asked_or_when_a_source_is_newer_than_its_build(tmp_path):
     built = _fake_build(tmp_path, ["scheduler", "kv_cache"])
-    library = tmp_path / "servetwin_core__mypyc.cpython-311-x86_64-linux-gnu.so"
+    library = tmp_path / f"servetwin_core__mypyc{SUFFIX}"
     assert sorted(built) == ["kv_cache", "scheduler"]
     assert use_compiled(tmp_path, built, pure=False, library=library) == (True, "")
     assert use_compiled(tmp_path, built, pure=True, library=library) == (False, "")
