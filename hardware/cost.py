@@ -436,7 +436,7 @@ class CostModel:
         if self.samples_top_p:  # every row the lm_head scores is sampled over the whole vocabulary
             t["sampler"] = e.sampler_s_per_vocab * self.dep.model.vocab_size * (R + D * (q - 1))
         t["step_host"] = e.step_host_s
-        t["request_host"] = e.per_request_host_s * R
+        t["request_host"] = e.per_request_host_s * R + (e.spec_request_host_s * D if q > 1 else 0.0)
         t["kernel_launch"] = self._launch_s(s)
         if not self.cuda_graph:
             t["collective_setup"] = self.collectives_per_step * self.cal.allreduce.eager_extra_s

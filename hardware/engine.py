@@ -24,8 +24,8 @@ VERIFY_STATES = ("slots", "snapshots")
 TRANSFER_BUFFER_BYTES = 512 << 20
 """TensorRT-LLM's KV send buffer (TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE, 512 MB by default)."""
 _MIB = 2**20
-HOST_TIME_FIELDS = ("step_host_s", "per_request_host_s", "launch_s", "per_block_host_s", "graph_kernel_floor_s",
-                    "eager_layer_host_s", "eager_moe_host_s", "sampler_s_per_vocab")
+HOST_TIME_FIELDS = ("step_host_s", "per_request_host_s", "spec_request_host_s", "launch_s", "per_block_host_s",
+                    "graph_kernel_floor_s", "eager_layer_host_s", "eager_moe_host_s", "sampler_s_per_vocab")
 """The profile's seconds (per step, request, kernel, block, layer or vocabulary entry): each is added to step
 costs, so each must be a finite number >= 0."""
 SGLANG_MEMORY_TIERS = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (160, 8192, 256, 512),
@@ -74,6 +74,10 @@ class EngineProfile:
     batch_rule: str = "vllm"
     step_host_s: float = 0.0
     per_request_host_s: float = 0.0
+    spec_request_host_s: float = 0.0
+    """CPU per speculative decode request per step, on top of per_request_host_s (the ``request_host`` term):
+    the engine's bookkeeping of a verify (its accepted tokens, the next draft's inputs). Exposed where the
+    engine drafts without host overlap (:attr:`speculative_overlap`)."""
     launch_s: float = 5e-6
     per_block_host_s: float = 0.0      # host work per referenced KV block per step (block tables, page walks)
     graph_kernel_floor_s: float = 3e-6  # GPU floor of one kernel replayed in a CUDA graph

@@ -327,6 +327,30 @@ def test_speculative_decodes_pad_in_the_unit_the_engine_captures(engine: str) ->
         assert padding == pytest.approx(token_sum(144, 48) - token_sum(123, 41), rel=1e-12)
 
 
+def test_speculative_requests_pay_their_verify_host_time_once_per_step() -> None:
+    """request_host: per_request_host_s for every request of the step, and spec_request_host_s more for each
+    speculative decode (a verify of 1 + k tokens); a prompt beside them and a model that does not draft pay
+    none of it. Without host overlap (SGLang drafts with its overlap scheduler off) it is all exposed."""
+    eng = attrs.evolve(load_engine("sglang"), per_request_host_s=50e-6, spec_request_host_s=200e-6,
+                       host_overlap=False)
+    k, kv = 2, 500
+
+    def ledger(spec_tokens: int) -> CostModel:
+        d = Deployment(gpu=load_gpu("h100_sxm"), model=load_model("XiaomiMiMo/MiMo-7B-Base"), engine=eng,
+                       spec_tokens=spec_tokens)
+        return CostModel(d, max_num_seqs=64, max_num_batched_tokens=8192)
+
+    q = 1 + k
+    verify = BatchShape(num_reqs=6, num_decode=5, new_tokens=5 * q + 300, sum_kv=5 * kv + 300,
+                        sum_q_kv=5 * q * kv + 300 * 300, sum_q_sq=5 * q * q + 300 * 300, decode_sum_kv=5 * kv,
+                        decode_q=q, decode_max_kv=kv)
+    assert ledger(k).step_cost(verify).terms["request_host"] == pytest.approx(6 * 50e-6 + 5 * 200e-6, rel=1e-12)
+    plain = BatchShape.from_requests([300] + [1] * 5, [300] + [kv] * 5)
+    assert ledger(0).step_cost(plain).terms["request_host"] == pytest.approx(6 * 50e-6, rel=1e-12)
+    with pytest.raises(ValueError, match="spec_request_host_s must be a finite number"):
+        attrs.evolve(eng, spec_request_host_s=-1e-6)
+
+
 def test_disabling_a_term_removes_exactly_it() -> None:
     decode = BatchShape.from_requests([1] * 5, [100] * 5)
     for engine, graph, shape in ((SERIAL, False, SHAPE), (load_engine("vllm"), True, SHAPE),
