@@ -3,6 +3,7 @@ layouts, launch flags and their expressions), on small hand-made rows (never the
 
 import itertools
 import json
+import re
 
 import pytest
 
@@ -265,3 +266,14 @@ def test_only_sglang_disaggregated_mtp_launches_keep_the_overlap_scheduler() -> 
     assert harness_spec_overlap(SimpleNamespace(mode="disagg", backend="sglang")) is True
     assert harness_spec_overlap(SimpleNamespace(mode="disagg", backend="trtllm")) is None
     assert harness_spec_overlap(SimpleNamespace(mode="agg", backend="sglang")) is None
+
+
+def test_the_flags_notes_show_each_script_version_as_the_validator_reads_it() -> None:
+    """inferencemax_flags.md quotes every launch "in the twin's terms"; each quote is, key for key, one
+    launch of inferencemax_flags.json (the file the validator reads), so the notes cannot drift from it."""
+    notes = (blackwell.FLAGS.parent / "inferencemax_flags.md").read_text()
+    quoted = re.findall(r"Launch in the twin's terms \(`launch`\): `(\{.*?\})`", notes)
+    every = {json.dumps(e["launch"], sort_keys=True) for e in json.loads(blackwell.FLAGS.read_text())
+             if "launch" in e}
+    assert len(quoted) >= 10
+    assert [q for q in quoted if json.dumps(json.loads(q), sort_keys=True) not in every] == []
