@@ -24,8 +24,9 @@ VERIFY_STATES = ("slots", "snapshots")
 TRANSFER_BUFFER_BYTES = 512 << 20
 """TensorRT-LLM's KV send buffer (TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE, 512 MB by default)."""
 _MIB = 2**20
-HOST_TIME_FIELDS = ("step_host_s", "per_request_host_s", "spec_request_host_s", "launch_s", "per_block_host_s",
-                    "graph_kernel_floor_s", "eager_layer_host_s", "eager_moe_host_s", "sampler_s_per_vocab")
+HOST_TIME_FIELDS = ("step_host_s", "per_request_host_s", "spec_request_host_s", "launch_s",
+                    "per_block_host_s", "graph_kernel_floor_s", "eager_layer_host_s", "eager_moe_host_s",
+                    "sampler_s_per_vocab")
 """The profile's seconds (per step, request, kernel, block, layer or vocabulary entry): each is added to step
 costs, so each must be a finite number >= 0."""
 SGLANG_MEMORY_TIERS = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (160, 8192, 256, 512),

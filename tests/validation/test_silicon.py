@@ -1298,31 +1298,36 @@ def test_unique_prompt_rows_run_without_the_prefix_cache_unless_a_request_was_pr
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A synthetic benchmark's prompts share no block key, so its run with the prefix cache off is the run
     with it on, request for request, unless a preempted request could have found its own blocks again: then
-    the row is simulated again as configured. Only one-token pages take this path; a prompt pool (repeats
-    the cache finds) keeps the cache."""
+    the row is simulated again as configured, or at once where its clients' longest requests fill the KV
+    pools (PREEMPT_LOAD; here 8 x up to 660 tokens against 1,600). Only one-token pages take this path; a
+    prompt pool (repeats the cache finds) keeps the cache."""
     from twin.config import load_config
     from twin.runner import Simulation
 
-    built: list[bool] = []
-    real = Simulation.__init__
+    ran: list[bool] = []
+    real = Simulation.run
 
-    def spy(self, cfg, *a, **kw):  # type: ignore[no-untyped-def]
-        built.append(cfg.kv_cache.prefix_caching)
-        real(self, cfg, *a, **kw)
+    def spy(self, *a, **kw):  # type: ignore[no-untyped-def]
+        ran.append(self.config.kv_cache.prefix_caching)
+        return real(self, *a, **kw)
 
-    for raw, runs in ((_chat("sglang"), [False]), (_chat("vllm"), [True]),   # (16-token pages: as configured)
-                      (_chat("vllm", num_blocks=1600, block_size=1), [False, True]),   # 8 x up to 660 tokens
-                      (_chat("sglang", prompt_pool=4), [True])):
+    small = _chat("vllm", num_blocks=1600, block_size=1)
+    for raw, load, runs in ((_chat("sglang"), None, [False]), (_chat("vllm"), None, [True]),  # (16-token pages)
+                            (small, None, [True]),                 # the load says a preemption may come
+                            (small, 100.0, [False, True]),         # one the guess missed: simulated again
+                            (_chat("sglang", prompt_pool=4), None, [True])):
         cfg = load_config(raw)
         want = Simulation(cfg).run().requests
-        built.clear()
-        monkeypatch.setattr(Simulation, "__init__", spy)
+        ran.clear()
+        monkeypatch.setattr(Simulation, "run", spy)
+        if load is not None:
+            monkeypatch.setattr(silicon_run, "PREEMPT_LOAD", load)
         got = silicon_run._run_config(cfg).requests
         monkeypatch.undo()
-        assert built == runs
+        assert ran == runs
         for name in want.dtype.names:
             same = (np.array_equal(got[name], want[name], equal_nan=True) if want[name].dtype.kind == "f"
                     else (got[name] == want[name]).all())
             assert same, name
-        if runs == [False, True]:
+        if raw is small:
             assert want["preemptions"].any()
