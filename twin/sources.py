@@ -175,6 +175,13 @@ class Lengths:
         if self.low is not None and self.high is not None and self.low > self.high:
             raise ValueError(f"low must be <= high, got low={self.low}, high={self.high}")
 
+    @property
+    def longest(self) -> int:
+        """The longest length this draws: ``fixed``, or ``high``."""
+        longest = self.fixed if self.fixed is not None else self.high
+        assert longest is not None   # (checked when built: fixed, or low and high)
+        return longest
+
     @classmethod
     def from_scalar(cls, value: Any) -> Lengths:
         if isinstance(value, bool) or not isinstance(value, int):

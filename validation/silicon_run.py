@@ -30,7 +30,7 @@ from validation.row_spec import row_spec
 
 if TYPE_CHECKING:
     from twin.runner import Simulation
-    from twin.sources import Lengths, SyntheticWorkload
+    from twin.sources import SyntheticWorkload
 
 
 def row_sha(row: dict[str, str]) -> str:
@@ -112,19 +112,14 @@ def _may_preempt(sim: "Simulation", w: "SyntheticWorkload") -> bool:
     cheaper (a run that preempts pays the uncached run and then the cached one); the results do not depend on
     it. On the SGLang rows of silicon_h100_h200.csv it names all 18 rows whose uncached run preempted (load
     0.96-3.3) and 2 that did not (0.99 and 1.75), of 238."""
+    from twin.runner import kv_capacity
     from twin.sources import FixedConcurrency
 
     arrival = w.arrival
     if not isinstance(arrival, FixedConcurrency):
         return False
-
-    def longest(lengths: Lengths) -> int:
-        longest = lengths.fixed if lengths.fixed is not None else lengths.high
-        assert longest is not None   # (Lengths holds fixed, or low and high)
-        return longest
-
-    tokens = sum(x.sched.kv.num_blocks * x.sched.kv.block_size for x in sim.workers)
-    return arrival.concurrency * (longest(w.input_tokens) + longest(w.output_tokens)) >= PREEMPT_LOAD * tokens
+    tokens = sum(pool["tokens"] for pool in kv_capacity(sim.system, sim.config.kv_cache.block_size or 1))
+    return arrival.concurrency * (w.input_tokens.longest + w.output_tokens.longest) >= PREEMPT_LOAD * tokens
 
 
 def _row_head(row: dict[str, str]) -> dict[str, Any]:
