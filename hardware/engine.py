@@ -40,6 +40,11 @@ FULL_GRAPH_MODES = ("full_and_piecewise", "full_decode_only")
 """The modes in which a pure-decode batch replays one full graph, attention included."""
 TRTLLM_DEFAULT_GRAPH_MAX = 128
 """TRT-LLM CudaGraphConfig: max_batch_size 0 means 128."""
+SM100_DEEPSEEK_MOE_TYPES = frozenset(("deepseek_v3", "deepseek_v32", "glm_moe_dsa"))
+"""Model types whose quantised checkpoints take the engine's ``sm100_deepseek_moe_kernel`` on Blackwell.
+SGLang's MoE-runner adjustment is shared by every DeepseekV3ForCausalLM checkpoint, V3.2 with its sparse
+attention included, since sglang PR #13687 (2025-11-21), and GLM-5 (GlmMoeDsaForCausalLM) joined that
+handling when SGLang first served it (PR #18521, 2026-02-10; server_args' DeepSeek-family handler)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -55,10 +60,10 @@ class EngineProfile:
     (server_args._handle_model_specific_adjustments, 0.5.x), which takes pages of 32 or 64 tokens and sets 64
     (_handle_attention_backend_compatibility)."""
     sm100_deepseek_moe_kernel: str = "default"
-    """The routed-expert kernel family the engine selects for quantised (FP8, block-FP8, NVFP4)
-    DeepseekV3ForCausalLM checkpoints on Blackwell when the launch names none and runs no all-to-all backend
-    (Deployment.moe_kernel); ``default``: its own kernel. SGLang flashinfer_trtllm (the same server_args
-    adjustment: fp8 / modelopt_fp8 / modelopt_fp4 without --moe-a2a-backend)."""
+    """The routed-expert kernel family the engine selects for quantised (FP8, block-FP8, NVFP4) checkpoints
+    of the DeepSeek family (:data:`SM100_DEEPSEEK_MOE_TYPES`) on Blackwell when the launch names none and runs
+    no all-to-all backend (Deployment.moe_kernel); ``default``: its own kernel. SGLang flashinfer_trtllm (the
+    same server_args adjustment: fp8 / modelopt_fp8 / modelopt_fp4 without --moe-a2a-backend)."""
     gpu_memory_utilization: float = 0.9
     kv_memory_rule: str = "total"
     """What gpu_memory_utilization is a fraction of. total (vLLM gpu_memory_utilization): of the whole HBM,
@@ -203,11 +208,11 @@ class EngineProfile:
     def default_moe_kernel(self, gpu: GPUSpec, model_type: str, weight_dtype: str, attn_dp: int = 1) -> str:
         """The routed-expert kernel family the engine picks when the launch names none (Deployment.moe_kernel):
         ``default``, its own kernel for the format, except where it selects another
-        (``sm100_deepseek_moe_kernel``: DeepSeek-V3 / R1 in block-FP8, FP8 or NVFP4 on Blackwell; BF16
+        (``sm100_deepseek_moe_kernel``: the DeepSeek family in block-FP8, FP8 or NVFP4 on Blackwell; BF16
         checkpoints keep the engine's kernel). Attention-DP engines (``attn_dp`` > 1) are left to their own
         kernel: the recipes launch them with an all-to-all backend (DeepEP), which the selection excludes."""
-        if (gpu.arch == "blackwell" and model_type == "deepseek_v3" and weight_dtype in ("fp8_block", "fp8", "fp4")
-                and attn_dp == 1):
+        if (gpu.arch == "blackwell" and model_type in SM100_DEEPSEEK_MOE_TYPES
+                and weight_dtype in ("fp8_block", "fp8", "fp4") and attn_dp == 1):
             return self.sm100_deepseek_moe_kernel
         return "default"
 

@@ -26,4 +26,8 @@ def test_sglang_selects_the_trtllm_gen_moe_for_quantised_deepseek_on_blackwell()
     assert sglang.default_moe_kernel(h200, "deepseek_v3", "fp8_block") == "default"
     assert sglang.default_moe_kernel(b300, "deepseek_v3", "fp4", attn_dp=8) == "default"   # DeepEP recipes
     assert sglang.default_moe_kernel(b300, "qwen3_moe", "fp8_block") == "default"
+    # The family handler also takes DeepSeek-V3.2 and GLM-5 (GlmMoeDsaForCausalLM), sparse attention and all.
+    assert [sglang.default_moe_kernel(b300, t, "fp8_block") for t in ("deepseek_v32", "glm_moe_dsa")] == \
+        ["flashinfer_trtllm"] * 2
+    assert sglang.default_moe_kernel(h200, "glm_moe_dsa", "fp8_block") == "default"
     assert vllm.default_moe_kernel(b300, "deepseek_v3", "fp4") == "default"
