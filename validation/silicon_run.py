@@ -118,7 +118,9 @@ def _may_preempt(sim: "Simulation", w: "SyntheticWorkload") -> bool:
     arrival = w.arrival
     if not isinstance(arrival, FixedConcurrency):
         return False
-    tokens = sum(pool["tokens"] for pool in kv_capacity(sim.system, sim.config.kv_cache.block_size or 1))
+    block_size = sim.config.kv_cache.block_size
+    assert block_size is not None   # (the simulation's config is resolved)
+    tokens = sum(pool["tokens"] for pool in kv_capacity(sim.system, block_size))
     return arrival.concurrency * (w.input_tokens.longest + w.output_tokens.longest) >= PREEMPT_LOAD * tokens
 
 
