@@ -10,146 +10,18 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import re
+import tempfile
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 import yaml
 
-from twin.core.errors import InvariantError
-from twin.core.request import NO_TIME, Request, Status
+from twin.request_log import REQUEST_FIELDS, RequestTable
 
 NS = 1e9
-
-REQUEST_FIELDS: list[tuple[str, str]] = [
-    ("id", "i8"), ("session", "O"), ("turn", "i4"), ("worker", "i4"), ("status", "O"), ("fail_reason", "O"),
-    ("priority", "i4"), ("arrival_s", "f8"), ("queued_s", "f8"), ("first_scheduled_s", "f8"),
-    ("first_token_s", "f8"), ("finish_s", "f8"), ("prompt_tokens", "i8"), ("output_tokens", "i8"),
-    ("cached_tokens", "i8"), ("host_hit_tokens", "i8"), ("recomputed_tokens", "i8"), ("preemptions", "i4"), ("ttft_s", "f8"),
-    ("tpot_s", "f8"), ("e2e_s", "f8"), ("queue_s", "f8"), ("max_itl_s", "f8"),
-    # Disaggregated systems only (NaN / -1 / empty otherwise): the KV lifecycle of the request.
-    ("prefill_worker", "i4"), ("kv_state", "O"), ("kv_staged_s", "f8"), ("kv_pull_s", "f8"),
-    ("kv_resident_s", "f8"), ("kv_expired_s", "f8"), ("staged_wait_s", "f8"), ("transfer_s", "f8"),
-    ("transfer_bytes", "i8"), ("reused_blocks", "i8"),
-]
-
-
-_STATUS_NAMES = {status: status.name.lower() for status in Status}
-
-
-def _kv_columns(r: Request) -> tuple[object, ...]:
-    from twin.core.lifecycle import KVState
-
-    kv = r.kv
-    if kv is None:
-        nan = float("nan")
-        return (-1, "", nan, nan, nan, nan, nan, nan, 0, 0)
-    wait = kv.staged_wait_ns
-    moved = kv.transferred
-    return (kv.prefill_worker, kv.state.name.lower(), kv.time_s(KVState.STAGED), kv.time_s(KVState.PULLING),
-            kv.time_s(KVState.RESIDENT), kv.time_s(KVState.EXPIRED), float("nan") if wait is None else wait / NS,
-            kv.transfer_ns / NS if moved else float("nan"), kv.transfer_bytes, kv.reused_blocks)
-
-
-def _t(ns: int) -> float:
-    return float("nan") if ns == NO_TIME else ns / NS
-
-
-def request_row(r: Request) -> tuple[object, ...]:
-    """The request's row of requests.csv (:data:`REQUEST_FIELDS`), as it stands now."""
-    arrival = r.arrival_ns / NS
-    first = _t(r.first_token_ns)
-    finish = _t(r.finish_ns) if r.status is Status.FINISHED else float("nan")
-    out = r.num_output_tokens
-    tpot = (finish - first) / (out - 1) if out > 1 else float("nan")
-    # The largest gap between two tokens: none with fewer than two (it read 0.0, a max of nothing).
-    max_itl = r.max_itl_ns / NS if out > 1 else float("nan")
-    return (
-        r.id, r.session, r.turn, r.worker, _STATUS_NAMES[r.status], r.fail_reason, r.priority, arrival,
-        _t(r.queued_ns), _t(r.first_scheduled_ns), first, _t(r.finish_ns), r.prompt_tokens, out,
-        max(r.cached_tokens, 0), r.host_hit_tokens, r.recomputed_tokens, r.preemptions, first - arrival, tpot,
-        finish - arrival, _t(r.first_scheduled_ns) - arrival, max_itl, *_kv_columns(r),
-    )
-
-
-def request_table(requests: Sequence[Request]) -> np.ndarray:
-    """One row per request, in the given order (a numpy structured array)."""
-    table = np.zeros(len(requests), dtype=REQUEST_FIELDS)
-    for i, r in enumerate(requests):
-        table[i] = request_row(r)
-    return table
-
-
-class RequestLog:
-    """The rows of requests that have ended, written as they end, so that a run keeps no request object
-    past its end: a row is a few hundred bytes, where a request with its block keys and session is tens of
-    kilobytes. Rows fill fixed-size chunks; :meth:`table` puts them in request-id (submission) order.
-
-    A row is written once nothing more happens to its request: it ended, and a disaggregated request's KV
-    reached the end of its lifecycle (a request can finish while its staged KV still waits to be freed).
-    Those that ended before their KV are held (:attr:`held`) and written when it ends, or at the run's end.
-    """
-
-    def __init__(self, chunk_rows: int = 16_384) -> None:
-        self.chunk_rows = chunk_rows
-        self._chunks: list[np.ndarray] = []
-        self._chunk = np.zeros(self.chunk_rows, dtype=REQUEST_FIELDS)
-        self._rows = 0
-        """Rows written into the current chunk."""
-        self.held: dict[int, Request] = {}
-        self.count = 0
-        """Requests ended so far (written or held)."""
-        self.failed_without_reason: list[str] = []
-        """Requests that failed with no reason given (an invariant the run checks at its end)."""
-        self._table: np.ndarray | None = None
-
-    def add(self, req: Request) -> None:
-        """``req`` has ended."""
-        from twin.core.lifecycle import TERMINAL
-
-        self.count += 1
-        if req.status is Status.FAILED and not req.fail_reason:
-            self.failed_without_reason.append(repr(req))
-        if req.kv is not None and req.kv.state not in TERMINAL:
-            self.held[req.id] = req
-            return
-        self._write(req)
-        if self.held:
-            for rid in [rid for rid, r in self.held.items() if r.kv is not None and r.kv.state in TERMINAL]:
-                self._write(self.held.pop(rid))
-
-    def _write(self, req: Request) -> None:
-        self._chunk[self._rows] = request_row(req)
-        self._rows += 1
-        if self._rows == self.chunk_rows:
-            self._chunks.append(self._chunk)
-            self._chunk = np.zeros(self.chunk_rows, dtype=REQUEST_FIELDS)
-            self._rows = 0
-
-    def table(self) -> np.ndarray:
-        """Every row, held ones included, in request-id order (built once: the chunks are let go)."""
-        if self._table is not None:
-            return self._table
-        for req in self.held.values():
-            self._write(req)
-        self.held.clear()
-        chunks = self._chunks
-        chunks.append(self._chunk[:self._rows])
-        self._chunk = self._chunk[:0]
-        n = sum(len(c) for c in chunks)
-        table = np.zeros(n, dtype=REQUEST_FIELDS)
-        placed = np.zeros(n, dtype=bool)
-        while chunks:   # each chunk let go once placed: the table and one chunk at a time, not two tables
-            part = chunks.pop()
-            table[part["id"]] = part   # (ids are 0 .. n - 1: a run numbers its requests as it sends them)
-            placed[part["id"]] = True
-            del part
-        if not placed.all():
-            raise InvariantError(f"request ids are not 0 .. {n - 1}: rows of {n - int(placed.sum())} missing")
-        self._table = table
-        return table
-
 
 PERCENTILES = (50, 90, 99)
 """The percentiles every latency is summarised by."""
@@ -164,12 +36,50 @@ def stats(values: np.ndarray) -> dict[str, float]:
     return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
-def histogram_stats(counts: dict[int, int] | tuple[np.ndarray, np.ndarray]) -> dict[str, float]:
+class SpilledGaps:
+    """The parts of a run's inter-token gap histograms that left memory (:attr:`twin.core.gaps.GapHistogram.
+    spill`): sorted runs of distinct gaps with their cumulative counts, in an anonymous file, and each run's
+    count and exact sum. A long run's distinct gaps grow with its steps (about one a step); kept here, its
+    memory does not."""
+
+    def __init__(self) -> None:
+        self._file: IO[bytes] | None = None
+        self.runs: list[tuple[int, int, int, int]] = []
+        """Each run: where it starts in the file, its distinct gaps, their count and their sum (exact)."""
+
+    def add(self, gaps: np.ndarray, counts: np.ndarray) -> None:
+        """Keep ``gaps`` (distinct, sorted, nanoseconds) counted ``counts`` times."""
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="twin-gaps-")
+        at = self._file.seek(0, os.SEEK_END)
+        ends = np.cumsum(counts, dtype=np.int64)
+        self._file.write(np.ascontiguousarray(gaps, dtype=np.int64).tobytes())
+        self._file.write(ends.tobytes())
+        total = sum(g * c for g, c in zip(gaps.tolist(), counts.tolist()))   # (Python ints: no overflow)
+        self.runs.append((at, len(gaps), int(ends[-1]) if len(ends) else 0, total))
+
+    def read(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each run as arrays mapped from the file (gaps, cumulative counts): a search reads a few pages."""
+        if self._file is None:
+            return []
+        self._file.flush()
+        return [(np.memmap(self._file, dtype=np.int64, mode="r", offset=at, shape=(n,)),
+                 np.memmap(self._file, dtype=np.int64, mode="r", offset=at + 8 * n, shape=(n,)))
+                for at, n, _, _ in self.runs if n]
+
+    def __del__(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+def histogram_stats(counts: dict[int, int] | tuple[np.ndarray, np.ndarray],
+                    spilled: SpilledGaps | None = None) -> dict[str, float]:
     """:func:`stats` of the gaps a histogram of nanosecond gaps counts (value -> count, or arrays of values
-    and their counts, where a value may appear more than once), read off the histogram without expanding
-    it: a long run counts 10^8 gaps and more. The mean is exact (the integer sum of the gaps over their
-    count); the percentiles are numpy's default (``linear``) ones, computed as ``np.percentile`` computes
-    them on the sorted gaps: the same two neighbours, the same interpolation, the same floats."""
+    and their counts, where a value may appear more than once, with the runs ``spilled`` to disk), read off
+    the histogram without expanding it: a long run counts 10^8 gaps and more. The mean is exact (the integer
+    sum of the gaps over their count); the percentiles are numpy's default (``linear``) ones, computed as
+    ``np.percentile`` computes them on the sorted gaps: the same two neighbours, the same interpolation, the
+    same floats."""
     if isinstance(counts, dict):
         gaps = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
         weights = np.fromiter(counts.values(), dtype=np.int64, count=len(counts))
@@ -177,17 +87,44 @@ def histogram_stats(counts: dict[int, int] | tuple[np.ndarray, np.ndarray]) -> d
         gaps, weights = counts
     keep = weights > 0
     gaps, weights = gaps[keep], weights[keep]
-    if not len(gaps):
-        return stats(np.array([]))
     order = np.argsort(gaps, kind="stable")
     gaps, weights = gaps[order], weights[order]
-    n = int(weights.sum())
-    total = sum(g * w for g, w in zip(gaps.tolist(), weights.tolist()))   # (Python ints: no overflow)
     ends = np.cumsum(weights)
     """Gaps at sorted positions ends[j - 1] .. ends[j] - 1 are gaps[j]."""
+    n = int(ends[-1]) if len(ends) else 0
+    total = sum(g * w for g, w in zip(gaps.tolist(), weights.tolist()))   # (Python ints: no overflow)
+    runs = spilled.read() if spilled is not None else []
+    whole_here = not runs
+    """(Nothing spilled: the positions are read off this one sorted run as numpy's sort would give them.)"""
+    for _, _, count, run_total in spilled.runs if spilled is not None else ():
+        n += count
+        total += run_total
+    if not n:
+        return stats(np.array([]))
+    if len(gaps):
+        runs.append((gaps, ends))
+
+    def at_one(position: int) -> int:
+        """The gap at ``position`` of all of them sorted: the least gap with more than ``position`` at or
+        below it (a bisection over values; each run answers how many it has at or below one)."""
+        lo = min(int(g[0]) for g, _ in runs)
+        hi = max(int(g[-1]) for g, _ in runs)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            below = 0
+            for g, e in runs:
+                i = int(np.searchsorted(g, mid, side="right"))
+                below += int(e[i - 1]) if i else 0
+            if below > position:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
     def at(position: np.ndarray) -> np.ndarray:
-        return gaps[np.searchsorted(ends, position, side="right")].astype(np.float64) / NS
+        if whole_here:
+            return gaps[np.searchsorted(ends, position, side="right")].astype(np.float64) / NS
+        return np.array([at_one(int(p)) for p in position], dtype=np.int64).astype(np.float64) / NS
 
     q = np.true_divide(np.array(PERCENTILES), 100)
     virtual = (n - 1) * q
@@ -203,40 +140,53 @@ def histogram_stats(counts: dict[int, int] | tuple[np.ndarray, np.ndarray]) -> d
     return {"mean": total / n / NS, "p50": p50, "p90": p90, "p99": p99}
 
 
-def summarize(table: np.ndarray, itl_counts: dict[int, int] | tuple[np.ndarray, np.ndarray], *,
-              warmup_s: float = 0.0, slo_ttft_s: float | None = None,
-              slo_tpot_s: float | None = None) -> dict[str, Any]:
+def summarize(table: np.ndarray | RequestTable, itl_counts: dict[int, int] | tuple[np.ndarray, np.ndarray], *,
+              warmup_s: float = 0.0, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None,
+              itl_spilled: SpilledGaps | None = None) -> dict[str, Any]:
     """The ``summary.json`` object (requests arriving before ``warmup_s`` are left out).
 
-    Read column by column under masks rather than through copies of the table's rows: a million-request
-    table is a quarter of a gigabyte, and each row copy would be another."""
+    Read a column at a time under masks: a long run's table is on disk (:class:`RequestTable`), and what
+    this holds at once is one column (8 bytes a request) and the masks (one byte each)."""
+    arrival = table["arrival_s"]
+    measured = arrival >= warmup_s
+    first_arrival = arrival[measured].min() if measured.any() else float("nan")
+    del arrival
     status = table["status"]
-    measured = table["arrival_s"] >= warmup_s
     done = measured & (status == "finished")
     failed = measured & (status == "failed")
+    del status
     n_measured, n_done, n_failed = int(measured.sum()), int(done.sum()), int(failed.sum())
-    span = (np.nanmax(table["finish_s"][done]) - table["arrival_s"][measured].min()) if n_done else float("nan")
+    span = (np.nanmax(table["finish_s"][done]) - first_arrival) if n_done else float("nan")
     out_tokens = float(table["output_tokens"][done].sum())
-    in_tokens = float(table["prompt_tokens"][done].sum())
     scheduled = table["first_scheduled_s"]
     admitted = measured & (scheduled == scheduled)
-    prompt_sum = float(table["prompt_tokens"][admitted].sum())
+    del scheduled
+    prompts = table["prompt_tokens"]
+    in_tokens = float(prompts[done].sum())
+    prompt_sum = float(prompts[admitted].sum())
+    del prompts
     cached = int(table["cached_tokens"][admitted].sum())
     # No admitted prompt has no hit rate (NaN, null in summary.json), as a latency of no request has none;
     # 0.0 read as a cache that missed every prompt.
     hit_rate = float(cached) / prompt_sum if prompt_sum else float("nan")
     good = done
+    ttft = table["ttft_s"]
     if slo_ttft_s is not None:
-        good = good & (table["ttft_s"] <= slo_ttft_s)
+        good = good & (ttft <= slo_ttft_s)
+    ttft_stats = stats(ttft[done])
+    del ttft
+    tpot = table["tpot_s"]
     if slo_tpot_s is not None:
-        good = good & ~(table["tpot_s"] > slo_tpot_s)
+        good = good & ~(tpot > slo_tpot_s)
+    tpot_stats = stats(tpot[done])
+    del tpot
     n_good = int(good.sum())
     return {
         "requests": {"submitted": n_measured, "completed": n_done, "failed": n_failed,
                      "pending": n_measured - n_done - n_failed},
-        "ttft_s": stats(table["ttft_s"][done]),
-        "tpot_s": stats(table["tpot_s"][done]),
-        "itl_s": histogram_stats(itl_counts),
+        "ttft_s": ttft_stats,
+        "tpot_s": tpot_stats,
+        "itl_s": histogram_stats(itl_counts, itl_spilled),
         "e2e_s": stats(table["e2e_s"][done]),
         "queue_s": stats(table["queue_s"][done]),
         "throughput": {
@@ -320,20 +270,35 @@ def _latency(v: Any) -> str:
 class Results:
     """Everything a run produced; :meth:`write` puts it in a folder."""
 
-    def __init__(self, *, requests: np.ndarray, summary: dict[str, Any], timeseries: dict[str, np.ndarray],
-                 ledger: dict[str, dict[str, float]], config: dict[str, Any],
+    def __init__(self, *, requests: np.ndarray | RequestTable, summary: dict[str, Any],
+                 timeseries: dict[str, np.ndarray], ledger: dict[str, dict[str, float]], config: dict[str, Any],
                  token_times: dict[int, list[float]] | None = None) -> None:
-        self.requests = requests
+        self._source = requests
+        self._requests = requests if isinstance(requests, np.ndarray) else None
         self.summary = summary
         self.timeseries = timeseries
         self.ledger = ledger
         self.config = config
         self.token_times = token_times
 
+    @property
+    def requests(self) -> np.ndarray:
+        """One row per request in submission order (:data:`~twin.request_log.REQUEST_FIELDS`), in memory: a
+        run's table is read from its files the first time it is asked for. Where a long run's table should
+        stay on disk, :meth:`request_column` reads one column and :meth:`write` streams it."""
+        if self._requests is None:
+            assert isinstance(self._source, RequestTable)
+            self._requests = self._source.table()
+        return self._requests
+
+    def request_column(self, name: str) -> np.ndarray:
+        """One column of :attr:`requests` (read from the run's files alone if the table is not in memory)."""
+        return (self._requests if self._requests is not None else self._source)[name]
+
     def write(self, folder: str | Path) -> Path:
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
-        write_table_csv(out / "requests.csv", self.requests)
+        write_table_csv(out / "requests.csv", self._source)
         with open(out / "timeseries.csv", "w", newline="", encoding="utf-8") as fh:
             writer = csv.writer(fh)
             cols = list(self.timeseries)
@@ -358,7 +323,7 @@ class Results:
         tpot = s.get("tpot_s", {}).get("p50")
         tput = s.get("throughput", {}).get("output_tokens_per_s", float("nan"))
         sim_s = s.get("sim", {}).get("simulated_s", float("nan"))
-        return (f"<Results: {r.get('submitted', len(self.requests))} requests, "
+        return (f"<Results: {r.get('submitted', len(self._source))} requests, "
                 f"{r.get('completed', '?')} completed, {r.get('failed', '?')} failed; TTFT p50 {_latency(ttft)}, TPOT p50 {_latency(tpot)}; "
                 f"{'-' if tput != tput else f'{tput:,.1f}'} output tok/s; "
                 f"{'-' if sim_s != sim_s else f'{sim_s:.3f}'} s simulated>")
@@ -390,15 +355,25 @@ class Results:
         return out
 
 
-def write_table_csv(path: Path, table: np.ndarray) -> None:
-    names = table.dtype.names or ()
+def write_table_csv(path: Path, table: np.ndarray | RequestTable) -> None:
+    """A table as CSV (cells as :func:`csv_cell` writes them), a chunk of rows at a time: one on disk
+    (:class:`RequestTable`) is read as it is written."""
+    chunks = table.chunks(8192) if isinstance(table, RequestTable) else (
+        table[lo:lo + 8192] for lo in range(0, len(table), 8192))
+    names = [name for name, _ in REQUEST_FIELDS] if isinstance(table, RequestTable) else list(table.dtype.names or ())
     # UTF-8 whatever the locale (session names and fail reasons may hold any text; a Latin-1 or ASCII locale
     # raised UnicodeEncodeError after the run), as twin.plots reads it.
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(names)
-        for row in table:
-            writer.writerow([csv_cell(v) for v in row])
+        for chunk in chunks:
+            columns: list[list[Any]] = []
+            for name in names:
+                values = chunk[name].tolist()   # (Python numbers: what csv_cell makes of numpy's, in bulk)
+                if chunk.dtype[name].kind == "f":
+                    values = ["" if v != v else repr(v) for v in values]
+                columns.append(values)
+            writer.writerows(zip(*columns))
 
 
 def csv_cell(v: Any) -> Any:

@@ -16,7 +16,8 @@ from twin.shell.sim import CLOCK_MAX_NS, now_ns, to_ns
 from twin.config import TwinConfig, blame, load_config
 from twin.core.errors import ConfigError, InvariantError, StallError
 from twin.core.request import Request, Status
-from twin.results import RequestLog, Results, summarize
+from twin.request_log import RequestLog
+from twin.results import Results, SpilledGaps, summarize
 from twin.system import resolve
 from twin.core.tokens import KeyTable, SourceTable
 from twin.whatif import hardware_whatif
@@ -85,6 +86,9 @@ class Simulation:
             keep_requests=keep_requests,
         )
         self.log = RequestLog()
+        self.spilled_gaps = SpilledGaps()
+        for w in self.workers:   # (a long run's distinct inter-token gaps go to disk as they pile up)
+            w.sched.gaps.spill = self.spilled_gaps.add
         self._token_times: dict[int, list[float]] | None = {} if cfg.metrics.record_token_times else None
         from twin.shell.monitor import Monitor
 
@@ -190,11 +194,11 @@ class Simulation:
     # ------------------------------------------------------------------------------------ collect
     def collect(self) -> Results:
         cfg = self.config
-        table = self.log.table()
+        table = self.log.close()
         histograms = [w.sched.gap_arrays() for w in self.workers]
         itl = (np.concatenate([gaps for gaps, _ in histograms]), np.concatenate([n for _, n in histograms]))
         summary = summarize(table, itl, warmup_s=cfg.run.warmup_s, slo_ttft_s=cfg.metrics.slo_ttft_s,
-                            slo_tpot_s=cfg.metrics.slo_tpot_s)
+                            slo_tpot_s=cfg.metrics.slo_tpot_s, itl_spilled=self.spilled_gaps)
         # A session still running when run.max_sim_s stopped the run (a request failed there, or in a wait)
         # ended neither way: counted apart, so started = finished + failed + unfinished (it was left out).
         def closed(counts: dict[str, int]) -> dict[str, int]:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from twin_testkit import make_request, make_scheduler, step
 
@@ -216,3 +217,48 @@ def test_a_gap_histogram_merged_into_arrays_keeps_every_count(monkeypatch):
     assert sorted(zip(values.tolist(), weights.tolist())) == [(5, 1), (5, 2), (7, 1), (7, 2), (9, 1), (12, 1),
                                                               (30, 2)]
     assert h.whole() == {5: 3, 7: 3, 9: 1, 12: 1, 30: 2} and h.counts is counts
+
+
+def test_a_gap_histogram_past_its_spill_bound_hands_its_sorted_arrays_over_and_keeps_counting():
+    """With somewhere to spill to, the merged arrays leave the histogram once they hold more than its bound
+    (distinct gaps, sorted, with their counts); what it reads back after that is only what came since, and
+    the two together give the summary's statistics of every gap."""
+    from twin.results import SpilledGaps, histogram_stats
+
+    spilled: list[tuple[list[int], list[int]]] = []
+    h = GapHistogram()
+    h.spill, h.spill_items = (lambda g, c: spilled.append((g.tolist(), c.tolist()))), 2
+    h.counts.update({9: 1, 5: 2})
+    h.compact()
+    assert spilled == [] and list(h._merged[0]) == [5, 9]
+    h.counts.update({7: 4})
+    h.compact()
+    assert spilled == [([5, 7, 9], [2, 4, 1])] and len(h._merged[0]) == 0
+    h.counts.update({5: 1, 40: 3})
+    assert h.whole() == {5: 1, 40: 3}
+
+    disk = SpilledGaps()
+    h2 = GapHistogram()
+    h2.spill, h2.spill_items = disk.add, 3
+    every: dict[int, int] = {}
+    rng = np.random.default_rng(11)
+    for gap in rng.integers(1, 50, 400).tolist():
+        h2.counts[gap] = h2.counts.get(gap, 0) + 1
+        every[gap] = every.get(gap, 0) + 1
+        if len(h2.counts) > 4:
+            h2.compact()
+    assert len(disk.runs) > 3 and sum(count for _, _, count, _ in disk.runs) < 400
+    assert histogram_stats(h2.arrays(), disk) == histogram_stats(every)
+    empty = np.zeros(0, dtype=np.int64)
+    assert histogram_stats((empty, empty), disk) == histogram_stats(_spilled_only(disk))
+
+
+def _spilled_only(disk) -> dict[int, int]:
+    """The counts ``disk`` holds, read back from its runs' cumulative counts."""
+    out: dict[int, int] = {}
+    for gaps, ends in disk.read():
+        previous = 0
+        for g, e in zip(gaps.tolist(), ends.tolist()):
+            out[g] = out.get(g, 0) + e - previous
+            previous = e
+    return out

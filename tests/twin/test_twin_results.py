@@ -87,7 +87,7 @@ def test_the_rows_written_as_requests_end_are_the_table_of_every_request():
     """The log's table (rows written as requests end, in any order) equals the table of the kept request
     objects read after the run, row for row, in submission order; so does a disaggregated run's, whose
     rows wait for the KV lifecycle to end."""
-    from twin.results import request_table
+    from twin.request_log import request_table
     from twin.runner import Simulation
 
     for cfg in (_small_run(), _small_run(**{"system.kind": "disaggregated"})):
@@ -106,7 +106,7 @@ def test_the_rows_written_as_requests_end_are_the_table_of_every_request():
 def test_the_log_orders_rows_by_request_id_and_holds_those_whose_kv_lives_on():
     from twin.core.lifecycle import KVRecord, KVState
     from twin.core.request import Request, Status
-    from twin.results import RequestLog
+    from twin.request_log import RequestLog
 
     def ended(rid: int, kv: KVRecord | None = None) -> Request:
         r = Request(id=rid, prompt_tokens=4, max_output_tokens=1, block_keys=(), arrival_ns=rid)
@@ -128,3 +128,75 @@ def test_the_log_orders_rows_by_request_id_and_holds_those_whose_kv_lives_on():
     table = log.table()
     assert list(table["id"]) == [0, 1, 2, 3, 4]
     assert list(table["kv_state"]) == ["", "freed", "", "", ""]
+
+
+def _ended_requests() -> list:
+    """Seven ended requests in the order they end (not their ids'), with text of any kind and a KV record."""
+    from twin.core.lifecycle import KVRecord, KVState
+    from twin.core.request import Request, Status
+
+    out = []
+    for rid, session in zip((4, 0, 6, 1, 5, 3, 2), ("café-セ", "", "a,b \"q\"", "s1", "s1", "x" * 300, "z")):
+        r = Request(id=rid, prompt_tokens=4 + rid, max_output_tokens=1, block_keys=(), arrival_ns=10 * rid,
+                    session=session, turn=rid % 2)
+        r.status = Status.FINISHED if rid % 3 else Status.FAILED
+        r.fail_reason = "" if rid % 3 else f"needs {rid} blocks but the pool has 2 — refused"
+        if rid == 5:
+            r.kv = KVRecord(5, 0)
+            r.kv.to(KVState.STAGED, 3)
+            r.kv.to(KVState.FREED, 9)
+        out.append(r)
+    return out
+
+
+def test_the_log_on_disk_reads_back_the_table_by_column_chunk_and_whole():
+    """Rows stored as requests end (three to a chunk, so ids land in the file out of order and past its
+    end) read back as the table of the same requests in id order: whole, a column at a time and a chunk at
+    a time, text (any Unicode, commas, quotes, 300 characters, none) and codes included."""
+    from twin.request_log import REQUEST_FIELDS, RequestLog, request_table
+
+    ended = _ended_requests()
+    log = RequestLog(chunk_rows=3)
+    for r in ended:
+        log.add(r)
+    stored = log.close()
+    expected = request_table(sorted(ended, key=lambda r: r.id))
+    whole = stored.table()
+    assert len(stored) == 7 and list(whole["id"]) == list(range(7))
+    assert list(whole["kv_state"]) == ["", "", "", "", "", "freed", ""]
+    assert list(whole["status"]) == ["failed", "finished", "finished", "failed", "finished", "finished", "failed"]
+    assert whole["session"][4] == "café-セ" and whole["fail_reason"][3] == "needs 3 blocks but the pool has 2 — refused"
+    chunked = np.concatenate(list(stored.chunks(2)))
+    for name, _ in REQUEST_FIELDS:
+        for got in (whole[name], stored.column(name), chunked[name]):
+            if expected.dtype[name].kind == "f":
+                assert np.array_equal(got, expected[name], equal_nan=True), name
+            else:
+                assert list(got) == list(expected[name]), name
+
+
+def test_requests_csv_from_disk_equals_the_in_memory_tables(tmp_path):
+    from twin.request_log import RequestLog, request_table
+    from twin.results import write_table_csv
+
+    ended = _ended_requests()
+    log = RequestLog(chunk_rows=3)
+    for r in ended:
+        log.add(r)
+    write_table_csv(tmp_path / "disk.csv", log.close())
+    write_table_csv(tmp_path / "memory.csv", request_table(sorted(ended, key=lambda r: r.id)))
+    text = (tmp_path / "disk.csv").read_bytes()
+    assert text == (tmp_path / "memory.csv").read_bytes()
+    assert text.count(b"\n") == 8 and '"a,b ""q"""'.encode() in text
+
+
+def test_a_log_missing_a_request_id_is_an_invariant_error():
+    from twin.core.errors import InvariantError
+    from twin.request_log import RequestLog
+
+    log = RequestLog(chunk_rows=2)
+    for r in _ended_requests():
+        if r.id != 3:
+            log.add(r)
+    with pytest.raises(InvariantError, match=r"request ids are not 0 \.\. 6: 6 rows written"):
+        log.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Callable
 
 import numpy as np
 
@@ -13,6 +14,9 @@ _BLOCK_ITEMS = 1 << 22
 _DICT_ITEMS = 1 << 16
 """Distinct gaps the dictionary holds before they are merged into the sorted arrays: a long run's gaps are
 mostly distinct (step durations in nanoseconds), about a hundred bytes each in a dictionary, sixteen there."""
+_SPILL_ITEMS = 1 << 18
+"""Distinct gaps the sorted arrays hold before they are handed to :attr:`GapHistogram.spill`, where one is
+set (4 MB: a long run's distinct gaps grow with its steps, about one a step)."""
 
 
 class GapHistogram:
@@ -33,9 +37,14 @@ class GapHistogram:
         self._block_items = 0
         self._merged = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
         """Gaps merged out of the dictionary and the blocks: distinct gaps, sorted, and their counts."""
+        self.spill: Callable[[np.ndarray, np.ndarray], None] | None = None
+        """Takes the sorted arrays (distinct gaps, counts) past :data:`_SPILL_ITEMS` and keeps them (the
+        runner writes them to disk); they are then no longer this histogram's. None keeps them here."""
+        self.spill_items = _SPILL_ITEMS
 
     def whole(self) -> dict[int, int]:
-        """The whole histogram as a dictionary (everything counted into :attr:`counts`)."""
+        """The whole histogram (less what went to :attr:`spill`) as a dictionary (everything counted into
+        :attr:`counts`)."""
         if self._runs or self._blocks or len(self._merged[0]):
             self.compact()
             counts = self.counts
@@ -83,14 +92,17 @@ class GapHistogram:
         values, where = np.unique(np.concatenate(gaps), return_inverse=True)
         totals = np.zeros(len(values), dtype=np.int64)
         np.add.at(totals, where, np.concatenate(weights))
+        if self.spill is not None and len(values) > self.spill_items:
+            self.spill(values, totals)
+            values, totals = values[:0], totals[:0]
         self._merged = (values, totals)
         counts.clear()
         self._blocks.clear()
         self._block_items = 0
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """The whole histogram as arrays of gaps and their counts, without building the dictionary (a gap
-        may appear more than once)."""
+        """The whole histogram (less what went to :attr:`spill`) as arrays of gaps and their counts, without
+        building the dictionary (a gap may appear more than once)."""
         self._pack_runs()
         counts = self.counts
         return (np.concatenate([self._merged[0], np.fromiter(counts, dtype=np.int64, count=len(counts)),
