@@ -72,10 +72,11 @@ class Ledger:
 StepPrice = tuple[np.ndarray, int]
 """A step's cost-term vector (seconds, in the ledger's order) and its duration in integer nanoseconds."""
 
-_MEMO_LIMIT = 1 << 17
+_MEMO_LIMIT = 1 << 14
 """Prices a memo holds before it is emptied (a shape and its term vector: about half a kilobyte). Prices are
 exact, so the limit changes speed alone; it bounds the memory of long runs, whose mixed steps are mostly new
-shapes."""
+shapes (on the scale points 1 step price in 42,717 was asked for twice; on a sample of validation rows the
+repeats came mostly within 512 steps, decode prices within 2^16)."""
 
 
 def _remember(memo: dict[Any, StepPrice], key: Any, values: Collection[float], ns: int) -> StepPrice:
