@@ -15,7 +15,6 @@ million-request run writes about 300 MB there.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from typing import IO, Iterator, Sequence
 
@@ -200,7 +199,7 @@ class RequestLog:
         ids = rows["id"]
         lo, hi = int(ids.min()), int(ids.max()) + 1
         if hi > self._size:
-            os.ftruncate(self._files.rows.fileno(), hi * STORED.itemsize)   # (the gap reads as zeros: unwritten)
+            self._files.rows.truncate(hi * STORED.itemsize)   # (the gap reads as zeros: unwritten)
             self._size = hi
         self.rows = max(self.rows, hi)
         # A mapping of only the range the chunk covers, let go at once: written pages leave this process's
@@ -231,6 +230,12 @@ class RequestLog:
         return self.close().table()
 
 
+def _read_at(f: IO[bytes], n: int, at: int) -> bytes:
+    """``n`` bytes of ``f`` from ``at`` (fewer at its end)."""
+    f.seek(at)
+    return f.read(n)
+
+
 class RequestTable:
     """The per-request table a :class:`RequestLog` wrote, read from its files: :meth:`column` (what the
     summary reads), :meth:`chunks` (what requests.csv is written from) or :meth:`table` (all of it)."""
@@ -245,7 +250,7 @@ class RequestTable:
     def _raw(self, lo: int, hi: int) -> np.ndarray:
         """Stored rows lo .. hi - 1, checked to be the rows of those ids."""
         n = hi - lo
-        data = os.pread(self._files.rows.fileno(), n * STORED.itemsize, lo * STORED.itemsize)
+        data = _read_at(self._files.rows, n * STORED.itemsize, lo * STORED.itemsize)
         raw = np.frombuffer(data, dtype=STORED, count=len(data) // STORED.itemsize)
         if len(raw) != n or not raw["written"].all() or not np.array_equal(raw["id"], np.arange(lo, hi)):
             raise InvariantError(f"the request log's rows {lo} .. {hi - 1} are not those requests' rows")
@@ -264,14 +269,14 @@ class RequestTable:
             return out
         start = int(at[some].min())
         end = int((at[some] + length[some]).max())
-        fd = self._files.text.fileno()
+        text = self._files.text
         if end - start <= max(1 << 20, 8 * int(length[some].sum())):
-            data = os.pread(fd, end - start, start)
+            data = _read_at(text, end - start, start)
             for i, a, n in zip(some.tolist(), (at[some] - start).tolist(), length[some].tolist()):
                 out[i] = data[a:a + n].decode("utf-8")
         else:   # (rows whose text lies far apart: read each, not what lies between)
             for i, a, n in zip(some.tolist(), at[some].tolist(), length[some].tolist()):
-                out[i] = os.pread(fd, n, a).decode("utf-8")
+                out[i] = _read_at(text, n, a).decode("utf-8")
         return out
 
     def _decode(self, raw: np.ndarray, name: str) -> np.ndarray:
