@@ -13,6 +13,7 @@ import simpy
 
 from twin.shell.clients import SessionDriver
 from twin.shell.sim import CLOCK_MAX_NS, now_ns, to_ns
+from twin.core.clock import NS
 from twin.config import TwinConfig, blame, load_config
 from twin.core.errors import ConfigError, InvariantError, StallError
 from twin.core.request import Request, Status
@@ -78,7 +79,7 @@ class Simulation:
         assert cfg.kv_cache.block_size is not None
         stop_ns = to_ns(cfg.run.duration_s) if cfg.run.duration_s is not None else None
         self.driver = SessionDriver(
-            self.env, plan.sessions, [to_ns(float(t)) for t in plan.start_s], self._submit,
+            self.env, plan.sessions, _start_times_ns(plan.start_s), self._submit,
             block_size=cfg.kv_cache.block_size, sources=self.sources,
             keys=KeyTable() if _keys_recur(plan.sessions) else None,
             wait_scale=plan.wait_scale, max_concurrent=plan.max_concurrent, stop_ns=stop_ns,
@@ -222,6 +223,16 @@ class Simulation:
             token_times = {rid: self._token_times[rid] for rid in sorted(self._token_times)}
         return Results(requests=table, summary=summary, timeseries=self.monitor.table(), ledger=ledger,
                        config=cfg.to_dict(), token_times=token_times)
+
+
+def _start_times_ns(start_s: Sequence[float]) -> np.ndarray | list[int]:
+    """Sessions' start times in integer nanoseconds, as :func:`to_ns` rounds each (an array: a long run
+    plans millions). Times outside 64 bits, or not finite, go through :func:`to_ns` one by one, which
+    refuses them as it always did."""
+    ns = np.asarray(start_s, dtype=np.float64) * NS
+    if len(ns) and not (np.isfinite(ns).all() and np.abs(ns).max() < 2.0**62):
+        return [to_ns(float(t)) for t in start_s]
+    return np.rint(ns).astype(np.int64)   # (round half to even, as round(), on the same products)
 
 
 def worker_names(system: Any) -> dict[int, str]:

@@ -200,3 +200,20 @@ def test_a_log_missing_a_request_id_is_an_invariant_error():
             log.add(r)
     with pytest.raises(InvariantError, match=r"request ids are not 0 \.\. 6: 6 rows written"):
         log.close()
+
+
+def test_start_times_in_bulk_round_as_to_ns_rounds_each():
+    """A run's session start times are converted as one array (a long run plans millions); each equals
+    twin.core.clock.to_ns of its time, ties to even included, and times outside the clock's range go
+    through to_ns, which refuses them as before."""
+    from twin.core.clock import to_ns
+    from twin.runner import _start_times_ns
+
+    rng = np.random.default_rng(1)
+    times = np.concatenate([np.cumsum(rng.exponential(1 / 60, 5000)), rng.uniform(0, 1e6, 5000),
+                            np.arange(2000) * 0.5e-9, np.arange(2000) * 1.5e-9 + 1e-3])
+    got = _start_times_ns(times)
+    assert isinstance(got, np.ndarray) and got.tolist() == [to_ns(float(t)) for t in times]
+    assert _start_times_ns([2.5e-9, 3.5e-9]).tolist() == [2, 4]
+    with pytest.raises(ValueError):
+        _start_times_ns([1.0, float("nan")])
