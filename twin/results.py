@@ -27,9 +27,9 @@ PERCENTILES = (50, 90, 99)
 """The percentiles every latency is summarised by."""
 
 
-def stats(values: np.ndarray) -> dict[str, float]:
-    """mean, p50, p90, p99 of the finite values (NaN when there are none)."""
-    v = values[np.isfinite(values)]
+def stats(values: np.ndarray, where: np.ndarray | None = None) -> dict[str, float]:
+    """mean, p50, p90, p99 of the finite values (of those ``where`` selects; NaN when there are none)."""
+    v = values[np.isfinite(values) if where is None else where & np.isfinite(values)]
     if len(v) == 0:
         return {k: float("nan") for k in ("mean", "p50", "p90", "p99")}
     p50, p90, p99 = np.percentile(v, PERCENTILES)
@@ -173,12 +173,12 @@ def summarize(table: np.ndarray | RequestTable, itl_counts: dict[int, int] | tup
     ttft = table["ttft_s"]
     if slo_ttft_s is not None:
         good = good & (ttft <= slo_ttft_s)
-    ttft_stats = stats(ttft[done])
+    ttft_stats = stats(ttft, done)
     del ttft
     tpot = table["tpot_s"]
     if slo_tpot_s is not None:
         good = good & ~(tpot > slo_tpot_s)
-    tpot_stats = stats(tpot[done])
+    tpot_stats = stats(tpot, done)
     del tpot
     n_good = int(good.sum())
     return {
@@ -187,8 +187,8 @@ def summarize(table: np.ndarray | RequestTable, itl_counts: dict[int, int] | tup
         "ttft_s": ttft_stats,
         "tpot_s": tpot_stats,
         "itl_s": histogram_stats(itl_counts, itl_spilled),
-        "e2e_s": stats(table["e2e_s"][done]),
-        "queue_s": stats(table["queue_s"][done]),
+        "e2e_s": stats(table["e2e_s"], done),
+        "queue_s": stats(table["queue_s"], done),
         "throughput": {
             "output_tokens_per_s": out_tokens / span if span > 0 else float("nan"),
             "input_tokens_per_s": in_tokens / span if span > 0 else float("nan"),
