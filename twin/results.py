@@ -36,6 +36,13 @@ def stats(values: np.ndarray, where: np.ndarray | None = None) -> dict[str, floa
     return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
+def exact_dot(a: np.ndarray, b: np.ndarray, chunk: int = 8192) -> int:
+    """The sum of ``a * b`` (integer arrays) as a Python int, exact however large (int64 products and sums
+    may overflow), made a chunk of Python ints at a time rather than a list of all of them."""
+    return sum(sum(x * y for x, y in zip(a[i:i + chunk].tolist(), b[i:i + chunk].tolist()))
+               for i in range(0, len(a), chunk))
+
+
 class SpilledGaps:
     """The parts of a run's inter-token gap histograms that left memory (:attr:`twin.core.gaps.GapHistogram.
     spill`): sorted runs of distinct gaps with their cumulative counts, in an anonymous file, and each run's
@@ -55,7 +62,7 @@ class SpilledGaps:
         ends = np.cumsum(counts, dtype=np.int64)
         self._file.write(np.ascontiguousarray(gaps, dtype=np.int64).tobytes())
         self._file.write(ends.tobytes())
-        total = sum(g * c for g, c in zip(gaps.tolist(), counts.tolist()))   # (Python ints: no overflow)
+        total = exact_dot(gaps, counts)
         self.runs.append((at, len(gaps), int(ends[-1]) if len(ends) else 0, total))
 
     def read(self) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -92,7 +99,7 @@ def histogram_stats(counts: dict[int, int] | tuple[np.ndarray, np.ndarray],
     ends = np.cumsum(weights)
     """Gaps at sorted positions ends[j - 1] .. ends[j] - 1 are gaps[j]."""
     n = int(ends[-1]) if len(ends) else 0
-    total = sum(g * w for g, w in zip(gaps.tolist(), weights.tolist()))   # (Python ints: no overflow)
+    total = exact_dot(gaps, weights)
     runs = spilled.read() if spilled is not None else []
     whole_here = not runs
     """(Nothing spilled: the positions are read off this one sorted run as numpy's sort would give them.)"""

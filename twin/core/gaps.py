@@ -14,9 +14,9 @@ _BLOCK_ITEMS = 1 << 22
 _DICT_ITEMS = 1 << 16
 """Distinct gaps the dictionary holds before they are merged into the sorted arrays: a long run's gaps are
 mostly distinct (step durations in nanoseconds), about a hundred bytes each in a dictionary, sixteen there."""
-_SPILL_ITEMS = 1 << 18
+_SPILL_ITEMS = 1 << 16
 """Distinct gaps the sorted arrays hold before they are handed to :attr:`GapHistogram.spill`, where one is
-set (4 MB: a long run's distinct gaps grow with its steps, about one a step)."""
+set (1 MB: a long run's distinct gaps grow with its steps, about one a step)."""
 
 
 class GapHistogram:
