@@ -217,3 +217,13 @@ def test_start_times_in_bulk_round_as_to_ns_rounds_each():
     assert _start_times_ns([2.5e-9, 3.5e-9]).tolist() == [2, 4]
     with pytest.raises(ValueError):
         _start_times_ns([1.0, float("nan")])
+
+
+def test_the_exact_sum_of_gaps_overflows_nothing_across_its_chunks():
+    """The ITL mean's numerator: products and sums past 64 bits stay exact, whatever the chunking."""
+    from twin.results import exact_dot
+
+    a = np.array([2**62, 3, 5] * 7, dtype=np.int64)
+    b = np.array([7, 2**40, 1] * 7, dtype=np.int64)
+    want = 7 * (2**62 * 7 + 3 * 2**40 + 5)
+    assert exact_dot(a, b) == want and exact_dot(a, b, chunk=4) == want and exact_dot(a[:0], b[:0]) == 0
