@@ -66,7 +66,6 @@ STORED = np.dtype(_stored_fields())
 """A row as the log's file holds it: numbers as they are, codes for status and KV state, text as where it
 starts in the text file and its length, and a mark that the row was written (unwritten places read 0)."""
 _TABLE = np.dtype(REQUEST_FIELDS)
-_NUMERIC = [name for name, kind in REQUEST_FIELDS if kind != "O"]
 
 
 def _kv_columns(r: Request) -> tuple[object, ...]:
@@ -110,9 +109,10 @@ def request_table(requests: Sequence[Request]) -> np.ndarray:
     return table
 
 
+# RequestLog._write stores a row by these places: the text and coded columns among the first six, then the
+# KV state's.
 _KV_STATE = [name for name, _ in REQUEST_FIELDS].index("kv_state")
 assert [name for name, _ in REQUEST_FIELDS][:6] == ["id", "session", "turn", "worker", "status", "fail_reason"]
-"""(:meth:`RequestLog._write` stores a row by these places.)"""
 
 
 class _Files:
@@ -300,7 +300,7 @@ class RequestTable:
             yield chunk
 
     def column(self, name: str) -> np.ndarray:
-        """One column of every row, in request-id order (8 bytes a row for numbers and text alike)."""
+        """One column of every row, in request-id order (its numpy type; text as Python strings)."""
         kind = _TABLE[name]
         out = np.empty(self.rows, dtype=kind)
         for lo, hi in self._spans(READ_ROWS):

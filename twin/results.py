@@ -101,8 +101,6 @@ def histogram_stats(counts: dict[int, int] | tuple[np.ndarray, np.ndarray],
     n = int(ends[-1]) if len(ends) else 0
     total = exact_dot(gaps, weights)
     runs = spilled.read() if spilled is not None else []
-    whole_here = not runs
-    """(Nothing spilled: the positions are read off this one sorted run as numpy's sort would give them.)"""
     for _, _, count, run_total in spilled.runs if spilled is not None else ():
         n += count
         total += run_total
@@ -129,8 +127,6 @@ def histogram_stats(counts: dict[int, int] | tuple[np.ndarray, np.ndarray],
         return lo
 
     def at(position: np.ndarray) -> np.ndarray:
-        if whole_here:
-            return gaps[np.searchsorted(ends, position, side="right")].astype(np.float64) / NS
         return np.array([at_one(int(p)) for p in position], dtype=np.int64).astype(np.float64) / NS
 
     q = np.true_divide(np.array(PERCENTILES), 100)

@@ -12,8 +12,7 @@ import numpy as np
 import simpy
 
 from twin.shell.clients import SessionDriver
-from twin.shell.sim import CLOCK_MAX_NS, now_ns, to_ns
-from twin.core.clock import NS
+from twin.shell.sim import CLOCK_MAX_NS, NS, now_ns, to_ns
 from twin.config import TwinConfig, blame, load_config
 from twin.core.errors import ConfigError, InvariantError, StallError
 from twin.core.request import Request, Status
