@@ -20,6 +20,11 @@ a kilobyte: 8,192 of them, some 9 MB per memo). What hits is recent (a decode st
 count's terms): 2^13 entries ran the 100,000-request scale point 5 % faster than 2^16 in half the memory
 (benchmarks/scenarios.py scale_scenario, peak RSS 157 against 336 MB)."""
 
+FLASHMLA_SPARSE_PREFILL_EFF = 0.65
+"""FlashMLA's sparse MLA prefill kernel (flash_mla_sparse_fwd) as a fraction of the GPU's BF16 peak: up to
+640 TFLOPS on H800 SXM5 (990) and 1,450 on B200 (2,250) in its README, 0.65 and 0.64; no kernel table
+measures it, so a DSA prefill under EngineProfile.dsa_prefill sparse_padded is priced at this rate."""
+
 AttentionGroups = tuple[tuple[int, MixerSpec, int, int], ...]
 """(layers, mixer, heads per GPU, KV heads per GPU) of each attention layer kind."""
 
@@ -81,7 +86,7 @@ class AttentionCost:
             elif mx.kind == "csa":
                 t = self._csa_s(mx, heads, D, d_kv, p_tokens, p_reqs, p_kv, p_pairs, cal, dq, d_max)
             else:
-                t = self._mla_s(mx, heads, D, d_kv, p_tokens, p_kv, p_pairs, peak, bw, cal, dq, d_max)
+                t = self._mla_s(mx, heads, D, d_kv, p_tokens, p_kv, p_pairs, peak, bw, cal, dq, d_max, p_reqs)
             layer_times[kind] = t
             total += count * t
         return total
@@ -111,9 +116,12 @@ class AttentionCost:
         return t
 
     def _mla_s(self, mx: MixerSpec, heads: int, D: int, d_kv: int, p_tokens: int, p_kv: int, p_pairs: int,
-               peak: float, bw: float, cal: Calibration, dq: int = 1, d_max: int = -1) -> float:
+               peak: float, bw: float, cal: Calibration, dq: int = 1, d_max: int = -1, p_reqs: int = 1) -> float:
         """MLA: absorbed latent attention for decode (W_UK / W_UV as batched GEMMs around an MQA kernel over
-        the 576-wide latent); MHA form for prefill (kv_b up-projection of the context, then attention)."""
+        the 576-wide latent); MHA form for prefill (kv_b up-projection of the context, then attention), except
+        a DSA prefill under the engine's sparse_padded rule (EngineProfile.dsa_prefill), which runs absorbed
+        over the top-k keys with padded query heads once its contexts pass index_topk (the step's longest
+        context taken as its mean: a shape keeps no prefill maximum)."""
         d = self.dep
         lat, rope, nope, v = mx.kv_lora_rank, mx.qk_rope_head_dim, mx.qk_nope_head_dim, mx.vdim
         t = 0.0
@@ -141,7 +149,16 @@ class AttentionCost:
             t += kernels.mla_decode_s(cal.mla_decode, reqs=D, sum_kv=dk, heads=heads * dq, kv_lora_rank=lat,
                                       rope_dim=rope, kv_bytes=d.kv_bytes_per_elem, peak_flops=peak, bw_Bps=bw,
                                       rate_rows=decode_rate_rows(D, dk, dm))
-        if p_tokens:
+        if p_tokens and mx.index_topk and d.engine.dsa_prefill == "sparse_padded" \
+                and p_kv > p_reqs * mx.index_topk:
+            proj, proj_peak, kv_b_bytes = self._mla_proj(mx, cal)
+            t += proj.time_s(p_tokens * heads * 2.0 * (nope * lat + lat * v),
+                             kv_b_bytes + p_tokens * heads * (nope + lat + lat + v) * ACT_BYTES, p_tokens,
+                             proj_peak, bw)
+            step = 128 if d.gpu.arch == "blackwell" else 64
+            padded = -(-heads // step) * step
+            t += pp * padded * 2.0 * (lat + rope + lat) / (FLASHMLA_SPARSE_PREFILL_EFF * peak)
+        elif p_tokens:
             proj, proj_peak, kv_b_bytes = self._mla_proj(mx, cal)
             t += proj.time_s(2.0 * pk * lat * heads * (nope + v),
                              kv_b_bytes + pk * (lat + heads * (nope + v)) * ACT_BYTES, pk, proj_peak, bw)

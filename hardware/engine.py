@@ -21,6 +21,7 @@ PREEMPTION_RULES = ("vllm", "sglang")
 KV_TRANSFER_PIECES = ("block", "layer", "buffer")
 DP_BALANCERS = ("least_loaded", "vllm_stats", "round_robin")
 VERIFY_STATES = ("slots", "snapshots")
+DSA_PREFILL_RULES = ("dense", "sparse_padded")
 TRANSFER_BUFFER_BYTES = 512 << 20
 """TensorRT-LLM's KV send buffer (TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE, 512 MB by default)."""
 _MIB = 2**20
@@ -109,6 +110,15 @@ class EngineProfile:
     state, and after the verify the accepted snapshot is copied into that state, a read and a write more
     per request and layer (HybridLinearAttnBackend.update_mamba_state_after_mtp_verify). TensorRT-LLM's
     path was not checked and takes slots."""
+    dsa_prefill: str = "dense"
+    """How a DSA model's (MLA with an FP8 indexer: GLM-5, DeepSeek-V3.2) prefill attends. dense: MHA form over
+    each query's top-k keys (the engines whose path was not checked). sparse_padded (SGLang's NSA backend):
+    a prefill step whose contexts are at most index_topk keys long runs dense MHA (NativeSparseAttnBackend.
+    set_nsa_prefill_impl, use_mha); a longer one runs FlashMLA's sparse kernel in absorbed form, every query
+    head over the 576-wide latent of its top-k keys, with the query heads zero-padded to a multiple of 64 on
+    Hopper and 128 on Blackwell (_forward_flashmla_sparse: "FlashMLA sparse kernel requires num_heads to be
+    a multiple of 64 (Hopper) or 128 (Blackwell)"), so GLM-5 at TP 8 (8 heads a GPU) computes 8x / 16x
+    the heads it keeps."""
     chunked_prefill: bool = True        # the engine's default: a prompt may be split across steps
     mixed_prefill: bool = True          # a step with prefill work also carries the running decodes
     reserve_full_kv: bool = False       # admission sets aside KV for prompt + all output (TRT-LLM GUARANTEED_NO_EVICT)
@@ -166,7 +176,7 @@ class EngineProfile:
                              ("preemption", PREEMPTION_RULES),
                              ("memory_fraction_rule", MEMORY_FRACTION_RULES),
                              ("kv_transfer_pieces", KV_TRANSFER_PIECES), ("dp_balancer", DP_BALANCERS),
-                             ("verify_states", VERIFY_STATES)):
+                             ("verify_states", VERIFY_STATES), ("dsa_prefill", DSA_PREFILL_RULES)):
             value = getattr(self, field)
             if value not in valid:
                 raise ValueError(f"engine {self.name!r}: unknown {field} {value!r}; valid: {', '.join(valid)}")

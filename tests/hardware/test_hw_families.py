@@ -478,3 +478,38 @@ def test_deepseek_v4_bad_compress_ratios_are_refused() -> None:
     with pytest.raises(ValueError, match="an indexer"):
         MixerSpec(kind="csa", num_heads=64, num_kv_heads=1, head_dim=512, window=128, o_groups=8, o_lora_rank=1024,
                   compress_ratio=4)
+
+
+@pytest.mark.parametrize("gpu,padded", [("h200_sxm", 64), ("b300_sxm", 128)])
+def test_dsa_sparse_prefill_pads_heads_by_hand(gpu: str, padded: int) -> None:
+    """GLM-5 at TP 8 under SGLang (8 query heads a GPU), one 8,192-token prompt, eager, flat curves. Past
+    index_topk (2,048) keys SGLang runs FlashMLA's sparse prefill in absorbed form: W_UK / W_UV per query
+    token, then every query head, padded to 64 (Hopper) or 128 (Blackwell), over the 576-wide scores and
+    512-wide values of its top-2,048 keys at 0.65 of the BF16 peak; the FP8 indexer scores every causal
+    pair. A prompt of 2,048 tokens stays on the dense MHA path, priced as under the dense rule."""
+    spec = load_gpu(gpu)
+    sglang = load_engine("sglang")
+    assert sglang.dsa_prefill == "sparse_padded"
+
+    def dep(engine: object) -> Deployment:
+        return Deployment(gpu=spec, model=load_model("zhipuai/GLM-5"), engine=engine, tp=8, ep=1,  # type: ignore[arg-type]
+                          weight_dtype="bf16", kv_dtype="bf16")
+
+    def attention(d: Deployment, T: int) -> float:
+        return CostModel(d, calibration=CAL, cuda_graph=False).step_cost(
+            BatchShape.from_requests([T], [T])).terms["attention"]
+
+    T, h = 8192, 64 // 8
+    bw, peak, fp8 = spec.hbm_bw_Bps, spec.flops_for("bf16"), spec.flops_for("fp8")
+
+    def flat(flops: float, nbytes: float, floor: float) -> float:
+        return max(flops / (peak * 0.5), nbytes / (bw * 0.8)) + floor
+
+    absorb = flat(T * h * 2 * (192 * 512 + 512 * 256), 512 * h * (192 + 256) * 2 + T * h * (192 + 512 + 512 + 256) * 2,
+                  eager_floor("sglang", 1))
+    kernel = T * 2048 * padded * 2 * (576 + 512) / (0.65 * peak)
+    indexer = max(2 * (T * (T + 1) // 2) * 32 * 128 / (fp8 * 0.5), T * (128 + 4) / (bw * 0.8)) + eager_floor("sglang", 3)
+    assert attention(dep(sglang), T) == pytest.approx(78 * (absorb + kernel + indexer), rel=1e-12)
+    dense = attrs.evolve(sglang, dsa_prefill="dense")
+    assert attention(dep(sglang), 2048) == attention(dep(dense), 2048)
+    assert attention(dep(sglang), 2049) > 2 * attention(dep(dense), 2049)
