@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 import math
 from pathlib import Path
 
@@ -46,6 +47,15 @@ SM100_DEEPSEEK_MOE_TYPES = frozenset(("deepseek_v3", "deepseek_v32", "glm_moe_ds
 SGLang's MoE-runner adjustment is shared by every DeepseekV3ForCausalLM checkpoint, V3.2 with its sparse
 attention included, since sglang PR #13687 (2025-11-21), and GLM-5 (GlmMoeDsaForCausalLM) joined that
 handling when SGLang first served it (PR #18521, 2026-02-10; server_args' DeepSeek-family handler)."""
+
+
+def _builds(value: object) -> tuple[tuple[str, tuple[tuple[str, float], ...]], ...]:
+    """EngineProfile.builds from its YAML mapping (version -> {field: seconds}), sorted by version."""
+    if isinstance(value, tuple):
+        return value
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise ValueError(f"builds must map a version to its host terms ({{field: seconds}}), got {value!r}")
+    return tuple(sorted((str(k), tuple(sorted(v.items()))) for k, v in value.items()))
 
 
 @attrs.frozen(kw_only=True)
@@ -163,6 +173,11 @@ class EngineProfile:
     request's pages are taken as one run); buffer, one per send buffer-full (TensorRT-LLM's cache
     transceiver copies the blocks into a contiguous buffer of TRANSFER_BUFFER_BYTES before sending)."""
 
+    builds: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = attrs.field(default=(), converter=_builds)
+    """Host terms (HOST_TIME_FIELDS) of engine builds whose own fit differs from the profile's, by version
+    (YAML: a mapping of version to fields). :meth:`for_version` gives the profile of a build: the longest
+    listed version that the build's is, or starts with at a dot (0.5.10 covers 0.5.10.post1, not 0.5.1)."""
+
     dp_balancer: str = "least_loaded"
     """How the engine gives a new request to one of its attention-DP ranks (twin.shell.attention_dp): least_loaded, the
     rank with the fewest requests (TensorRT-LLM's request fetcher balances active requests over ranks);
@@ -195,6 +210,14 @@ class EngineProfile:
         if not is_count(self.sm100_deepseek_page_size):
             raise ValueError(f"engine {self.name!r}: sm100_deepseek_page_size must be an integer >= 0, got "
                              f"{self.sm100_deepseek_page_size!r}")
+        for build, terms in self.builds:
+            for field, value in terms:
+                if field not in HOST_TIME_FIELDS:
+                    raise ValueError(f"engine {self.name!r}: builds {build!r} sets {field!r}; a build sets host "
+                                     f"terms only: {', '.join(HOST_TIME_FIELDS)}")
+                if not (is_number(value) and 0.0 <= value < math.inf):
+                    raise ValueError(f"engine {self.name!r}: builds {build!r} {field} must be a finite number "
+                                     f"of seconds >= 0, got {value!r}")
         from hardware.calibration import MOE_KERNELS
 
         if self.sm100_deepseek_moe_kernel not in MOE_KERNELS:
@@ -299,6 +322,17 @@ class EngineProfile:
                              f"reserve of {reserved:.0f} MiB (chunked prefill {chunked_prefill_size}, CUDA graphs "
                              f"up to {cuda_graph_max_bs})")
         return fraction
+
+    def for_version(self, version: str | None) -> "EngineProfile":
+        """The profile of one build of the engine (``version``, e.g. SGLang's 0.5.10.post1): the host terms of
+        the longest entry of :attr:`builds` that the version is or starts with at a dot; the profile itself
+        for None or a version no entry covers."""
+        if not version:
+            return self
+        match = max((b for b in self.builds if version == b[0] or version.startswith(b[0] + ".")),
+                    key=lambda b: len(b[0]), default=None)
+        terms: dict[str, Any] = dict(match[1]) if match is not None else {}
+        return attrs.evolve(self, **terms) if terms else self
 
     @property
     def default_graph_mode(self) -> str:

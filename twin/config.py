@@ -237,6 +237,10 @@ class EngineConfig:
     name: str = attrs.field(default="vllm", validator=known_name("engine", "list_engines"))
     """The serving engine whose defaults, scheduling rules and host costs are modelled: ``vllm``, ``sglang``
     or ``trtllm`` (profiles in hardware/data/engines/*.yaml)."""
+    version: str | None = None
+    """The engine build modelled (SGLang's ``0.5.10.post1``, vLLM's ``0.19.0``): where the profile lists host
+    terms fitted on that build (its ``builds``: 0.5.10 covers 0.5.10.post1), they replace the profile's. Null:
+    the profile's own (fitted on the build its ``version`` names)."""
     moe_kernel: str = attrs.field(default="default",
                                   validator=one_of(*MOE_KERNELS))
     """Routed-expert kernel family: ``default`` (the engine's own kernel for the weight format), ``marlin``

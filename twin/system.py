@@ -50,7 +50,7 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
                               f"prediction module, and {model.name} has none "
                               f"(no num_nextn_predict_layers / mtp_num_hidden_layers)")
         parallel["spec_tokens"] = spec.num_speculative_tokens
-    engine = load_engine(config.engine.name)
+    engine = load_engine(config.engine.name).for_version(config.engine.version)
     if spec.enabled and engine.host_overlap and not drafting_overlap(engine, spec):
         engine = attrs.evolve(engine, host_overlap=False)   # the engine as launched: no overlap while drafting
     try:

@@ -252,6 +252,17 @@ def sglang_mem_fraction(row: dict[str, str], spec: "RowSpec") -> float:
                                           dp_attention=spec.agg.dp)
 
 
+def harness_engine_version(row: dict[str, str], spec: "RowSpec") -> dict[str, str]:
+    """``{"version": backend_version}`` where the engine profile has host terms of the row's build
+    (EngineProfile.builds), else nothing: a benchmark measured again under another version label keeps one
+    twin config (simulation_key)."""
+    import hardware
+
+    version = row.get("backend_version", "").strip()
+    engine = hardware.load_engine(spec.backend)
+    return {"version": version} if engine.for_version(version) is not engine else {}
+
+
 def harness_prefix_caching(row: dict[str, str], spec: "RowSpec", proto: Protocol) -> bool | None:
     """Whether the row's engine ran with its prefix cache, where the harness set it (None: the engine's
     default). InferenceMAX's aggregated scripts (validation/harness/inferencemax_flags.md, item 6, and

@@ -133,12 +133,14 @@ def prompt_steps(row: dict[str, str]) -> tuple[Any, list[Any], Any]:
 
 def fit_eager(csv_path: Path, journal: Path, engines: Sequence[str],
               max_conc: int = 16, train_models: str | None = None,
-              by_group: bool = False) -> dict[str, dict[str, float]]:
+              by_group: bool = False, versions: str | None = None) -> dict[str, dict[str, float]]:
     """Grid fit of each engine's eager host terms on its TRAIN rows; ``train_models`` (a regular expression
     on model_path) adds that model's rows on any GPU to the train set, for an engine whose H100 rows cannot
     constrain a term (SGLang: dense Qwen3-32B only, no MoE layer). ``journal`` must come from a run with
     every eager host term at 0 (its header does not record the constants); the terms are priced from 0
-    here whatever the shipped profiles hold. ``by_group`` also prints what each (GPU, model) group wants."""
+    here whatever the shipped profiles hold. ``by_group`` also prints what each (GPU, model) group wants.
+    ``versions`` (a regular expression on backend_version) fits one engine build (EngineProfile.builds): only
+    its rows are read, and they are the train set on any GPU (those of ``train_models`` alone, if given)."""
     from twin.system import cost_model
     from validation.silicon import Skip, read_rows, row_spec
 
@@ -148,6 +150,8 @@ def fit_eager(csv_path: Path, journal: Path, engines: Sequence[str],
         rows = []
         for row in read_rows(csv_path):
             if row["backend"] != engine or row["id"] not in base_ttft:
+                continue
+            if versions and not re.fullmatch(versions, row.get("backend_version", "")):
                 continue
             try:
                 spec = row_spec(row)
@@ -161,6 +165,8 @@ def fit_eager(csv_path: Path, journal: Path, engines: Sequence[str],
             dep = attrs.evolve(dep, engine=zeroed)
             rows.append((row, spec, dep, shapes, cfg))
         def trains(row: dict[str, str], spec: Any) -> bool:
+            if versions:
+                return not train_models or bool(re.search(train_models, row["model_path"]))
             return spec.gpu == TRAIN_GPU or bool(train_models and re.search(train_models, row["model_path"]))
 
         train = [r for r in rows if trains(r[0], r[1])]

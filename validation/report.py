@@ -172,8 +172,11 @@ def _add_fit_commands(sub: Any) -> None:
                      help="regular expression on model_path: those rows join the train set on any GPU")
     eag.add_argument("--by-group", action="store_true",
                      help="also print the per-MoE-layer value each (GPU, model) group's rows want")
+    eag.add_argument("--versions", default=None,
+                     help="regular expression on backend_version: fit that engine build alone (its rows, any "
+                          "GPU, are the train set; the profile's builds)")
     _command(eag, lambda a: json.dumps(fit_eager(a.csv, a.journal, a.engines, a.max_conc, a.train_models,
-                                                 a.by_group), indent=2))
+                                                 a.by_group, a.versions), indent=2))
 
 
 def _add_per_row_commands(sub: Any) -> None:

@@ -8,8 +8,8 @@ from typing import Any
 
 from validation.harness_decoding import engine_moe_kernel, harness_moe_kernel, harness_sampling, \
     harness_spec_overlap, harness_speculative, mtp_acceptance
-from validation.harness_launch import (deployment_limits, harness_graphs, harness_kv, harness_prefix_caching,
-                                       harness_skip)
+from validation.harness_launch import (deployment_limits, harness_engine_version, harness_graphs, harness_kv,
+                                       harness_prefix_caching, harness_skip)
 from validation.measured_rows import Skip
 from validation.protocols import GENAI_PERF, protocol
 from validation.row_spec import row_spec
@@ -67,7 +67,7 @@ def row_config(row: dict[str, str], *, waves: int | None = None, prompt_pool: st
         kernel = engine_moe_kernel(row, spec)
     if kernel != "default":
         cfg["engine"]["moe_kernel"] = kernel
-    cfg["engine"].update(harness_graphs(row, spec, proto))
+    cfg["engine"].update(harness_graphs(row, spec, proto), **harness_engine_version(row, spec))
     sampling = harness_sampling(row, spec, proto)
     if sampling != "greedy":
         cfg["engine"]["sampling"] = sampling

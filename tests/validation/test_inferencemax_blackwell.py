@@ -277,3 +277,14 @@ def test_the_flags_notes_show_each_script_version_as_the_validator_reads_it() ->
              if "launch" in e}
     assert len(quoted) >= 10
     assert [q for q in quoted if json.dumps(json.loads(q), sort_keys=True) not in every] == []
+
+
+def test_a_row_names_its_engine_build() -> None:
+    """The row's backend_version becomes engine.version where the profile has host terms of that build; a
+    row of another build, or without one, leaves it out (its config stays that of the same benchmark
+    measured under another label)."""
+    row = dsr1("sglang", "fp4", "2026-04-18", "", 4, backend_version="0.5.10.post1")
+    assert row_config(row)["engine"]["version"] == "0.5.10.post1"
+    for other in ("", "0.5.9", "nightly-dev"):
+        assert "version" not in row_config(dsr1("sglang", "fp4", "2026-04-18", "", 4, backend_version=other))["engine"]
+    assert "version" not in row_config(dsr1("vllm", "fp4", "2026-04-18", "", 4, backend_version="0.5.10"))["engine"]
