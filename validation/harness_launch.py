@@ -6,6 +6,7 @@ reproduce.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from twin.core.kv_cache import cdiv
@@ -252,13 +253,39 @@ def sglang_mem_fraction(row: dict[str, str], spec: "RowSpec") -> float:
                                           dp_attention=spec.agg.dp)
 
 
+NIGHTLY_LINES: dict[str, tuple[tuple[str, str], ...]] = {
+    "sglang": (("2026-02-26", "0.5.10"), ("2026-04-08", "0.5.11")),
+}
+"""(day, version) by engine: a nightly image built on or after ``day`` (and before the next entry's day) is a
+development build of ``version``. Each day is the first on which InferenceX ran the release before it
+(SGLang v0.5.9: f267602ff, 2026-02-26; v0.5.10: 6f6a5fe07, 2026-04-08), so on or after that release; a
+nightly from the days between a release and its first use there keeps the older line's label."""
+_NIGHTLY_IMAGE = re.compile(r"image=\S*:nightly[-\w]*?-(20\d{6})-")
+
+
+def nightly_build(backend: str, source: str) -> str | None:
+    """The version a nightly image named in a row's source is a development build of (``0.5.10.dev20260401``
+    for ``lmsysorg/sglang:nightly-dev-cu13-20260401-b6fe0cca``), or None (no dated nightly image, or a day
+    before the engine's first entry in NIGHTLY_LINES)."""
+    m = _NIGHTLY_IMAGE.search(source)
+    if m is None:
+        return None
+    stamp = m.group(1)
+    day = f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:]}"
+    lines = [v for since, v in NIGHTLY_LINES.get(backend, ()) if since <= day]
+    return f"{lines[-1]}.dev{stamp}" if lines else None
+
+
 def harness_engine_version(row: dict[str, str], spec: "RowSpec") -> dict[str, str]:
-    """``{"version": backend_version}`` where the engine profile has host terms of the row's build
-    (EngineProfile.builds), else nothing: a benchmark measured again under another version label keeps one
-    twin config (simulation_key)."""
+    """``{"version": ...}`` where the engine profile has host terms of the row's build (EngineProfile.builds),
+    else nothing: a benchmark measured again under another version label keeps one twin config
+    (simulation_key). The build is the row's backend_version, or for a nightly the release line its dated
+    image belongs to (:func:`nightly_build`)."""
     import hardware
 
     version = row.get("backend_version", "").strip()
+    if version.startswith("nightly"):
+        version = nightly_build(spec.backend, row.get("silicon_data_source", "")) or version
     engine = hardware.load_engine(spec.backend)
     return {"version": version} if engine.for_version(version) is not engine else {}
 

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from validation import inferencemax_blackwell as blackwell
+from validation.harness_launch import nightly_build
 from validation.samples import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
 from validation.silicon import row_config, row_spec
 
@@ -288,3 +289,22 @@ def test_a_row_names_its_engine_build() -> None:
     for other in ("", "0.5.9", "nightly-dev"):
         assert "version" not in row_config(dsr1("sglang", "fp4", "2026-04-18", "", 4, backend_version=other))["engine"]
     assert "version" not in row_config(dsr1("vllm", "fp4", "2026-04-18", "", 4, backend_version="0.5.10"))["engine"]
+
+
+def test_a_dated_nightly_image_is_a_build_of_the_next_release() -> None:
+    """An SGLang nightly dated on or after the day InferenceX first ran v0.5.9 (2026-02-26) and before it
+    first ran v0.5.10 (2026-04-08) is a 0.5.10 development build, so it takes the 0.5.10 build's host terms;
+    an earlier one, an undated tag and another engine's nightly keep the profile's."""
+    assert nightly_build("sglang", "a=1; image=lmsysorg/sglang:nightly-dev-cu13-20260401-b6fe0cca") == \
+        "0.5.10.dev20260401"
+    assert nightly_build("sglang", "image=lmsysorg/sglang:nightly-dev-20260226-d3bae71e") == "0.5.10.dev20260226"
+    assert nightly_build("sglang", "image=lmsysorg/sglang:nightly-dev-20260408-d3bae71e") == "0.5.11.dev20260408"
+    assert nightly_build("sglang", "image=lmsysorg/sglang:nightly-dev-20260216-d3bae71e") is None
+    assert nightly_build("sglang", "image=lmsysorg/sglang:v0.5.10.post1-cu130") is None
+    assert nightly_build("vllm", "image=vllm/vllm-openai:nightly-5b8c30d62b754b57") is None
+    glm = dsr1("sglang", "fp4", "2026-04-03", "image=lmsysorg/sglang:nightly-dev-cu13-20260401-b6fe0cca", 4,
+               backend_version="nightly-dev")
+    assert row_config(glm)["engine"]["version"] == "0.5.10.dev20260401"
+    early = dsr1("sglang", "fp4", "2026-02-20", "image=lmsysorg/sglang:nightly-dev-20260216-d3bae71e", 4,
+                 backend_version="nightly-dev")
+    assert "version" not in row_config(early)["engine"]
