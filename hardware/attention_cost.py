@@ -50,8 +50,8 @@ class AttentionCost:
         """One attention layer's time by (mixer id, heads, KV heads), for the arguments ``_layer_key`` of the
         last :meth:`time_s` call."""
         self._mla_proj_cache: dict[tuple[int, int, int, int], float] = {}
-        """MLA decode's W_UK / W_UV projections by (calibration, mixer, heads, query tokens): they do not
-        depend on the context, which every decode step changes (_mla_s)."""
+        """Absorbed MLA's W_UK / W_UV projections (decode, DSA sparse prefill) by (calibration, mixer, heads,
+        query tokens): they do not depend on the context, which every decode step changes (_absorb_s)."""
         self._rate_bounds: dict[bool, RateTerms | None] = {}
         """max_kv_bound's per-layer constants, by whether the decode attention replays a graph."""
 
@@ -134,27 +134,13 @@ class AttentionCost:
             pk = min(pk, p_tokens * mx.index_topk)
             dm = min(dm, mx.index_topk)
         if D:
-            Dq = D * dq  # decode query tokens
-            key = (id(cal), id(mx), heads, Dq)  # (both held by this model: the ids stay theirs)
-            projections = self._mla_proj_cache.get(key)
-            if projections is None:
-                proj, proj_peak, kv_b_bytes = self._mla_proj(mx, cal)
-                projections = proj.time_s(Dq * heads * 2.0 * (nope * lat + lat * v),
-                                          kv_b_bytes + Dq * heads * (nope + lat + lat + v) * ACT_BYTES, Dq,
-                                          proj_peak, bw)
-                if len(self._mla_proj_cache) >= CACHE_LIMIT:
-                    self._mla_proj_cache.clear()
-                self._mla_proj_cache[key] = projections
-            t += projections
+            t += self._absorb_s(mx, cal, heads, D * dq, bw)   # (D * dq: the decode query tokens)
             t += kernels.mla_decode_s(cal.mla_decode, reqs=D, sum_kv=dk, heads=heads * dq, kv_lora_rank=lat,
                                       rope_dim=rope, kv_bytes=d.kv_bytes_per_elem, peak_flops=peak, bw_Bps=bw,
                                       rate_rows=decode_rate_rows(D, dk, dm))
         if p_tokens and mx.index_topk and d.engine.dsa_prefill == "sparse_padded" \
                 and p_kv > p_reqs * mx.index_topk:
-            proj, proj_peak, kv_b_bytes = self._mla_proj(mx, cal)
-            t += proj.time_s(p_tokens * heads * 2.0 * (nope * lat + lat * v),
-                             kv_b_bytes + p_tokens * heads * (nope + lat + lat + v) * ACT_BYTES, p_tokens,
-                             proj_peak, bw)
+            t += self._absorb_s(mx, cal, heads, p_tokens, bw)
             step = 128 if d.gpu.arch == "blackwell" else 64
             padded = -(-heads // step) * step
             t += pp * padded * 2.0 * (lat + rope + lat) / (FLASHMLA_SPARSE_PREFILL_EFF * peak)
@@ -166,6 +152,23 @@ class AttentionCost:
                                        qk_dim=nope + rope, v_dim=v, peak_flops=peak, bw_Bps=bw)
         if idx_flops:
             t += cal.attn_decode.time_s(idx_flops, idx_bytes, D * dq + p_tokens, d.gpu.flops_for("fp8"), bw)
+        return t
+
+    def _absorb_s(self, mx: MixerSpec, cal: Calibration, heads: int, tokens: int, bw: float) -> float:
+        """Absorbed MLA's W_UK / W_UV for ``tokens`` query tokens: batched GEMMs of nope x latent and latent x
+        v per head per token, the kv_b weights streamed (memoised: they do not depend on the context, which
+        every decode step changes)."""
+        key = (id(cal), id(mx), heads, tokens)  # (both held by this model: the ids stay theirs)
+        hit = self._mla_proj_cache.get(key)
+        if hit is not None:
+            return hit
+        lat, nope, v = mx.kv_lora_rank, mx.qk_nope_head_dim, mx.vdim
+        proj, proj_peak, kv_b_bytes = self._mla_proj(mx, cal)
+        t = proj.time_s(tokens * heads * 2.0 * (nope * lat + lat * v),
+                        kv_b_bytes + tokens * heads * (nope + lat + lat + v) * ACT_BYTES, tokens, proj_peak, bw)
+        if len(self._mla_proj_cache) >= CACHE_LIMIT:
+            self._mla_proj_cache.clear()
+        self._mla_proj_cache[key] = t
         return t
 
     def _mla_proj(self, mx: MixerSpec, cal: Calibration) -> tuple[Roofline, float, float]:

@@ -25,6 +25,7 @@ from twin.core.lifecycle import TERMINAL, KVState
 from twin.core.request import NO_TIME, Request, Status
 
 NS = 1e9
+"""Nanoseconds a second, as the table's seconds are taken from the requests' integer nanoseconds."""
 
 REQUEST_FIELDS: list[tuple[str, str]] = [
     ("id", "i8"), ("session", "O"), ("turn", "i4"), ("worker", "i4"), ("status", "O"), ("fail_reason", "O"),
@@ -224,10 +225,6 @@ class RequestLog:
             raise InvariantError(f"request ids are not 0 .. {self.rows - 1}: {self.written} rows written")
         self._closed = RequestTable(self._files, self.rows)
         return self._closed
-
-    def table(self) -> np.ndarray:
-        """Every row in request-id order, in memory (:meth:`RequestTable.table`)."""
-        return self.close().table()
 
 
 READ_ROWS = 8192

@@ -19,9 +19,7 @@ from typing import IO, Any, NamedTuple
 import numpy as np
 import yaml
 
-from twin.request_log import REQUEST_FIELDS, RequestTable
-
-NS = 1e9
+from twin.request_log import NS, REQUEST_FIELDS, RequestTable
 
 PERCENTILES = (50, 90, 99)
 """The percentiles every latency is summarised by."""

@@ -125,7 +125,7 @@ def test_the_log_orders_rows_by_request_id_and_holds_those_whose_kv_lives_on():
     staged.to(KVState.FREED, 9)
     log.add(ended(4))        # the next write finds the held row's KV at its end and writes it too
     assert log.held == {} and log.count == 5
-    table = log.table()
+    table = log.close().table()
     assert list(table["id"]) == [0, 1, 2, 3, 4]
     assert list(table["kv_state"]) == ["", "freed", "", "", ""]
 
