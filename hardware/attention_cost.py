@@ -174,7 +174,7 @@ class AttentionCost:
     def _mla_proj(self, mx: MixerSpec, cal: Calibration) -> tuple[Roofline, float, float]:
         """The GEMM curve, its peak rate and the kv_b weight bytes of MLA's projections."""
         d = self.dep
-        quant = d.model.quant_scope == "all"
+        quant = d.model.quantised("attention_in")
         fmt = d.linear_curve_dtype(quant)
         weights = d.mla_kv_b_elems(mx) * d.linear_bytes_per_elem(quant)
         return cal.gemm_for(fmt), d.gpu.flops_for(COMPUTE_DTYPE[fmt]), weights

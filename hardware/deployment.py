@@ -313,12 +313,12 @@ class Deployment:
     # --- linear layers ------------------------------------------------------------------------
     def mixer_linears(self, m: MixerSpec) -> list[Linear]:
         """Projection GEMMs of one mixer on one GPU (QKV-like first, output projection last)."""
-        h, q = self.model.hidden_size, self._dense_quantized
-        heads = self.mixer_heads(m)
+        h, heads = self.model.hidden_size, self.mixer_heads(m)
+        q, qo = self.model.quantised("attention_in"), self.model.quantised("attention_out")
         if m.kind == "gqa":
             out = heads * m.head_dim * (2 if m.output_gate else 1) + self.mixer_kv_heads(m) * (
                 m.head_dim + m.vdim)
-            return [Linear("qkv_proj", out, h, q), Linear("o_proj", h, heads * m.vdim, q)]
+            return [Linear("qkv_proj", out, h, q), Linear("o_proj", h, heads * m.vdim, qo)]
         if m.kind == "mla":
             qk = m.qk_nope_head_dim + m.qk_rope_head_dim
             lins = []
@@ -328,13 +328,15 @@ class Deployment:
                 lins += [Linear("q_proj", heads * qk, h, q)]
             lins += [Linear("kv_a_proj", m.kv_lora_rank + m.qk_rope_head_dim, h, q)]
             if m.index_n_heads:
-                lins += [Linear("indexer_q", m.index_n_heads * m.index_head_dim, m.q_lora_rank or h, q),
+                lins += [Linear("indexer_q", m.index_n_heads * m.index_head_dim, m.q_lora_rank or h,
+                                self.model.quantised("indexer")),
                          Linear("indexer_k", m.index_head_dim + m.index_n_heads, h, False)]
             if m.output_gate:
                 lins += [Linear("g_proj", heads * m.vdim, h, q)]
-            return lins + [Linear("o_proj", h, heads * m.vdim, q)]
+            return lins + [Linear("o_proj", h, heads * m.vdim, qo)]
         if m.kind == "csa":
             return self._csa_linears(m, heads)
+        q = self.model.quantised("linear_attention")
         if m.kind == "mamba2":
             d_inner, groups = heads * m.head_dim, self.mixer_groups(m)
             return [Linear("in_proj", 2 * d_inner + 2 * groups * m.state_size + heads, h, q),
@@ -391,15 +393,17 @@ class Deployment:
         if f.kind == "dense":
             inter = _cdiv(f.intermediate_size, self.tp)
             up = 2 * inter if f.gated else inter
-            return [Linear("up_proj", up, h, q), Linear("down_proj", h, inter, q)]
+            qd = self.model.quantised("dense_mlp")
+            return [Linear("up_proj", up, h, qd), Linear("down_proj", h, inter, qd)]
         lins = [Linear("router", f.num_experts, h, False, fp32=f.router_fp32)]
         if f.latent_size:
             lat = _cdiv(f.latent_size, 1)
             lins += [Linear("latent_in", lat, h, q), Linear("latent_out", h, lat, q)]
         if f.shared_intermediate_size:
             inter = _cdiv(f.shared_intermediate_size, self.tp)
-            lins += [Linear("shared_up", (2 if f.gated else 1) * inter, h, q),
-                     Linear("shared_down", h, inter, q)]
+            qs = self.model.quantised("shared_experts")
+            lins += [Linear("shared_up", (2 if f.gated else 1) * inter, h, qs),
+                     Linear("shared_down", h, inter, qs)]
         return lins
 
     def expert_slots(self, f: FfnSpec) -> int:
@@ -570,7 +574,7 @@ class Deployment:
         if mixer is not None:
             b += self._linears_bytes(self.mixer_linears(mixer))
             if mixer.kind == "mla":
-                b += self.mla_kv_b_elems(mixer) * self.linear_bytes_per_elem(self._dense_quantized)
+                b += self.mla_kv_b_elems(mixer) * self.linear_bytes_per_elem(self.model.quantised("attention_in"))
         if ffn is not None:
             b += self._linears_bytes(self.ffn_linears(ffn))
             if ffn.kind == "moe":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,10 @@ class ModelSpec:
     from default_weight_dtype (the experts'): DeepSeek-V4's block-FP8 attention and shared experts beside
     MXFP4 / NVFP4 experts. "" when all share one format."""
     quant_scope: str = "all"               # "all" linear layers or only routed "experts" (gpt-oss, Kimi int4)
+    unquantised: frozenset[str] = frozenset()
+    """Under quant_scope "all", the classes of linear layers (UNQUANTISED_CLASSES) the checkpoint keeps in BF16:
+    ModelOpt's ``exclude_modules`` (hf_quant_config.json), which NVIDIA's NVFP4 checkpoints use for their
+    attention projections, shared experts and linear-attention layers (:func:`excluded_classes`)."""
     layers: tuple[Layer, ...] = attrs.field(default=attrs.Factory(_dense_layers, takes_self=True))
     mtp_layers: int = 0
     """Next-token-prediction modules in the checkpoint (config ``num_nextn_predict_layers``: 1 for
@@ -93,6 +98,15 @@ class ModelSpec:
         if self.quant_scope not in ("all", "experts"):
             raise ValueError(f"model {self.name!r}: quant_scope must be 'all' or 'experts', got "
                              f"{self.quant_scope!r}")
+        unknown = sorted(self.unquantised - set(UNQUANTISED_CLASSES))
+        if unknown:
+            raise ValueError(f"model {self.name!r}: unquantised classes {unknown} unknown; expected some of "
+                             f"{', '.join(UNQUANTISED_CLASSES)}")
+
+    def quantised(self, cls: str) -> bool:
+        """Whether this checkpoint's linear layers of class ``cls`` (UNQUANTISED_CLASSES) carry its quantised
+        format (False: BF16): under quant_scope "experts" none do, under "all" those not in ``unquantised``."""
+        return self.quant_scope == "all" and cls not in self.unquantised
 
     def weight_dtype_for(self, precision: str) -> str:
         """Map a benchmark's precision label to this checkpoint's weight format.
@@ -297,6 +311,81 @@ def _quant_dtypes(cfg: dict[str, Any], quant: dict[str, Any] | None) -> tuple[st
     return weight, kv
 
 
+UNQUANTISED_CLASSES = ("attention_in", "attention_out", "indexer", "linear_attention", "shared_experts",
+                       "dense_mlp")
+"""Classes of linear layers a checkpoint may keep in BF16 beside quantised ones (ModelSpec.unquantised): the
+attention's input projections (GQA's q / k / v, MLA's q_a / q_b / kv_a / kv_b, an output gate), its output
+projection, DSA's indexer, the linear-attention layers' (gated DeltaNet, Mamba2) projections, the MoE layers'
+shared experts and the dense MLPs."""
+
+_EXCLUDED = (
+    (re.compile(r"\.(self_attn|attn)(\*|\.\*)?$"), ("attention_in", "attention_out", "indexer")),
+    (re.compile(r"\.self_attn\.(q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj|q_proj|k_proj|v_proj|qkv_proj)\*?$"),
+     ("attention_in",)),
+    (re.compile(r"\.self_attn\.o_proj\*?$"), ("attention_out",)),
+    (re.compile(r"\.self_attn\.indexer"), ("indexer",)),
+    (re.compile(r"\.linear_attn"), ("linear_attention",)),
+    (re.compile(r"\.shared_experts?(\*|\.|$)"), ("shared_experts",)),
+    (re.compile(r"\.mlp(\*|\.\*)?$"), ("dense_mlp",)),
+)
+"""ModelOpt exclude_modules patterns -> the classes they keep in BF16 (one layer's modules each)."""
+_WHOLE_LAYER = re.compile(r"layers\.(\d+)(\*|\.\*)$")
+_LAYER = re.compile(r"layers\.(\d+)\.")
+
+
+def _class_layers(layers: list[Layer]) -> dict[str, set[int]]:
+    """The layers that hold a linear layer of each class."""
+    out: dict[str, set[int]] = {c: set() for c in UNQUANTISED_CLASSES}
+    for i, (mx, ffn) in enumerate(layers):
+        if mx is not None and mx.kind in ("gqa", "mla"):
+            out["attention_in"].add(i)
+            out["attention_out"].add(i)
+            if mx.index_topk:
+                out["indexer"].add(i)
+        elif mx is not None and mx.kind in ("gdn", "mamba2"):
+            out["linear_attention"].add(i)
+        if ffn is not None and ffn.kind == "dense":
+            out["dense_mlp"].add(i)
+        elif ffn is not None and ffn.shared_intermediate_size:
+            out["shared_experts"].add(i)
+    return out
+
+
+def _modelopt_exclusions(quant: dict[str, Any] | None, cfg: dict[str, Any]) -> list[Any]:
+    """The module patterns a ModelOpt checkpoint keeps out of its quantised format: hf_quant_config.json's
+    ``exclude_modules``, or config.json's ``quantization_config.ignore`` (quant_method modelopt, as
+    nvidia/Kimi-K2.5-NVFP4 ships it). None for mixed-precision checkpoints, which list every layer's format."""
+    q = (quant or {}).get("quantization", {})
+    if quant is not None:
+        return [] if str(q.get("quant_algo", "")).upper() == "MIXED_PRECISION" else list(q.get("exclude_modules") or [])
+    qc = cfg.get("quantization_config") or {}
+    if str(qc.get("quant_method", "")).lower() != "modelopt":
+        return []
+    return list(qc.get("exclude_modules") or qc.get("ignore") or [])
+
+
+def excluded_classes(quant: dict[str, Any] | None, cfg: dict[str, Any], layers: list[Layer]) -> frozenset[str]:
+    """ModelSpec.unquantised of a ModelOpt checkpoint: the classes whose modules its exclusions
+    (:func:`_modelopt_exclusions`) keep in BF16 in at least half the layers that hold them (a pattern without a
+    layer index counts for every layer; an excluded whole layer, for its dense MLP). Layers past the decoder's
+    (the MTP module) do not count."""
+    holders = _class_layers(layers)
+    hit: dict[str, set[int]] = {c: set() for c in UNQUANTISED_CLASSES}
+    for pattern in _modelopt_exclusions(quant, cfg):
+        text = str(pattern)
+        whole = _WHOLE_LAYER.search(text)
+        if whole:
+            hit["dense_mlp"].add(int(whole.group(1)))
+            continue
+        index = _LAYER.search(text)
+        for rule, classes in _EXCLUDED:
+            if rule.search(text):
+                for c in classes:
+                    hit[c].update(holders[c] if index is None else {int(index.group(1))})
+    return frozenset(c for c in UNQUANTISED_CLASSES
+                     if holders[c] and 2 * len(hit[c] & holders[c]) >= len(holders[c]))
+
+
 def _ignores_attention(cfg: dict[str, Any], text: dict[str, Any]) -> bool:
     """A compressed-tensors checkpoint whose ``ignore`` list leaves the attention unquantised: Moonshot's
     Kimi-K2.5 (INT4) and Kimi-K3 (MXFP4) quantise only their routed experts, the shared experts, dense MLPs and
@@ -399,6 +488,9 @@ def _load_canonical(canonical: str) -> ModelSpec:
         scope = "experts" if (model_type == "gpt_oss" or _ignores_attention(cfg, text)) else "all"
         spec = _spec(canonical, model_type, text, layers, entry.get("weight_dtype", weight),
                      entry.get("kv_dtype", kv), str(entry.get("quant_scope", scope)), dense_fmt)
+        unquantised = entry.get("unquantised")
+        spec = attrs.evolve(spec, unquantised=frozenset(
+            excluded_classes(quant, cfg, layers) if unquantised is None else map(str, unquantised)))
         if model_type in DEEPSEEK_V4_TYPES and spec.mtp_layers:
             spec = attrs.evolve(spec, mtp_layer=deepseek_v4_mtp(text, layers))
         return spec

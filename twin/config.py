@@ -17,6 +17,7 @@ from hardware.calibration import MOE_KERNELS
 from hardware.deployment import FP32_MATMUL, SAMPLINGS
 from hardware.engine import ADMISSION_RESERVES, GRAPH_MODES, KV_TRANSFER_PIECES, PREEMPTION_RULES
 from hardware.kernels import SERVING_ROUTINGS
+from hardware.model import UNQUANTISED_CLASSES
 from twin.config_codec import from_dict, key_lines, parse_override, read_yaml, set_path, to_dict, within
 # (the parts' modules import the shared validators and the clock's range from here, beside the sections)
 from twin.config_validators import (CLOCK_MAX_S, MAX_POOL_BLOCKS, bytes_gib, fraction, known_name,  # noqa: F401
@@ -155,6 +156,14 @@ class HardwareConfig:
         self.spec()   # a factor the GPU cannot take (flops_fp4 on a GPU with no FP4 rate) fails here, naming it
 
 
+def _unquantised_classes(inst: Any, attr: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if value is None:
+        return
+    unknown = [v for v in value if v not in UNQUANTISED_CLASSES]
+    if unknown or isinstance(value, str):
+        raise ValueError(f"{attr.name} must list classes of {list(UNQUANTISED_CLASSES)}, got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class ModelConfig:
     name: str = attrs.field(default="meta-llama/Llama-3.1-8B", validator=known_name("model", "list_models"))
@@ -169,6 +178,13 @@ class ModelConfig:
     moe_routing: str = attrs.field(default="power_law", validator=one_of(*SERVING_ROUTINGS))
     """How a MoE model's router spreads tokens over experts: ``power_law`` (aiconfigurator's skewed loads,
     hardware.kernels.power_law_load) or ``uniform`` (independent top-k draws). Ignored for dense models."""
+    unquantised: tuple[str, ...] | None = attrs.field(default=None, validator=_unquantised_classes)
+    """The classes of linear layers kept in BF16 while the others take ``weight_dtype``: any of
+    ``attention_in`` (q / k / v and MLA's q_a / q_b / kv_a / kv_b projections), ``attention_out``, ``indexer``
+    (DSA's), ``linear_attention`` (gated DeltaNet / Mamba2 projections), ``shared_experts``, ``dense_mlp``;
+    ``[]``: every linear layer quantised. Null: the checkpoint's own (NVIDIA's NVFP4 checkpoints keep those
+    their ModelOpt ``exclude_modules`` name; a checkpoint quantising its routed experts alone keeps every
+    other)."""
 
 
 SPEC_METHODS = ("none", "mtp")

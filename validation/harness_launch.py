@@ -263,6 +263,32 @@ nightly from the days between a release and its first use there keeps the older 
 _NIGHTLY_IMAGE = re.compile(r"image=\S*:nightly[-\w]*?-(20\d{6})-")
 
 
+NVFP4_SERVED = {
+    "deepseek-ai/DeepSeek-V3": "nvidia/DeepSeek-R1-0528-NVFP4-v2",
+    "deepseek-ai/DeepSeek-R1": "nvidia/DeepSeek-R1-0528-NVFP4-v2",
+    "Qwen/Qwen3.5-397B-A17B": "nvidia/Qwen3.5-397B-A17B-NVFP4",
+    "moonshotai/Kimi-K2.5": "nvidia/Kimi-K2.5-NVFP4",
+    "MiniMaxAI/MiniMax-M2.5": "nvidia/MiniMax-M2.5-NVFP4",
+    "zhipuai/GLM-5": "nvidia/GLM-5-NVFP4",
+}
+"""The checkpoint InferenceMAX serves for an FP4 row of each model: NVIDIA's ModelOpt NVFP4 checkpoints
+(``hf_model`` of every FP4 Blackwell entry in validation/harness/inferencemax_flags.json; the disaggregated
+DeepSeek FP4 configs name nvidia/DeepSeek-R1-0528-NVFP4-v2, InferenceX .github/configs/nvidia-master.yaml
+dsr1-fp4-gb300-dynamo-trt / -sglang at 12ba0ae07). They keep some layers in BF16 (their exclude_modules:
+hardware.model.excluded_classes), which the row's own model name does not say."""
+
+
+def harness_unquantised(row: dict[str, str], spec: "RowSpec") -> dict[str, list[str]]:
+    """``model.unquantised`` for an FP4 row: the classes of linear layers the NVFP4 checkpoint the server
+    loaded (:data:`NVFP4_SERVED`) keeps in BF16; empty for other rows (the named checkpoint's own)."""
+    from hardware import load_model
+
+    served = NVFP4_SERVED.get(row["model_path"].strip())
+    if spec.weight_dtype != "fp4" or served is None:
+        return {}
+    return {"unquantised": sorted(load_model(served).unquantised)}
+
+
 def nightly_build(backend: str, source: str) -> str | None:
     """The version a nightly image named in a row's source is a development build of (``0.5.10.dev20260401``
     for ``lmsysorg/sglang:nightly-dev-cu13-20260401-b6fe0cca``), or None (no dated nightly image, or a day

@@ -9,7 +9,7 @@ from typing import Any
 from validation.harness_decoding import engine_moe_kernel, harness_moe_kernel, harness_sampling, \
     harness_spec_overlap, harness_speculative, mtp_acceptance
 from validation.harness_launch import (deployment_limits, harness_engine_version, harness_graphs, harness_kv,
-                                       harness_prefix_caching, harness_skip)
+                                       harness_prefix_caching, harness_skip, harness_unquantised)
 from validation.measured_rows import Skip
 from validation.protocols import GENAI_PERF, protocol
 from validation.row_spec import row_spec
@@ -52,7 +52,7 @@ def row_config(row: dict[str, str], *, waves: int | None = None, prompt_pool: st
     per_slot = waves if waves is not None else proto.waves
     cfg: dict[str, Any] = {
         "name": row["id"], "hardware": {"gpu": spec.gpu}, "engine": {"name": spec.backend},
-        "model": {"name": spec.model, "weight_dtype": spec.weight_dtype},
+        "model": {"name": spec.model, "weight_dtype": spec.weight_dtype, **harness_unquantised(row, spec)},
         "workload": {"kind": "synthetic", "num_requests": max(per_slot * conc, 10),
                      "arrival": {"kind": "concurrency", "concurrency": conc},
                      "input_tokens": _lengths(spec.isl, proto.low_frac),
