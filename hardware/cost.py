@@ -29,8 +29,8 @@ from hardware.kernels import BUSIEST_RANK
 from hardware.layer_plan import Gemm, LayerGroup, plan_gemm, plan_layer_group
 from hardware.layers import FfnSpec, MixerSpec
 from hardware.shape import BatchShape
-from hardware.terms import (DEVICE_TERMS, HOST_TERMS, OWNER_ENGINE, OWNER_GPU_MODEL, TERMS, TOKEN_TERMS, StepCost,
-                            check_terms)
+from hardware.terms import (DEVICE_TERMS, HOST_TERMS, OWNER_ENGINE, OWNER_GPU_MODEL, ROUTED_TERMS, TERMS, TOKEN_TERMS,
+                            StepCost, check_terms)
 
 __all__ = ["CostModel", "DEVICE_TERMS", "HOST_TERMS", "OWNER_ENGINE", "OWNER_GPU_MODEL", "StepCost", "TERMS",
            "TOKEN_TERMS"]
@@ -431,8 +431,13 @@ class CostModel:
         if padded is not None:
             tokens, reqs = padded
             padded_group = G and G - M + tokens
-            t["cuda_graph_padding"] = (sum(self._token_terms(tokens, reqs, reqs, q, padded_group).values())
-                                       - sum(self._token_terms(M, R, D, q, G).values()))
+            pad = self._token_terms(tokens, reqs, reqs, q, padded_group)
+            total = sum(pad.values())
+            if e.graph_padding_one_request and self.dep.model.is_moe and tokens > M + q:
+                # the dummies are one request repeated: the experts see one more distinct token's q tokens
+                one = self._token_terms(M + q, R + 1, D + 1, q, G and G + q)
+                total += sum(one[k] - pad[k] for k in ROUTED_TERMS)
+            t["cuda_graph_padding"] = total - sum(self._token_terms(M, R, D, q, G).values())
         if self.samples_top_p:  # every row the lm_head scores is sampled over the whole vocabulary
             t["sampler"] = e.sampler_s_per_vocab * self.dep.model.vocab_size * (R + D * (q - 1))
         t["step_host"] = e.step_host_s

@@ -100,6 +100,12 @@ class EngineProfile:
     graph_kernel_floor_s: float = 3e-6  # GPU floor of one kernel replayed in a CUDA graph
     eager_layer_host_s: float = 0.0     # CPU per decoder layer of a step run without CUDA graphs (eager_host)
     eager_moe_host_s: float = 0.0       # CPU per MoE layer of such a step, on top of eager_layer_host_s
+    graph_padding_one_request: bool = False
+    """Whether the engine pads a batch up to its CUDA graph's size with one dummy request repeated
+    (TensorRT-LLM: CUDAGraphRunner._get_padded_batch extends the batch with ``[padding_dummy_request] *
+    padding_size``): the padded tokens are identical, so the routed experts read the weights of one more
+    token's experts, not of padding_size more (cuda_graph_padding). False: the padded slots are priced as
+    distinct tokens."""
     sampler_s_per_vocab: float = 0.0
     """GPU seconds per sampled row per vocabulary entry when requests sample with top-k / top-p (the
     ``sampler`` cost term; Deployment.sampling): the filter, the softmax and the draw each touch every entry

@@ -42,6 +42,8 @@ TERMS: Mapping[str, tuple[str, str]] = MappingProxyType({
 # terms that depend only on (tokens, requests, decode requests) and are recomputed for CUDA-graph padding
 TOKEN_TERMS = ("qkv_proj", "o_proj", "ssm_proj", "ssm_scan", "mlp", "moe_experts", "moe_shared", "elementwise",
                "lm_head", "tp_allreduce", "ep_alltoall", "ep_imbalance", "pp_sendrecv")
+# the routed experts' terms, which see the distinct tokens a batch routes
+ROUTED_TERMS = ("moe_experts", "ep_imbalance")
 # CPU-side terms (hidden under GPU work when the engine overlaps scheduling with execution)
 HOST_TERMS = ("step_host", "request_host", "kv_traversal")
 DEVICE_TERMS = tuple(name for name in TERMS if name not in HOST_TERMS)

@@ -8,6 +8,7 @@ import pytest
 
 from hardware import (BatchShape, Calibration, Collective, CostModel, Deployment, DeploymentError, Roofline, StepCost,
                       load_engine, load_gpu, load_model)
+from hardware.terms import ROUTED_TERMS, TOKEN_TERMS
 
 # Llama-3.1-8B, by hand: hidden 4096, 32 heads, 8 KV heads, head_dim 128, MLP 14336, vocab 128256, 32 layers.
 H, NH, NKV, HD, I, V, L = 4096, 32, 8, 128, 14336, 128256, 32
@@ -295,6 +296,24 @@ def test_cuda_graph_padding_is_the_padded_minus_true_token_cost() -> None:
     assert c8.terms["cuda_graph_padding"] == 0.0
     eager = cm(cuda_graph=False).step_cost(five)
     assert eager.terms["cuda_graph_padding"] == 0.0
+
+
+def test_trtllm_pads_with_one_dummy_request_repeated() -> None:
+    """TensorRT-LLM pads a batch of 5 up to its graph of 8 with one dummy request three times: the routed
+    experts see the 5 real tokens and the dummy's (6 distinct), every other token term the 8 tokens; vLLM's
+    padded slots are priced as distinct tokens."""
+    gpu, model = load_gpu("b300_sxm"), load_model("deepseek-ai/DeepSeek-R1")
+    five, six, eight = (BatchShape.from_requests([1] * n, [1500] * n) for n in (5, 6, 8))
+    for name, distinct in (("trtllm", 6), ("vllm", 8)):
+        dep = Deployment(gpu=gpu, model=model, engine=load_engine(name), tp=4, ep=4)
+        model_cost = CostModel(dep)
+        c5, c6, c8 = (model_cost.step_cost(s).terms for s in (five, six, eight))
+        assert model_cost.dep.engine.graph_padding_one_request is (name == "trtllm")
+        by_distinct = {6: c6, 8: c8}[distinct]
+        expected = sum(c8[t] - c5[t] for t in TOKEN_TERMS if t not in ROUTED_TERMS) \
+            + sum(by_distinct[t] - c5[t] for t in ROUTED_TERMS)
+        assert c5["cuda_graph_padding"] == pytest.approx(expected, rel=1e-12)
+        assert c6["moe_experts"] < c8["moe_experts"] and c8["cuda_graph_padding"] == 0.0
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
