@@ -308,6 +308,8 @@ class Deployment:
 
     @property
     def _dense_quantized(self) -> bool:
+        """Linear layers of no class of their own (a latent MoE's projections, DeepSeek-V4's attention) are
+        quantised unless the checkpoint quantises its routed experts alone."""
         return self.model.quant_scope == "all"
 
     # --- linear layers ------------------------------------------------------------------------

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
 import math
 from pathlib import Path
+from typing import Any
 
 import attrs
 

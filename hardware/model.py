@@ -54,11 +54,10 @@ class ModelSpec:
     """The checkpoint's format for its quantised linear layers other than the routed experts, where it differs
     from default_weight_dtype (the experts'): DeepSeek-V4's block-FP8 attention and shared experts beside
     MXFP4 / NVFP4 experts. "" when all share one format."""
-    quant_scope: str = "all"               # "all" linear layers or only routed "experts" (gpt-oss, Kimi int4)
     unquantised: frozenset[str] = frozenset()
-    """Under quant_scope "all", the classes of linear layers (UNQUANTISED_CLASSES) the checkpoint keeps in BF16:
-    ModelOpt's ``exclude_modules`` (hf_quant_config.json), which NVIDIA's NVFP4 checkpoints use for their
-    attention projections, shared experts and linear-attention layers (:func:`excluded_classes`)."""
+    """The classes of linear layers (UNQUANTISED_CLASSES) the checkpoint keeps in BF16 beside its quantised
+    ones: all of them where only the routed experts are quantised (gpt-oss, Kimi's INT4 checkpoint), those
+    ModelOpt's ``exclude_modules`` names for NVIDIA's NVFP4 checkpoints (:func:`excluded_classes`)."""
     layers: tuple[Layer, ...] = attrs.field(default=attrs.Factory(_dense_layers, takes_self=True))
     mtp_layers: int = 0
     """Next-token-prediction modules in the checkpoint (config ``num_nextn_predict_layers``: 1 for
@@ -95,18 +94,21 @@ class ModelSpec:
         check_dtype("KV dtype", self.default_kv_dtype, KV_DTYPES)
         if self.dense_weight_dtype:
             check_dtype("dense weight dtype", self.dense_weight_dtype, WEIGHT_DTYPES)
-        if self.quant_scope not in ("all", "experts"):
-            raise ValueError(f"model {self.name!r}: quant_scope must be 'all' or 'experts', got "
-                             f"{self.quant_scope!r}")
         unknown = sorted(self.unquantised - set(UNQUANTISED_CLASSES))
         if unknown:
             raise ValueError(f"model {self.name!r}: unquantised classes {unknown} unknown; expected some of "
                              f"{', '.join(UNQUANTISED_CLASSES)}")
 
+    @property
+    def quant_scope(self) -> str:
+        """``experts`` where the routed experts alone carry the quantised format (every class unquantised),
+        else ``all``."""
+        return "experts" if self.unquantised >= EXPERTS_ONLY else "all"
+
     def quantised(self, cls: str) -> bool:
         """Whether this checkpoint's linear layers of class ``cls`` (UNQUANTISED_CLASSES) carry its quantised
-        format (False: BF16): under quant_scope "experts" none do, under "all" those not in ``unquantised``."""
-        return self.quant_scope == "all" and cls not in self.unquantised
+        format (False: BF16)."""
+        return cls not in self.unquantised
 
     def weight_dtype_for(self, precision: str) -> str:
         """Map a benchmark's precision label to this checkpoint's weight format.
@@ -317,6 +319,8 @@ UNQUANTISED_CLASSES = ("attention_in", "attention_out", "indexer", "linear_atten
 attention's input projections (GQA's q / k / v, MLA's q_a / q_b / kv_a / kv_b, an output gate), its output
 projection, DSA's indexer, the linear-attention layers' (gated DeltaNet, Mamba2) projections, the MoE layers'
 shared experts and the dense MLPs."""
+EXPERTS_ONLY = frozenset(UNQUANTISED_CLASSES)
+"""ModelSpec.unquantised of a checkpoint that quantises its routed experts alone."""
 
 _EXCLUDED = (
     (re.compile(r"\.(self_attn|attn)(\*|\.\*)?$"), ("attention_in", "attention_out", "indexer")),
@@ -354,7 +358,8 @@ def _class_layers(layers: list[Layer]) -> dict[str, set[int]]:
 def _modelopt_exclusions(quant: dict[str, Any] | None, cfg: dict[str, Any]) -> list[Any]:
     """The module patterns a ModelOpt checkpoint keeps out of its quantised format: hf_quant_config.json's
     ``exclude_modules``, or config.json's ``quantization_config.ignore`` (quant_method modelopt, as
-    nvidia/Kimi-K2.5-NVFP4 ships it). None for mixed-precision checkpoints, which list every layer's format."""
+    nvidia/Kimi-K2.5-NVFP4 ships it). None (an empty list) for mixed-precision checkpoints, which list every
+    layer's format instead."""
     q = (quant or {}).get("quantization", {})
     if quant is not None:
         return [] if str(q.get("quant_algo", "")).upper() == "MIXED_PRECISION" else list(q.get("exclude_modules") or [])
@@ -389,7 +394,7 @@ def excluded_classes(quant: dict[str, Any] | None, cfg: dict[str, Any], layers: 
 def _ignores_attention(cfg: dict[str, Any], text: dict[str, Any]) -> bool:
     """A compressed-tensors checkpoint whose ``ignore`` list leaves the attention unquantised: Moonshot's
     Kimi-K2.5 (INT4) and Kimi-K3 (MXFP4) quantise only their routed experts, the shared experts, dense MLPs and
-    attention staying BF16, which ModelSpec.quant_scope "experts" prices."""
+    attention staying BF16 (ModelSpec.unquantised EXPERTS_ONLY)."""
     qc = cfg.get("quantization_config") or text.get("quantization_config") or {}
     if str(qc.get("quant_method", "")).lower() != "compressed-tensors":
         return False
@@ -485,12 +490,15 @@ def _load_canonical(canonical: str) -> ModelSpec:
         layers = parser(text)
         if not layers:
             raise ValueError("the config describes no layers")
-        scope = "experts" if (model_type == "gpt_oss" or _ignores_attention(cfg, text)) else "all"
-        spec = _spec(canonical, model_type, text, layers, entry.get("weight_dtype", weight),
-                     entry.get("kv_dtype", kv), str(entry.get("quant_scope", scope)), dense_fmt)
         unquantised = entry.get("unquantised")
-        spec = attrs.evolve(spec, unquantised=frozenset(
-            excluded_classes(quant, cfg, layers) if unquantised is None else map(str, unquantised)))
+        if unquantised is not None:
+            kept = frozenset(map(str, unquantised))
+        elif model_type == "gpt_oss" or _ignores_attention(cfg, text):
+            kept = EXPERTS_ONLY
+        else:
+            kept = excluded_classes(quant, cfg, layers)
+        spec = _spec(canonical, model_type, text, layers, entry.get("weight_dtype", weight),
+                     entry.get("kv_dtype", kv), kept, dense_fmt)
         if model_type in DEEPSEEK_V4_TYPES and spec.mtp_layers:
             spec = attrs.evolve(spec, mtp_layer=deepseek_v4_mtp(text, layers))
         return spec
@@ -502,7 +510,7 @@ def _load_canonical(canonical: str) -> ModelSpec:
 
 
 def _spec(name: str, model_type: str, cfg: dict[str, Any], layers: list[Layer], weight: str,
-          kv: str, scope: str, dense_fmt: str = "") -> ModelSpec:
+          kv: str, unquantised: frozenset[str], dense_fmt: str = "") -> ModelSpec:
     attn = next((m for m, _ in layers if m is not None and m.is_attention), None)
     main = attn or next(m for m, _ in layers if m is not None)
     dense = next((f for _, f in layers if f is not None and f.kind == "dense"), None)
@@ -517,7 +525,7 @@ def _spec(name: str, model_type: str, cfg: dict[str, Any], layers: list[Layer], 
         name=name, model_type=model_type, num_layers=len(layers), hidden_size=int(cfg["hidden_size"]),
         num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=ffn.intermediate_size,
         vocab_size=int(cfg["vocab_size"]), tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        mlp_gated=ffn.gated, default_weight_dtype=weight, default_kv_dtype=kv, quant_scope=scope,
+        mlp_gated=ffn.gated, default_weight_dtype=weight, default_kv_dtype=kv, unquantised=unquantised,
         dense_weight_dtype=dense_fmt if dense_fmt != weight else "",
         layers=tuple(layers), mtp_layers=_mtp_layers(cfg),
         residual_reads=_residual_reads(cfg, len(layers)), context_length=_context_length(cfg))

@@ -41,7 +41,7 @@ def make_deployment(config: TwinConfig, tp: int, gpu: str | None = None, *, ep: 
         parallel["redundant_experts"] = redundant_experts
     model = load_model(config.model.name)
     if config.model.unquantised is not None:
-        model = attrs.evolve(model, quant_scope="all", unquantised=frozenset(config.model.unquantised))
+        model = attrs.evolve(model, unquantised=frozenset(config.model.unquantised))
     if config.engine.max_model_len is not None and config.engine.max_model_len > model.context_length:
         raise ConfigError("engine.max_model_len", f"{config.engine.max_model_len} is more than {model.name}'s "
                                                   f"context length, {model.context_length}")
