@@ -145,6 +145,10 @@ class CostModel:
         per draft inside the model's forward: tensorrt_llm/_torch/speculative/mtp.py), so an eager step also
         launches spec_tokens passes of the MTP layer."""
         self.attn_layers = sum(g.count for g in self.groups if g.mixer is not None and g.mixer.is_attention)
+        self.prefill_syncs = any(g.mixer is not None and g.mixer.kind in d.engine.prefill_sync_mixers
+                                 for g in self.groups)
+        """Whether an eager prompt step's host waits for the GPU in its layers (EngineProfile.
+        prefill_sync_mixers): then the step exposes prefill_sync_share of its shorter side, host or GPU."""
         self.pp_hops = kernels.pipeline_hops(d.pp, d.tp * d.attn_dp, d.gpu.scaleup_domain_gpus)
         """Per stage boundary of a pipeline-parallel worker, whether it crosses a node (the NIC) or not (NVLink)."""
         self.collectives_per_step = (sum(g.count * (g.allreduce_per_layer + g.moe_allreduce + g.norm_allreduce)
@@ -402,7 +406,8 @@ class CostModel:
         if self.draft is not None:
             t["spec_draft"] = self._draft_s(s)
         eager = self._eager_s(s.new_tokens, s.num_reqs, s.num_decode)
-        self._fill_context_terms(t, s.sum_kv, s.num_reqs, attn, eager, lockstep=G > 0)
+        self._fill_context_terms(t, s.sum_kv, s.num_reqs, attn, eager, lockstep=G > 0,
+                                 syncs=self.prefill_syncs and s.num_reqs > s.num_decode)
         if len(t) == len(self._enabled):  # every term enabled: ``t`` holds them in TERMS order already
             return t
         return {name: t[name] for name in self._enabled}
@@ -447,41 +452,52 @@ class CostModel:
             t["collective_setup"] = self.collectives_per_step * self.cal.allreduce.eager_extra_s
 
     def _fill_context_terms(self, t: dict[str, float], sum_kv: int, R: int, attn: float,
-                            eager_s: float = 0.0, lockstep: bool = False) -> None:
+                            eager_s: float = 0.0, lockstep: bool = False, syncs: bool = False) -> None:
         """Terms set by the context (KV traversal, attention-DP imbalance), then the eager step's host
         work and the host overlap. ``eager_s``: the step's eager host time (0.0 when graph-replayed).
         ``lockstep``: the step is one rank's in a simulated attention-DP group, whose step waits for its
-        slowest rank by simulation (:meth:`price_in_group`), so the imbalance is not estimated here."""
+        slowest rank by simulation (:meth:`price_in_group`), so the imbalance is not estimated here.
+        ``syncs``: the step prefills through layers that make the host wait for the GPU
+        (:attr:`prefill_syncs`; a pure-decode step takes no such path)."""
         e = self.dep.engine
         t["kv_traversal"] = (e.per_block_host_s * -(-sum_kv // max(1, e.block_size))
                              if self.attn_layers else 0.0)
         if self.dep.attn_dp > 1 and not lockstep:
             t["dp_imbalance"] = attn * min(1.0, math.sqrt(2.0 * math.log(self.dep.attn_dp) / max(R, 1)))
         if eager_s > 0.0:
-            self._eager_host(t, eager_s)
+            self._eager_host(t, eager_s, syncs)
         if e.host_overlap:
-            self._overlap_host(t, eager_s)
+            self._overlap_host(t, eager_s, syncs)
 
-    def _eager_host(self, t: dict[str, float], eager_s: float) -> None:
+    def _eager_host(self, t: dict[str, float], eager_s: float, syncs: bool = False) -> None:
         """An eager step: the CPU runs the model's Python and launches its kernels while the GPU works
         through those already queued (no host-device sync in the layers of either engine's MoE path,
-        hardware/MODEL.md, "eager_host"), so the step lasts max(host, GPU); eager_host is the exposed part."""
+        hardware/MODEL.md, "eager_host"), so the step lasts max(host, GPU); eager_host is the exposed part.
+        Where its layers make the host wait for the GPU (``syncs``), the launches after each wait start on an
+        idle device: the step lasts max(host, GPU) + share x min(host, GPU) (EngineProfile.prefill_sync_share;
+        1: host + GPU)."""
         gpu = sum(map(t.__getitem__, self._gpu_terms))
         t["eager_host"] = max(0.0, eager_s - gpu)
+        if syncs:
+            t["eager_host"] += self.dep.engine.prefill_sync_share * min(eager_s, gpu)
 
-    def _overlap_host(self, t: dict[str, float], eager_s: float = 0.0) -> None:
+    def _overlap_host(self, t: dict[str, float], eager_s: float = 0.0, syncs: bool = False) -> None:
         """Async scheduling: the CPU prepares step n+1 while the GPU runs step n, so a step lasts
         max(GPU work, host work). The host terms keep only their exposed share, max(0, host - GPU), split
         in proportion to their sizes (computed from every term, so switching one off changes no other).
         The CPU of an eager step spends ``eager_s`` of it launching that step, which the scheduling work
-        cannot hide under: a step lasts max(GPU, eager host + scheduling host)."""
+        cannot hide under: a step lasts max(GPU, eager host + scheduling host); where the CPU waits on the GPU
+        between its launches (``syncs``) the share of the GPU time those waits take hides nothing either."""
         get = t.__getitem__
         host = sum(map(get, HOST_TERMS))
         if host <= 0.0:
             return
         device = sum(map(get, self._device_terms))  # in TERMS order, as ``t`` holds them
         if eager_s > 0.0:
-            device = max(0.0, sum(map(get, self._gpu_terms)) - eager_s)   # GPU time the CPU is not launching
+            # GPU time the CPU is not launching, less what its waits on the GPU take of it
+            device = max(0.0, sum(map(get, self._gpu_terms)) - eager_s)
+            if syncs:
+                device *= 1.0 - self.dep.engine.prefill_sync_share
         keep = max(0.0, host - device) / host
         for name in HOST_TERMS:
             t[name] *= keep
