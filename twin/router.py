@@ -39,7 +39,15 @@ class LeastLoaded:
     """Fewest requests waiting or running; ties go to the lowest worker id."""
 
     def choose(self, req: Request, workers: Sequence[RoutedWorker]) -> RoutedWorker:
-        return min(workers, key=lambda w: (w.load(), w.wid))
+        # min(workers, key=(load, wid)) without a key tuple per worker: a disaggregated pool of attention-DP
+        # ranks routes every request over all its ranks
+        best = workers[0]
+        least = best.load()
+        for w in workers:
+            load = w.load()
+            if load < least or (load == least and w.wid < best.wid):
+                best, least = w, load
+        return best
 
 
 class SessionAffinity:
