@@ -29,8 +29,8 @@ from hardware.kernels import BUSIEST_RANK
 from hardware.layer_plan import Gemm, LayerGroup, plan_gemm, plan_layer_group
 from hardware.layers import FfnSpec, MixerSpec
 from hardware.shape import BatchShape
-from hardware.terms import (DEVICE_TERMS, HOST_TERMS, OWNER_ENGINE, OWNER_GPU_MODEL, ROUTED_TERMS, TERMS, TOKEN_TERMS,
-                            StepCost, check_terms)
+from hardware.terms import (DEVICE_TERMS, HOST_TERMS, MOE_BLOCK_TERMS, OWNER_ENGINE, OWNER_GPU_MODEL, ROUTED_TERMS,
+                            TERMS, TOKEN_TERMS, StepCost, check_terms)
 
 __all__ = ["CostModel", "DEVICE_TERMS", "HOST_TERMS", "OWNER_ENGINE", "OWNER_GPU_MODEL", "StepCost", "TERMS",
            "TOKEN_TERMS"]
@@ -148,7 +148,10 @@ class CostModel:
         self.prefill_syncs = any(g.mixer is not None and g.mixer.kind in d.engine.prefill_sync_mixers
                                  for g in self.groups)
         """Whether an eager prompt step's host waits for the GPU in its layers (EngineProfile.
-        prefill_sync_mixers): then the step exposes prefill_sync_share of its shorter side, host or GPU."""
+        prefill_sync_mixers): then its MoE layers' host work and expert GPU time follow one another."""
+        self.eager_moe_host_s = d.engine.eager_moe_host_s * sum(
+            g.count for g in self.groups if g.ffn is not None and g.ffn.kind == "moe")
+        """The MoE layers' share of eager_host_s (the MTP layer's apart)."""
         self.pp_hops = kernels.pipeline_hops(d.pp, d.tp * d.attn_dp, d.gpu.scaleup_domain_gpus)
         """Per stage boundary of a pipeline-parallel worker, whether it crosses a node (the NIC) or not (NVLink)."""
         self.collectives_per_step = (sum(g.count * (g.allreduce_per_layer + g.moe_allreduce + g.norm_allreduce)
@@ -467,37 +470,35 @@ class CostModel:
         if eager_s > 0.0:
             self._eager_host(t, eager_s, syncs)
         if e.host_overlap:
-            self._overlap_host(t, eager_s, syncs)
+            self._overlap_host(t, eager_s)
 
     def _eager_host(self, t: dict[str, float], eager_s: float, syncs: bool = False) -> None:
         """An eager step: the CPU runs the model's Python and launches its kernels while the GPU works
         through those already queued (no host-device sync in the layers of either engine's MoE path,
         hardware/MODEL.md, "eager_host"), so the step lasts max(host, GPU); eager_host is the exposed part.
-        Where its layers make the host wait for the GPU (``syncs``), the launches after each wait start on an
-        idle device: the step lasts max(host, GPU) + share x min(host, GPU) (EngineProfile.prefill_sync_share;
-        1: host + GPU)."""
+        Where its layers make the host wait for the GPU (``syncs``), each MoE layer's host work, done before
+        its expert kernels are launched, and those kernels' GPU time follow one another, the next layer's
+        wait holding the host until the experts finish: the step lasts max(host, GPU) + min(MoE host, MoE
+        GPU) (EngineProfile.prefill_sync_mixers). The host is blocked in those waits, so the scheduling work
+        of :meth:`_overlap_host` hides under no more GPU time than without them."""
         gpu = sum(map(t.__getitem__, self._gpu_terms))
         t["eager_host"] = max(0.0, eager_s - gpu)
         if syncs:
-            t["eager_host"] += self.dep.engine.prefill_sync_share * min(eager_s, gpu)
+            t["eager_host"] += min(self.eager_moe_host_s, sum(t.get(n, 0.0) for n in MOE_BLOCK_TERMS))
 
-    def _overlap_host(self, t: dict[str, float], eager_s: float = 0.0, syncs: bool = False) -> None:
+    def _overlap_host(self, t: dict[str, float], eager_s: float = 0.0) -> None:
         """Async scheduling: the CPU prepares step n+1 while the GPU runs step n, so a step lasts
         max(GPU work, host work). The host terms keep only their exposed share, max(0, host - GPU), split
         in proportion to their sizes (computed from every term, so switching one off changes no other).
         The CPU of an eager step spends ``eager_s`` of it launching that step, which the scheduling work
-        cannot hide under: a step lasts max(GPU, eager host + scheduling host); where the CPU waits on the GPU
-        between its launches (``syncs``) the share of the GPU time those waits take hides nothing either."""
+        cannot hide under: a step lasts max(GPU, eager host + scheduling host)."""
         get = t.__getitem__
         host = sum(map(get, HOST_TERMS))
         if host <= 0.0:
             return
         device = sum(map(get, self._device_terms))  # in TERMS order, as ``t`` holds them
         if eager_s > 0.0:
-            # GPU time the CPU is not launching, less what its waits on the GPU take of it
-            device = max(0.0, sum(map(get, self._gpu_terms)) - eager_s)
-            if syncs:
-                device *= 1.0 - self.dep.engine.prefill_sync_share
+            device = max(0.0, sum(map(get, self._gpu_terms)) - eager_s)   # GPU time the CPU is not launching
         keep = max(0.0, host - device) / host
         for name in HOST_TERMS:
             t[name] *= keep

@@ -102,19 +102,16 @@ class EngineProfile:
     eager_moe_host_s: float = 0.0       # CPU per MoE layer of such a step, on top of eager_layer_host_s
     prefill_sync_mixers: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     """Token-mixer kinds (hardware.layers.MIXER_KINDS) whose eager prefill makes the host wait for the GPU
-    inside every such layer, so that an eager prompt step of a model with one cannot run its launches ahead
-    of the device and lasts more than max(host, GPU) (:attr:`prefill_sync_share`): SGLang ``gdn``. Its gated-DeltaNet prefill runs FLA's
-    chunked kernels, which take their chunk indices from ``prepare_chunk_indices``: a ``.tolist()`` of the
-    sequence lengths, a device-to-host copy that waits for the queued GPU work, behind an identity-keyed
-    cache that does not carry across SGLang's DeltaNet layers (python/sglang/srt/layers/attention/fla/
-    index.py; a fork's fix, MiaAI-Lab/Qwen3.8-Flash-Next-Dual-DGX-Sparks#26, "avoid per-layer GDN CUDA-to-CPU
-    sync"; the same per-layer miss in TensorRT-LLM, NVIDIA/TensorRT-LLM#9691). vLLM builds the indices on
-    the host (GDNAttentionMetadataBuilder, vllm-project/vllm#38361)."""
-    prefill_sync_share: float = 1.0
-    """How much of an eager prompt step's shorter side (host or GPU time) the waits of
-    :attr:`prefill_sync_mixers` layers expose: the step lasts max(host, GPU) + share x min(host, GPU) (1: host
-    + GPU, each wait finding the GPU busy and leaving it idle after; 0: as without waits). Fitted with the
-    engine's eager host terms (``validation.report fit-eager --prefill-sync-share``)."""
+    inside every such layer: SGLang ``gdn``. Its gated-DeltaNet prefill runs FLA's chunked kernels, which take
+    their chunk indices from ``prepare_chunk_indices``: a ``.tolist()`` of the sequence lengths, a
+    device-to-host copy that waits for the queued GPU work, behind an identity-keyed cache that does not carry
+    across SGLang's DeltaNet layers (python/sglang/srt/layers/attention/fla/index.py; a fork's fix,
+    MiaAI-Lab/Qwen3.8-Flash-Next-Dual-DGX-Sparks#26, "avoid per-layer GDN CUDA-to-CPU sync"; the same
+    per-layer miss in TensorRT-LLM, NVIDIA/TensorRT-LLM#9691). vLLM builds the indices on the host
+    (GDNAttentionMetadataBuilder, vllm-project/vllm#38361). A MoE layer's host work (``eager_moe_host_s``:
+    routing, the experts' Python) comes before its expert kernels, and the next such layer's wait holds the
+    host until they finish, so the two follow one another instead of overlapping: an eager prompt step of
+    such a model lasts max(host, GPU) + min(MoE host, MoE GPU) (CostModel._eager_host)."""
     graph_padding_one_request: bool = False
     """Whether the engine pads a batch up to its CUDA graph's size with one dummy request repeated
     (TensorRT-LLM: CUDAGraphRunner._get_padded_batch extends the batch with ``[padding_dummy_request] *
@@ -232,9 +229,6 @@ class EngineProfile:
         if bad:
             raise ValueError(f"engine {self.name!r}: prefill_sync_mixers names unknown mixer kind(s) {bad}; "
                              f"valid: {', '.join(MIXER_KINDS)}")
-        if not (is_number(self.prefill_sync_share) and 0.0 <= self.prefill_sync_share <= 1.0):
-            raise ValueError(f"engine {self.name!r}: prefill_sync_share must be a number in [0, 1], got "
-                             f"{self.prefill_sync_share!r}")
         if not is_count(self.block_size, 1):
             raise ValueError(f"engine {self.name!r}: block_size must be an integer >= 1, got {self.block_size!r}")
         if not is_count(self.sm100_deepseek_page_size):

@@ -44,6 +44,8 @@ TOKEN_TERMS = ("qkv_proj", "o_proj", "ssm_proj", "ssm_scan", "mlp", "moe_experts
                "lm_head", "tp_allreduce", "ep_alltoall", "ep_imbalance", "pp_sendrecv")
 # the routed experts' terms, which see the distinct tokens a batch routes
 ROUTED_TERMS = ("moe_experts", "ep_imbalance")
+# the MoE block's GPU terms: routed and shared experts, the expert-parallel exchange and its busiest rank
+MOE_BLOCK_TERMS = ("moe_experts", "moe_shared", "ep_alltoall", "ep_imbalance")
 # CPU-side terms (hidden under GPU work when the engine overlaps scheduling with execution)
 HOST_TERMS = ("step_host", "request_host", "kv_traversal")
 DEVICE_TERMS = tuple(name for name in TERMS if name not in HOST_TERMS)

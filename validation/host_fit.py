@@ -133,16 +133,14 @@ def prompt_steps(row: dict[str, str]) -> tuple[Any, list[Any], Any]:
 
 def fit_eager(csv_path: Path, journal: Path, engines: Sequence[str],
               max_conc: int = 16, train_models: str | None = None,
-              by_group: bool = False, versions: str | None = None,
-              sync_share: float | None = None) -> dict[str, dict[str, float]]:
+              by_group: bool = False, versions: str | None = None) -> dict[str, dict[str, float]]:
     """Grid fit of each engine's eager host terms on its TRAIN rows; ``train_models`` (a regular expression
     on model_path) adds that model's rows on any GPU to the train set, for an engine whose H100 rows cannot
     constrain a term (SGLang: dense Qwen3-32B only, no MoE layer). ``journal`` must come from a run with
     every eager host term at 0 (its header does not record the constants); the terms are priced from 0
     here whatever the shipped profiles hold. ``by_group`` also prints what each (GPU, model) group wants.
     ``versions`` (a regular expression on backend_version) fits one engine build (EngineProfile.builds): only
-    its rows are read, and they are the train set on any GPU (those of ``train_models`` alone, if given).
-    ``sync_share``: the prompt steps priced with this EngineProfile.prefill_sync_share (None: the profile's)."""
+    its rows are read, and they are the train set on any GPU (those of ``train_models`` alone, if given)."""
     from twin.system import cost_model
     from validation.silicon import Skip, read_rows, row_spec
 
@@ -164,8 +162,6 @@ def fit_eager(csv_path: Path, journal: Path, engines: Sequence[str],
             dep, shapes, cfg = prompt_steps(row)
             # priced from 0: the journal's TTFT had these terms at 0, whatever the shipped profile holds now
             zeroed = attrs.evolve(dep.engine, eager_layer_host_s=0.0, eager_moe_host_s=0.0)
-            if sync_share is not None:
-                zeroed = attrs.evolve(zeroed, prefill_sync_share=sync_share)
             dep = attrs.evolve(dep, engine=zeroed)
             rows.append((row, spec, dep, shapes, cfg))
         def trains(row: dict[str, str], spec: Any) -> bool:

@@ -175,11 +175,8 @@ def _add_fit_commands(sub: Any) -> None:
     eag.add_argument("--versions", default=None,
                      help="regular expression on backend_version: fit that engine build alone (its rows, any "
                           "GPU, are the train set; the profile's builds)")
-    eag.add_argument("--prefill-sync-share", type=float, default=None,
-                     help="price the prompt steps with this EngineProfile.prefill_sync_share (default: the "
-                          "profile's)")
     _command(eag, lambda a: json.dumps(fit_eager(a.csv, a.journal, a.engines, a.max_conc, a.train_models,
-                                                 a.by_group, a.versions, a.prefill_sync_share), indent=2))
+                                                 a.by_group, a.versions), indent=2))
 
 
 def _add_per_row_commands(sub: Any) -> None:
