@@ -149,8 +149,7 @@ class CostModel:
                                  for g in self.groups)
         """Whether an eager prompt step's host waits for the GPU in its layers (EngineProfile.
         prefill_sync_mixers): then its MoE layers' host work and expert GPU time follow one another."""
-        self.eager_moe_host_s = d.engine.eager_moe_host_s * sum(
-            g.count for g in self.groups if g.ffn is not None and g.ffn.kind == "moe")
+        self.eager_moe_host_s = d.engine.eager_moe_host_s * sum(g.count for g in self.groups if g.is_moe)
         """The MoE layers' share of eager_host_s (the MTP layer's apart)."""
         self.pp_hops = kernels.pipeline_hops(d.pp, d.tp * d.attn_dp, d.gpu.scaleup_domain_gpus)
         """Per stage boundary of a pipeline-parallel worker, whether it crosses a node (the NIC) or not (NVLink)."""
@@ -177,8 +176,7 @@ class CostModel:
         e = self.dep.engine
 
         def layer_host_s(g: LayerGroup) -> float:
-            moe = g.ffn is not None and g.ffn.kind == "moe"
-            return e.eager_layer_host_s + (e.eager_moe_host_s if moe else 0.0)
+            return e.eager_layer_host_s + (e.eager_moe_host_s if g.is_moe else 0.0)
 
         return (sum(g.count * layer_host_s(g) for g in self.groups)
                 + (self.spec_tokens * layer_host_s(self.draft) if self.draft is not None else 0.0))
@@ -261,7 +259,7 @@ class CostModel:
             t["tp_allreduce"] += n * self._allreduce_s(M * 2 * 4, d.tp)
         if g.mixer is not None and g.mixer.kind in ("mamba2", "gdn"):
             t["ssm_scan"] += n * self._ssm_s(g.mixer, M, R, D, cal, q)
-        if g.ffn is not None and g.ffn.kind == "moe":
+        if g.ffn is not None and g.ffn.kind == "moe":    # (g.is_moe, spelled out for the type checker)
             mean_rank = self._moe_s(g.ffn, group, cal, self._routing_mean)
             t["moe_experts"] += n * mean_rank
             if d.ep > 1:  # (the rank the layer waits for is never faster than the mean one)

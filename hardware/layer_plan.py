@@ -53,6 +53,11 @@ class LayerGroup:
     ew_kernels: int
     kernels: int
 
+    @property
+    def is_moe(self) -> bool:
+        """Whether the layer kind's FFN is a mixture of experts."""
+        return self.ffn is not None and self.ffn.kind == "moe"
+
 
 def plan_gemm(dep: Deployment, lin: Linear, term: str, ecal: Calibration, gcal: Calibration) -> Gemm:
     """A linear layer as a GEMM on its weight format's curve, eager (``ecal``) and graph-replayed (``gcal``).

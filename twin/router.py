@@ -41,9 +41,10 @@ class LeastLoaded:
     def choose(self, req: Request, workers: Sequence[RoutedWorker]) -> RoutedWorker:
         # min(workers, key=(load, wid)) without a key tuple per worker: a disaggregated pool of attention-DP
         # ranks routes every request over all its ranks
-        best = workers[0]
+        it = iter(workers)
+        best = next(it)
         least = best.load()
-        for w in workers:
+        for w in it:
             load = w.load()
             if load < least or (load == least and w.wid < best.wid):
                 best, least = w, load

@@ -105,11 +105,7 @@ class DecodeWorker(Worker):
         return not self.pull_queue and super().quiet()
 
     def load(self) -> int:
-        # Worker.load plus the queued and started pulls, spelled out: a router calls it for every rank of the
-        # pool on every request
-        sched = self.sched
-        return (len(sched.running) + len(sched.waiting) + len(sched.inbox) + len(self.pull_queue)
-                + sched.held_seats)
+        return super().load() + len(self.pull_queue) + self.pulls_in_flight
 
     def start_pulls(self) -> None:
         self.system.start_pulls(self)
