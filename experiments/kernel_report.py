@@ -113,7 +113,8 @@ def predict_gdn(cal: Calibration, gpu: str, r: Row) -> float:
     return kernels.ssm_s(cal.ssm, tokens=int(r["num_tokens"]), reqs=int(r["batch_size"]),
                          decode_reqs=int(r["batch_size"]) if gen else 0, heads=int(r["num_v_heads"]),
                          dk=int(r["head_k_dim"]), dv=int(r["head_v_dim"]), chunk=64, state_bytes=4,
-                         peak_flops=g.flops_for("bf16"), bw_Bps=g.hbm_bw_Bps)
+                         peak_flops=g.flops_for("bf16"), bw_Bps=g.hbm_bw_Bps,
+                         longest=0 if gen else int(r["seq_len"]))
 
 
 def _gqa_ok(r: Row) -> bool:

@@ -104,6 +104,19 @@ class Roofline:
     plus about 2 ms. hardware.curve_fit.fit_moe_curve adds each to a table's curve only where it removes a
     tenth of the fit cost or more, the one that removes more first; 0 elsewhere. Not floors: they stay in
     graph steps."""
+    chunk_s: float = 0.0
+    """Chunked linear-attention scans only (kernels.ssm_s, the ``ssm`` curve of a gated-DeltaNet table):
+    seconds per chunk of the longest sequence. The chunked gated-delta-rule kernels carry each (sequence,
+    head)'s state from one chunk to the next, so a sequence's chunks run one after another whatever the
+    heads and sequences beside it: one 8k sequence costs 0.39 ms at 16 value heads on the B300 tables of
+    both kernels, where the throughput roofline gives 0.13-0.20. How the chain meets the parallel work is
+    the kernel's (``chunk_adds``). Fitted on the table's context rows after the roofline
+    (hardware.curve_fit.fit_chunk_s); 0: no such term. Not a floor: it stays in graph steps."""
+    chunk_adds: bool = False
+    """True: the chain is a kernel of its own between parallel ones, and its time adds to theirs (FLA's
+    Triton pipeline, whose chunk_gated_delta_rule_fwd_h alone walks the chunks: TRT-LLM's and SGLang's);
+    False: one fused kernel whose chain and parallel work overlap, so the chain bounds the call from below
+    (FlashInfer's GDN prefill, vLLM's). The fit takes the form that fits the table better."""
 
     def compute_Fps(self, peak_flops: float, m: float) -> float:
         """Achievable FLOP/s at m rows (before tile padding)."""
@@ -352,7 +365,8 @@ def _roof(raw: Mapping[str, Any], where: str = "") -> Roofline:
                     m_cost_s=float(raw.get("m_cost_s", 0.0)), k_half=float(raw.get("k_half", 0.0)),
                     n_half=float(raw.get("n_half", 0.0)), row_tiles=tiles,
                     expert_s_per_byte=float(raw.get("expert_s_per_byte", 0.0)),
-                    token_s=float(raw.get("token_s", 0.0)), token_passes=float(raw.get("token_passes", 0.0)))
+                    token_s=float(raw.get("token_s", 0.0)), token_passes=float(raw.get("token_passes", 0.0)),
+                    chunk_s=float(raw.get("chunk_s", 0.0)), chunk_adds=bool(raw.get("chunk_adds", False)))
 
 
 def row_tiles(raw: Any) -> tuple[tuple[int, int, int], ...]:

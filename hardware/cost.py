@@ -151,6 +151,10 @@ class CostModel:
         prefill_sync_mixers): then its MoE layers' host work and expert GPU time follow one another."""
         self.eager_moe_host_s = d.engine.eager_moe_host_s * sum(g.count for g in self.groups if g.is_moe)
         """The MoE layers' share of eager_host_s (the MTP layer's apart)."""
+        self._chained_scans = tuple(g for g in self.groups if g.mixer is not None and g.mixer.kind == "gdn") \
+            if self.cal.ssm.chunk_s > 0.0 else ()
+        """The gated-DeltaNet layers, whose prompt scans walk each sequence's chunks in turn (Roofline.chunk_s;
+        the curve's gdn tables time those kernels, not Mamba2's), where the constants price that chain."""
         self.pp_hops = kernels.pipeline_hops(d.pp, d.tp * d.attn_dp, d.gpu.scaleup_domain_gpus)
         """Per stage boundary of a pipeline-parallel worker, whether it crosses a node (the NIC) or not (NVLink)."""
         self.collectives_per_step = (sum(g.count * (g.allreduce_per_layer + g.moe_allreduce + g.norm_allreduce)
@@ -316,6 +320,28 @@ class CostModel:
         decode = price(cal.ssm_decode, tokens=dq, reqs=D, decode_reqs=dq, extra_states=snapshots)
         return decode + (price(cal.ssm, tokens=M - dq, reqs=R - D, decode_reqs=0) if M > dq else 0.0)
 
+    def _scan_chain_s(self, s: BatchShape) -> float:
+        """What the chunk chain of the step's longest prompt adds to its gated-DeltaNet layers' scans
+        (Roofline.chunk_s): the prompts' chunked kernels priced with it, less without it (as the batch terms
+        price them, by token and request counts alone). The longest prompt is read off the shape as
+        sum q^2 / sum q over the prompts: their token-weighted mean length, which is the length itself where
+        the step's prompts (or chunks) are alike and never exceeds the longest."""
+        d = self.dep
+        dq = s.num_decode * s.decode_q
+        tokens = s.new_tokens - dq
+        longest = (s.sum_q_sq - dq * s.decode_q) / tokens
+        roof = (self.gcal if self._graphed(s.new_tokens, s.num_reqs, s.num_decode) else self.ecal).ssm
+        extra = 0.0
+        for g in self._chained_scans:
+            mx = g.mixer
+            assert mx is not None
+            price = functools.partial(kernels.ssm_s, roof, tokens=tokens, reqs=s.num_reqs - s.num_decode,
+                                      decode_reqs=0, heads=d.mixer_heads(mx), dk=mx.state_size, dv=mx.head_dim,
+                                      chunk=mx.chunk_size, state_bytes=mx.state_bytes,
+                                      peak_flops=d.gpu.flops_for("bf16"), bw_Bps=d.gpu.hbm_bw_Bps)
+            extra += g.count * (price(longest=longest) - price())
+        return extra
+
     # --- attention -----------------------------------------------------------------------------
     def _attention_graphed(self, s: BatchShape) -> bool:
         """Whether the step's attention replays a graph: only in a full graph, i.e. a graphed pure-decode
@@ -404,6 +430,8 @@ class CostModel:
             return dict.fromkeys(self._enabled, 0.0)
         t = self._batch_base(s, G).copy()
         t["attention"] = attn = self._attention_s(s)
+        if self._chained_scans and s.num_reqs > s.num_decode:
+            t["ssm_scan"] += self._scan_chain_s(s)
         if self.draft is not None:
             t["spec_draft"] = self._draft_s(s)
         eager = self._eager_s(s.new_tokens, s.num_reqs, s.num_decode)

@@ -184,6 +184,31 @@ def fit_roofline(flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.
     return out, err
 
 
+def fit_chunk_s(p: Mapping[str, float], flops: np.ndarray, nbytes: np.ndarray, m: np.ndarray, peak: np.ndarray,
+                bw: np.ndarray, meas_s: np.ndarray, chunks: np.ndarray) -> tuple[float, bool, np.ndarray]:
+    """Roofline.chunk_s and chunk_adds of a chunked scan on top of the roofline ``p`` fitted before
+    (fit_roofline's plain five parameters), ``chunks`` per row the chunks of its longest sequence: the
+    seconds per chunk and the form, added (roofline + chunks x chunk_s) or bounding (max(roofline without
+    its floor, chunks x chunk_s) + floor), that fit the rows best on fit_roofline's loss (soft L1 on the
+    log ratio, scale 0.1). A one-parameter search per form: 0 or a value on a log grid from 10 ns to 20 us
+    in steps of 1 %. Returns the value, the form and the rows' relative errors with them."""
+    keys = ("compute_eff", "m_half", "mem_eff", "bytes_half", "floor_s")
+    whole = roof_np([p[k] for k in keys], flops, nbytes, m, peak, bw)
+    body, floor = whole - p["floor_s"], p["floor_s"]
+
+    def pred(c: float, adds: bool) -> np.ndarray:
+        return whole + chunks * c if adds else np.maximum(body, chunks * c) + floor
+
+    def cost(c: float, adds: bool) -> float:
+        z = (np.log(pred(c, adds) / meas_s) / 0.1) ** 2
+        return float(np.sum(2.0 * (np.sqrt(1.0 + z) - 1.0)))
+
+    grid = [0.0, *np.geomspace(1e-8, 2e-5, int(np.log(2000.0) / np.log(1.01)) + 1)]
+    best = min(((c, adds) for adds in (False, True) for c in grid), key=lambda x: cost(*x))
+    c, adds = float(best[0]), bool(best[1] and best[0] > 0.0)
+    return c, adds, pred(c, adds) / meas_s - 1.0
+
+
 # --- all-reduce lines ------------------------------------------------------------------------------
 
 def _fit_envelope(rows: list[dict[str, str]], starts: Sequence[Sequence[float]], lo: Sequence[float],

@@ -12,12 +12,14 @@ from typing import Any, Callable
 import attrs
 import numpy as np
 
-from hardware.curve_fit import EXTRA_TERMS, fit_allreduce, fit_allreduce_lines, fit_moe_curve, fit_roofline
+from hardware.curve_fit import (EXTRA_TERMS, fit_allreduce, fit_allreduce_lines, fit_chunk_s, fit_moe_curve,
+                                fit_roofline)
 from hardware.kernel_tables import (GEMM_DTYPES, GQA_RATIOS, HOPPER, MOE_DTYPES, SSM_TABLES, TableSet, gdn_rows,
                                     gqa_ratio_fitted, load_rows, possible, sample_rows)
-from hardware.table_features import (MOE_WIDTHS_MIN, context_attn_features, floats, gdn_features, gemm_features,
-                                     gen_attn_features, gpu_rates, mla_context_features, mla_generation_features,
-                                     moe_curve_subsets, moe_expert_bytes, moe_features, moe_format_rows, moe_pass_s)
+from hardware.table_features import (MOE_WIDTHS_MIN, context_attn_features, floats, gdn_chunks, gdn_features,
+                                     gemm_features, gen_attn_features, gpu_rates, mla_context_features,
+                                     mla_generation_features, moe_curve_subsets, moe_expert_bytes, moe_features,
+                                     moe_format_rows, moe_pass_s)
 
 Blocks = tuple[dict[str, Any], dict[str, str]]
 """Fitted blocks (the set's YAML layout) and a provenance note per fitted block or curve."""
@@ -274,7 +276,15 @@ def fit_ssm(data: Path, engine: str, start: dict[str, Any], log: Callable[[str],
             continue
         flops, nbytes, m = gdn_features(subset)
         peak, bw = gpu_rates(subset, lambda r: "bf16")
-        p, err = fit_roofline(flops, nbytes, m, peak, bw, floats(subset, "latency") * 1e-3, start["ssm"])
+        meas = floats(subset, "latency") * 1e-3
+        p, err = fit_roofline(flops, nbytes, m, peak, bw, meas, start["ssm"])
+        if block == "ssm":  # the prompt kernels take a sequence's chunks one after another
+            plain = error_summary(err)
+            p["chunk_s"], adds, err = fit_chunk_s(p, flops, nbytes, m, peak, bw, meas, gdn_chunks(subset))
+            if adds:
+                p["chunk_adds"] = True
+            what += (f"; then chunk_s, {'added' if adds else 'a lower bound'}, on the chunks of each row's "
+                     f"longest sequence (the roofline alone: {plain})")
         p["floor_s"] /= 2.0          # the ledger adds the floor twice (conv + scan kernels)
         out[block] = p
         notes[block] = f"fitted on {src} {what}: {error_summary(err)}"

@@ -52,10 +52,16 @@ HOST_BOUND_GEMM = {"vllm": {"fp8_block": 512}}
 GEMM_ROW_TILES: dict[str, dict[str, tuple[tuple[int, int, int], ...]]] = {
     "vllm": {"fp8": ((16, 0, 16), (64, 1280, 16), (64, 0, 64), (128, 0, 64), (0, 0, 256))}}
 # Linear-attention tables (gated DeltaNet) per engine: conv + scan kernels summed per configuration.
-# SGLang has no gdn table; its GDN layers call the same vendored flash-linear-attention Triton kernels as
-# vLLM's (sglang/srt/layers/attention/fla: chunk_gated_delta_rule, fused_recurrent_gated_delta_rule_update;
-# vllm/model_executor/layers/fla/ops), so it is fitted on vLLM's table.
-SSM_TABLES = {"vllm": "vllm-0.24.0", "trtllm": "trtllm-1.3.0rc20", "sglang": "vllm-0.24.0"}
+# SGLang has no gdn table. Its GDN layers call vendored flash-linear-attention Triton kernels
+# (sglang/srt/layers/attention/fla: chunk_gated_delta_rule, fused_recurrent_gated_delta_rule_update), the
+# default of its GDN backends in the measured builds (--linear-attn-prefill-backend / --gdn-backend triton;
+# FlashInfer's GDN prefill came for SM100 as an option in sglang PR #22921, 2026-04-16, and was auto-selected
+# from PR #29734, 2026-06-30; no InferenceX launch of a measured row names another backend). TRT-LLM's table
+# times the same kernels (tensorrt_llm/_torch/modules/fla/chunk.py, aiconfigurator's collect_gdn.py), so
+# SGLang is fitted on it. vLLM 0.24's table times FlashInfer's fused GDN prefill
+# (chunk_gated_delta_rule_flashinfer: vllm PR #32846 on SM90, #40717 on SM100), which walks the chunks of a
+# sequence in one kernel: 2-5x faster than FLA's pipeline at 16-64 heads and a few sequences.
+SSM_TABLES = {"vllm": "vllm-0.24.0", "trtllm": "trtllm-1.3.0rc20", "sglang": "trtllm-1.3.0rc20"}
 
 
 GQA_RATIOS = (2, 16)

@@ -437,15 +437,22 @@ def mla_prefill_s(roof: Roofline, *, tokens: int, sum_kv: float, pairs: float, h
 
 
 def ssm_s(roof: Roofline, *, tokens: int, reqs: int, decode_reqs: int, heads: int, dk: int, dv: int,
-          chunk: int, state_bytes: int, peak_flops: float, bw_Bps: float, extra_states: int = 0) -> float:
+          chunk: int, state_bytes: int, peak_flops: float, bw_Bps: float, extra_states: int = 0,
+          longest: float = 0.0) -> float:
     """Mamba2 / gated-DeltaNet conv + scan on one GPU: each request's (heads x dk x dv) state read and written
     once, plus ``extra_states`` more whole states moved (a speculative verify's per-position snapshots), 6
     FLOPs per state element per token, a chunked scan for the tokens beyond ``decode_reqs`` (the recurrent
-    update's tokens); two kernels (two floors)."""
+    update's tokens); two kernels (two floors). ``longest``: the prompt tokens of the longest sequence, whose
+    chunks the scan takes one after another (Roofline.chunk_s): that many chunks are added to the call
+    (Roofline.chunk_adds) or bound it from below."""
     if tokens <= 0:
         return 0.0
     state = heads * dk * dv
     prefill = tokens - decode_reqs
     flops = 6.0 * tokens * state + 2.0 * prefill * chunk * heads * (dk + dv)
     nbytes = (2.0 * reqs + extra_states) * state * state_bytes + tokens * 3 * heads * (dk + dv) * ACT_BYTES
-    return roof.time_s(flops, nbytes, tokens, peak_flops, bw_Bps) + roof.floor_s
+    t = roof.time_s(flops, nbytes, tokens, peak_flops, bw_Bps)
+    if longest > 0 and roof.chunk_s > 0.0:
+        chain = math.ceil(longest / chunk) * roof.chunk_s
+        t = t + chain if roof.chunk_adds else max(t, roof.floor_s + chain)
+    return t + roof.floor_s

@@ -86,6 +86,12 @@ def gdn_features(rows: list[dict[str, str]]) -> tuple[np.ndarray, ...]:
     return flops, nbytes, M
 
 
+def gdn_chunks(rows: list[dict[str, str]]) -> np.ndarray:
+    """Per gdn row, the 64-token chunks of its longest sequence that the chunked scan runs one after another
+    (Roofline.chunk_s): the context rows' seq_len in chunks, 0 for the generation rows (recurrent update)."""
+    return np.array([float(-(-int(r["seq_len"]) // 64)) if r["phase"] == "context" else 0.0 for r in rows])
+
+
 def moe_format_rows(rows: list[dict[str, str]], moe_dtype: str) -> tuple[list[dict[str, str]], str]:
     """A MoE table's rows of one format that its curve is fitted on, and their ``distribution``: the balanced
     ones, or, where the table has none of the format, its power_law_1.01 ones (MOE_ROUTING)."""

@@ -132,15 +132,20 @@ def test_a_borrowed_moe_kernel_is_priced_with_its_owners_blackwell_curve() -> No
 
 
 def test_linear_attention_decode_takes_its_own_curve_where_one_is_fitted() -> None:
-    """The Blackwell sets fit the gated-DeltaNet decode kernels on the gdn tables' generation rows alone
-    (ssm_decode); a step's decode requests are priced on it and its prompt tokens on the pooled ssm curve.
-    The Hopper sets have no decode curve: one pooled price, as before."""
+    """Both architectures' sets fit the gated-DeltaNet decode kernels on the gdn tables' generation rows
+    alone (ssm_decode); a step's decode requests are priced on it and its prompt tokens on the pooled ssm
+    curve. A set without a decode curve (a user's, or one fitted before it existed) prices one pooled call."""
+    import attrs
+
     from hardware import kernels
 
     model = load_model("Qwen/Qwen3.5-397B-A17B")
     mx = next(m for m, _ in model.layers if m is not None and m.kind == "gdn")
-    for gpu, split in (("b300_sxm", True), ("h200_sxm", False)):
-        cm = CostModel(Deployment(gpu=load_gpu(gpu), model=model, engine=load_engine("sglang"), tp=4))
+    for gpu, split in (("b300_sxm", True), ("h200_sxm", True), ("h200_sxm", False)):
+        dep = Deployment(gpu=load_gpu(gpu), model=model, engine=load_engine("sglang"), tp=4)
+        cm = CostModel(dep)
+        if not split:
+            cm = CostModel(dep, calibration=attrs.evolve(cm.cal, ssm_decode=None))
         assert (cm.gcal.ssm_decode is not None) is split
         kw = dict(heads=cm.dep.mixer_heads(mx), dk=mx.state_size, dv=mx.head_dim, chunk=mx.chunk_size,
                   state_bytes=mx.state_bytes, peak_flops=load_gpu(gpu).flops_for("bf16"),
