@@ -102,14 +102,15 @@ def keep_shipped(engine: str, data: dict[str, Any], notes: dict[str, str],
                                if c.startswith(k + ".")}}
         else:
             kept[k] = v
-    for k in data:
-        kept.setdefault(k, data[k])
+    for k in data:  # a named block the shipped set lacks joins it; a block nobody named does not
+        if k in only:
+            kept.setdefault(k, data[k])
     shipped_notes = _read_notes(path.read_text())
     merged = {}
     for k in {**shipped_notes, **notes}:  # a refitted block's note first, any other block's shipped one
         first, second = (notes, shipped_notes) if refitted(k) else (shipped_notes, notes)
         merged[k] = first.get(k, second.get(k, ""))
-    return kept, {k: v for k, v in merged.items() if v}
+    return kept, {k: v for k, v in merged.items() if v and k.split(".", 1)[0] in kept}
 
 
 def _read_notes(text: str) -> dict[str, str]:

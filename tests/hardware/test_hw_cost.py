@@ -1003,9 +1003,14 @@ def test_calibrate_only_refits_the_named_blocks() -> None:
     fitted = {k: v for k, v in shipped.items() if k != "provenance"}
     fitted["gemm"] = {"bf16": {"compute_eff": 0.1, "mem_eff": 0.1}}
     fitted["moe"] = {"bf16": {"compute_eff": 0.2, "mem_eff": 0.2, "n_half": 7.0}}
-    notes = {"gemm.bf16": "refitted", "moe.bf16": "new moe note"}
+    fitted["mla_decode"] = {"mem_eff": 0.3}   # a block the fit gives and the shipped set lacks
+    notes = {"gemm.bf16": "refitted", "moe.bf16": "new moe note", "mla_decode": "not asked for"}
+    assert "mla_decode" not in shipped
     data, kept_notes = keep_shipped("vllm", fitted, notes, {"moe"})
     assert data["gemm"] == shipped["gemm"] and data["moe"] == fitted["moe"]
+    assert "mla_decode" not in data and "mla_decode" not in kept_notes   # not named: not written
+    added, added_notes = keep_shipped("vllm", fitted, notes, {"mla_decode"})
+    assert added["mla_decode"] == {"mem_eff": 0.3} and added_notes["mla_decode"] == "not asked for"
     assert data["attention_decode"] == shipped["attention_decode"]
     assert kept_notes["moe.bf16"] == "new moe note"
     text = (CALIBRATION_DIR / "vllm.yaml").read_text()
