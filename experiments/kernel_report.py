@@ -46,6 +46,7 @@ from hardware.calibrate import (ENGINES, GEMM_DTYPES, GPUS, KV_BYTES, MOE_DTYPES
 from hardware.calibration import CURVE_MOE_KERNELS, Calibration, calibration_for, moe_curve_key
 from hardware.dtypes import COMPUTE_DTYPE, DTYPE_BYTES
 from hardware.opdb_import import DEFAULT_DIR, MISSING_TABLES_HINT
+from hardware.table_features import GDN_CHUNK
 
 MAX_ROWS = 20000
 Row = dict[str, str]
@@ -112,7 +113,7 @@ def predict_gdn(cal: Calibration, gpu: str, r: Row) -> float:
     gen = r["phase"] == "generation"
     return kernels.ssm_s(cal.ssm, tokens=int(r["num_tokens"]), reqs=int(r["batch_size"]),
                          decode_reqs=int(r["batch_size"]) if gen else 0, heads=int(r["num_v_heads"]),
-                         dk=int(r["head_k_dim"]), dv=int(r["head_v_dim"]), chunk=64, state_bytes=4,
+                         dk=int(r["head_k_dim"]), dv=int(r["head_v_dim"]), chunk=GDN_CHUNK, state_bytes=4,
                          peak_flops=g.flops_for("bf16"), bw_Bps=g.hbm_bw_Bps,
                          longest=0 if gen else int(r["seq_len"]))
 

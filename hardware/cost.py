@@ -14,7 +14,7 @@ import bisect
 import functools
 import math
 from types import MappingProxyType
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import attrs
 
@@ -309,12 +309,9 @@ class CostModel:
         read (vLLM: a state slot per position, spec_state_indices_tensor of GDNAttentionMetadata; SGLang: the
         mamba pool's intermediate_ssm cache, one snapshot per draft token), and SGLang then copies the accepted
         snapshot into the request's state (EngineProfile.verify_states)."""
-        d = self.dep
-        price = functools.partial(kernels.ssm_s, heads=d.mixer_heads(mx), dk=mx.state_size, dv=mx.head_dim,
-                                  chunk=mx.chunk_size, state_bytes=mx.state_bytes,
-                                  peak_flops=d.gpu.flops_for("bf16"), bw_Bps=d.gpu.hbm_bw_Bps)
+        price = self._ssm_kernel(mx)
         dq = D * q
-        snapshots = D * (q - 1 + (2 if d.engine.verify_states == "snapshots" else 0)) if q > 1 else 0
+        snapshots = D * (q - 1 + (2 if self.dep.engine.verify_states == "snapshots" else 0)) if q > 1 else 0
         if cal.ssm_decode is None or not D:
             return price(cal.ssm, tokens=M, reqs=R, decode_reqs=dq, extra_states=snapshots)
         decode = price(cal.ssm_decode, tokens=dq, reqs=D, decode_reqs=dq, extra_states=snapshots)
@@ -326,21 +323,24 @@ class CostModel:
         price them, by token and request counts alone). The longest prompt is read off the shape as
         sum q^2 / sum q over the prompts: their token-weighted mean length, which is the length itself where
         the step's prompts (or chunks) are alike and never exceeds the longest."""
-        d = self.dep
         dq = s.num_decode * s.decode_q
-        tokens = s.new_tokens - dq
+        tokens, reqs = s.new_tokens - dq, s.num_reqs - s.num_decode
         longest = (s.sum_q_sq - dq * s.decode_q) / tokens
         roof = (self.gcal if self._graphed(s.new_tokens, s.num_reqs, s.num_decode) else self.ecal).ssm
         extra = 0.0
         for g in self._chained_scans:
-            mx = g.mixer
-            assert mx is not None
-            price = functools.partial(kernels.ssm_s, roof, tokens=tokens, reqs=s.num_reqs - s.num_decode,
-                                      decode_reqs=0, heads=d.mixer_heads(mx), dk=mx.state_size, dv=mx.head_dim,
-                                      chunk=mx.chunk_size, state_bytes=mx.state_bytes,
-                                      peak_flops=d.gpu.flops_for("bf16"), bw_Bps=d.gpu.hbm_bw_Bps)
+            assert g.mixer is not None
+            price = functools.partial(self._ssm_kernel(g.mixer), roof, tokens=tokens, reqs=reqs, decode_reqs=0)
             extra += g.count * (price(longest=longest) - price())
         return extra
+
+    def _ssm_kernel(self, mx: MixerSpec) -> Callable[..., float]:
+        """hardware.kernels.ssm_s with the layer's shape and the GPU's rates bound: what is left to give is
+        the curve, the tokens, the requests and the decodes among them."""
+        d = self.dep
+        return functools.partial(kernels.ssm_s, heads=d.mixer_heads(mx), dk=mx.state_size, dv=mx.head_dim,
+                                 chunk=mx.chunk_size, state_bytes=mx.state_bytes,
+                                 peak_flops=d.gpu.flops_for("bf16"), bw_Bps=d.gpu.hbm_bw_Bps)
 
     # --- attention -----------------------------------------------------------------------------
     def _attention_graphed(self, s: BatchShape) -> bool:

@@ -74,22 +74,28 @@ def mla_generation_features(rows: list[dict[str, str]]) -> tuple[np.ndarray, ...
     return kv * h * 2 * (576 + 512), kv * 576 * kvb + b * h * (576 + 512) * ACT, b
 
 
+GDN_CHUNK = 64
+"""Tokens per chunk of the gated-DeltaNet chunked kernels the gdn tables time (FLA's and FlashInfer's)."""
+
+
 def gdn_features(rows: list[dict[str, str]]) -> tuple[np.ndarray, ...]:
-    """Same formula as CostModel._ssm_s for a gdn mixer (FP32 state, chunk 64); the second kernel's floor
+    """Same formula as CostModel._ssm_s for a gdn mixer (FP32 state, GDN_CHUNK); the second kernel's floor
     is part of the fitted floor."""
     b, M = floats(rows, "batch_size"), floats(rows, "num_tokens")
     heads, dk, dv = floats(rows, "num_v_heads"), floats(rows, "head_k_dim"), floats(rows, "head_v_dim")
     prefill = np.array([float(r["num_tokens"]) if r["phase"] == "context" else 0.0 for r in rows])
     state = heads * dk * dv
-    flops = 6.0 * M * state + 2.0 * prefill * 64 * heads * (dk + dv)
+    flops = 6.0 * M * state + 2.0 * prefill * GDN_CHUNK * heads * (dk + dv)
     nbytes = 2.0 * b * state * 4 + M * 3 * heads * (dk + dv) * ACT
     return flops, nbytes, M
 
 
 def gdn_chunks(rows: list[dict[str, str]]) -> np.ndarray:
-    """Per gdn row, the 64-token chunks of its longest sequence that the chunked scan runs one after another
-    (Roofline.chunk_s): the context rows' seq_len in chunks, 0 for the generation rows (recurrent update)."""
-    return np.array([float(-(-int(r["seq_len"]) // 64)) if r["phase"] == "context" else 0.0 for r in rows])
+    """Per gdn row, the GDN_CHUNK-token chunks of its longest sequence that the chunked scan runs one after
+    another (Roofline.chunk_s): the context rows' seq_len in chunks, 0 for the generation rows (recurrent
+    update)."""
+    return np.array([float(-(-int(r["seq_len"]) // GDN_CHUNK)) if r["phase"] == "context" else 0.0
+                     for r in rows])
 
 
 def moe_format_rows(rows: list[dict[str, str]], moe_dtype: str) -> tuple[list[dict[str, str]], str]:
