@@ -58,6 +58,17 @@ def test_pull_waits_for_decode_capacity_and_staged_kv_blocks_prefill(tmp_path):
     assert res.summary["kv_transfer"]["pulls"] == 3 and res.summary["kv_transfer"]["lease_expiries"] == 0
 
 
+@pytest.mark.parametrize("caching", [True, False])
+def test_decode_worker_registers_arrived_kv_only_with_prefix_caching(tmp_path, caching):
+    """The KV a pull lands is registered in the decode worker's prefix cache (its 200-token prompt, 204 tokens
+    when done: 12 full 16-token blocks) only where prefix caching is on; without it nothing is registered."""
+    sim = Simulation(disagg(tmp_path, [one_call("a", 0.0, 200, 4)], kv_cache={"prefix_caching": caching}))
+    res = sim.run()
+    assert res.requests["status"][0] == "finished"
+    decode = sim.system.decode[0]
+    assert decode.sched.kv.pool.num_cached == (12 if caching else 0)
+
+
 def test_each_pool_captures_graphs_for_its_own_batch_limit(tmp_path):
     """A pool's max_num_seqs sizes its workers' CUDA graphs (vLLM: up to 2 x max_num_seqs, at most 512)."""
     path = tmp_path / "w.jsonl"
