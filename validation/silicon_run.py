@@ -14,7 +14,7 @@ import re
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -27,6 +27,10 @@ from validation.measured_rows import Skip, measured_ms, read_rows
 from validation.protocols import protocol
 from validation.row_config import parse_prompt_pool, row_config
 from validation.row_spec import row_spec
+
+if TYPE_CHECKING:
+    from twin.runner import Simulation
+    from twin.sources import SyntheticWorkload
 
 
 def row_sha(row: dict[str, str]) -> str:
@@ -74,14 +78,12 @@ def _run_config(cfg: TwinConfig) -> Results:
 
     A benchmark's synthetic prompts (no prompt pool) are each a stream of their own, so no two requests share
     a first block key, and every later block's key chains on the first: no request finds another's blocks.
-    The only hits left are a request's own blocks after it was preempted. A run without the cache makes the
-    same allocations in the same order (keys never decide which block is taken), so it is the run with the
-    cache, step for step, up to the first lookup the cache could have answered: one of a preempted request
-    whose first block was not allocated again since (twin.core.kv_cache.KVCacheManager.watch_own_blocks, a
-    conservative test: a block allocated again and freed once more counts too). A run that made no such
-    lookup is returned; one that made one is simulated again as configured. Only KV pages of one token take
-    this path (SGLang's radix cache: registration is most of such a row's time); rows with a host KV tier
-    keep the cache (evictions move blocks there)."""
+    The only hits left are a request's own blocks after it was preempted. So a run without a preemption gives
+    the same steps, prices and latencies with the cache off, without registering a key per block; a run with
+    one is simulated again as configured, and a row whose clients may fill its KV pools (:func:`_may_preempt`)
+    is simulated as configured without the first try. Only KV pages of one token take this path (SGLang's
+    radix cache: registration is most of such a row's time); rows with a host KV tier keep the cache
+    (evictions move blocks there)."""
     from twin.runner import Simulation
     from twin.sources import SyntheticWorkload
     from twin.system import resolve
@@ -91,13 +93,35 @@ def _run_config(cfg: TwinConfig) -> Results:
             and kv.prefix_caching and kv.host_memory_gib is None and resolve(cfg).kv_cache.block_size == 1):
         return Simulation(cfg).run()
     uncached = Simulation(attrs.evolve(cfg, kv_cache=attrs.evolve(kv, prefix_caching=False)))
-    managers = [worker.sched.kv for worker in uncached.system.workers]
-    for manager in managers:
-        manager.watch_own_blocks = True
+    if _may_preempt(uncached, w):
+        return Simulation(cfg).run()
     res = uncached.run()
-    if any(manager.own_block_lookups for manager in managers):
+    if res.requests["preemptions"].any():
         return Simulation(cfg).run()
     return res
+
+
+PREEMPT_LOAD = 0.95
+"""The share of a run's KV pools that the clients' longest requests may fill before :func:`_run_config`
+expects a preemption and simulates the row as configured at once."""
+
+
+def _may_preempt(sim: "Simulation", w: "SyntheticWorkload") -> bool:
+    """Whether a closed loop of c clients may run its workers out of KV: c requests of the longest prompt and
+    output fill PREEMPT_LOAD of the KV tokens of all its workers. Only a guess at which of two exact paths is
+    cheaper (a run that preempts pays the uncached run and then the cached one); the results do not depend on
+    it. On the SGLang rows of silicon_h100_h200.csv it names all 18 rows whose uncached run preempted (load
+    0.96-3.3) and 2 that did not (0.99 and 1.75), of 238."""
+    from twin.runner import kv_capacity
+    from twin.sources import FixedConcurrency
+
+    arrival = w.arrival
+    if not isinstance(arrival, FixedConcurrency):
+        return False
+    block_size = sim.config.kv_cache.block_size
+    assert block_size is not None   # (the simulation's config is resolved)
+    tokens = sum(pool["tokens"] for pool in kv_capacity(sim.system, block_size))
+    return arrival.concurrency * (w.input_tokens.longest + w.output_tokens.longest) >= PREEMPT_LOAD * tokens
 
 
 def _row_head(row: dict[str, str]) -> dict[str, Any]:

@@ -114,59 +114,6 @@ def test_prefix_caching_off_never_hits():
     assert kv.get_computed_blocks(make_request(2, prompt=9, output=1, stream="z")) == []
 
 
-def test_free_queue_entries_are_numbered_as_pushed_and_passed(pool_cls: type[PyBlockPool]) -> None:
-    """``pushed`` numbers the free queue's entries as releases push them, ``passed`` counts those its head
-    has gone by; never-used blocks are not entries."""
-    pool = pool_cls(4)
-    assert pool.allocate(4) == [0, 1, 2, 3]
-    assert (pool.pushed, pool.passed) == (0, 0)
-    pool.release([1, 0])                     # entries 0 (block 1) and 1 (block 0)
-    assert (pool.pushed, pool.passed) == (2, 0)
-    assert pool.allocate(1) == [1]           # entry 0 taken
-    pool.release([3])                        # entry 2
-    assert (pool.pushed, pool.passed) == (3, 1)
-    assert pool.allocate_one() == 0
-    assert pool.allocate_one() == 3
-    assert (pool.pushed, pool.passed) == (3, 3)
-
-
-def _watch_script(kv: KVCacheManager) -> list[object]:
-    """A request freed before it finished, looked up while its first block is queued, after the block before
-    it was taken, and once its first block was taken too; what each lookup returns, with the watch's count."""
-    a = make_request(1, prompt=8, output=4, stream="w")
-    kv.allocate_slots(a, 8)                  # blocks 0, 1 (never-used blocks first)
-    kv.free(a)                               # preempted: block 1, then block 0, join the queue
-    seen: list[object] = [kv.get_computed_blocks(a), kv.own_block_lookups]
-    b = make_request(2, prompt=20, output=1, stream="b")
-    kv.allocate_slots(b, 20)                 # blocks 2 .. 5, then block 1 from the queue
-    seen += [kv.get_computed_blocks(a), kv.own_block_lookups]
-    c = make_request(3, prompt=4, output=1, stream="c")
-    kv.allocate_slots(c, 4)                  # block 0: a's first block is reused
-    seen += [kv.get_computed_blocks(a), kv.own_block_lookups]
-    done = make_request(4, prompt=4, output=1, stream="d")   # these two are freed finished: not watched
-    b.num_output_tokens = 1
-    kv.free(b)
-    kv.allocate_slots(done, 5)
-    done.num_output_tokens = 1
-    kv.free(done)
-    return seen
-
-
-def test_the_watch_counts_lookups_the_cache_would_answer_from_the_requests_own_blocks() -> None:
-    """Without the cache, ``watch_own_blocks`` counts a preempted request's lookups made while its first block
-    is still queued where its freeing put it: exactly those where the same operations with the cache on find
-    that block (a lookup by the first key finds nothing once the block was allocated again)."""
-    cached = KVCacheManager(num_blocks=6, block_size=4)
-    assert _watch_script(cached)[::2] == [[0], [0], []]   # (a lookup keeps the prompt's last token)
-    watched = KVCacheManager(num_blocks=6, block_size=4, enable_prefix_caching=False)
-    watched.watch_own_blocks = True
-    assert _watch_script(watched) == [[], 1, [], 2, [], 2]
-    assert list(watched._freed_first) == [1]   # the finished requests are not watched
-    assert watched.pool.cached == {}
-    unwatched = KVCacheManager(num_blocks=6, block_size=4, enable_prefix_caching=False)
-    assert _watch_script(unwatched) == [[], 0, [], 0, [], 0]
-
-
 class _ReferencePool:
     """The block pool as first written (an OrderedDict free queue, one block at a time): the specification
     the optimised :class:`BlockPool` must match block for block. With ``keep_duplicates`` its cache is
@@ -414,7 +361,6 @@ def test_compiled_pool_is_the_python_pool(seed: int, keep_duplicates: bool) -> N
         assert py.dups == c.dups and py.copies() == c.copies()
         assert (py.num_free, py.num_used, py.num_cached, py.evictions) == (c.num_free, c.num_used, c.num_cached,
                                                                          c.evictions)
-        assert (py.pushed, py.passed) == (c.pushed, c.passed)
         assert log_py == log_c
         py.check()
         c.check()

@@ -1294,14 +1294,13 @@ def _chat(engine: str, num_blocks: int | None = None, block_size: int | None = N
     return cfg
 
 
-def test_unique_prompt_rows_run_without_the_prefix_cache_unless_a_lookup_could_have_hit(
+def test_unique_prompt_rows_run_without_the_prefix_cache_unless_a_request_was_preempted(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A synthetic benchmark's prompts share no block key, so its run with the prefix cache off is the run
-    with it on, request for request, unless a preempted request looked for its blocks while its first block
-    was still queued where its freeing put it: then the row is simulated again as configured. Here one
-    SGLang run preempts 4 times and never looks while its block is queued (one run, the cached run's
-    results), another preempts 5 times and does (two runs). Only one-token pages take this path; a prompt
-    pool (repeats the cache finds) keeps the cache."""
+    with it on, request for request, unless a preempted request could have found its own blocks again: then
+    the row is simulated again as configured, or at once where its clients' longest requests fill the KV
+    pools (PREEMPT_LOAD; here 8 x up to 660 tokens against 1,600). Only one-token pages take this path; a
+    prompt pool (repeats the cache finds) keeps the cache."""
     from twin.config import load_config
     from twin.runner import Simulation
 
@@ -1312,20 +1311,17 @@ def test_unique_prompt_rows_run_without_the_prefix_cache_unless_a_lookup_could_h
         ran.append(self.config.kv_cache.prefix_caching)
         return real(self, *a, **kw)
 
-    def crowded(num_blocks: int, concurrency: int) -> dict:
-        raw = _chat("sglang", num_blocks=num_blocks, block_size=1, num_requests=64,
-                    output_tokens={"low": 100, "high": 400})
-        raw["workload"]["arrival"]["concurrency"] = concurrency
-        return raw
-
-    for raw, runs, preemptions in ((_chat("sglang"), [False], 0), (_chat("vllm"), [True], 0),  # (16-token pages)
-                                   (crowded(4000, 16), [False], 4),   # preempted, never found its blocks
-                                   (crowded(3000, 32), [False, True], 5),   # one could have: run again
-                                   (_chat("sglang", prompt_pool=4), [True], 0)):
+    small = _chat("vllm", num_blocks=1600, block_size=1)
+    for raw, load, runs in ((_chat("sglang"), None, [False]), (_chat("vllm"), None, [True]),  # (16-token pages)
+                            (small, None, [True]),                 # the load says a preemption may come
+                            (small, 100.0, [False, True]),         # one the guess missed: simulated again
+                            (_chat("sglang", prompt_pool=4), None, [True])):
         cfg = load_config(raw)
         want = Simulation(cfg).run().requests
         ran.clear()
         monkeypatch.setattr(Simulation, "run", spy)
+        if load is not None:
+            monkeypatch.setattr(silicon_run, "PREEMPT_LOAD", load)
         got = silicon_run._run_config(cfg).requests
         monkeypatch.undo()
         assert ran == runs
@@ -1333,4 +1329,5 @@ def test_unique_prompt_rows_run_without_the_prefix_cache_unless_a_lookup_could_h
             same = (np.array_equal(got[name], want[name], equal_nan=True) if want[name].dtype.kind == "f"
                     else (got[name] == want[name]).all())
             assert same, name
-        assert int(want["preemptions"].sum()) == preemptions
+        if raw is small:
+            assert want["preemptions"].any()

@@ -36,8 +36,6 @@ cdef class BlockPool:
     cdef public object on_evict
     cdef public long long evictions
     cdef public Py_ssize_t compact_slack
-    cdef readonly long long pushed
-    cdef readonly long long passed
 
     def __cinit__(self, Py_ssize_t num_blocks, on_evict=None, bint keep_duplicates=False):
         if num_blocks < 1:
@@ -150,11 +148,9 @@ cdef class BlockPool:
             self._qcap *= 2
         self._queue[self._qlen] = block
         self._qlen += 1
-        self.pushed += 1
         return 0
 
     cdef void _advance(self, Py_ssize_t head):
-        self.passed += head - self._head
         if head > 4096 and 2 * head > self._qlen:
             memmove(self._queue, self._queue + head, (self._qlen - head) * sizeof(int))
             self._qlen -= head
@@ -168,7 +164,6 @@ cdef class BlockPool:
             self._queue[i] = live[i]
         self._qlen = len(live)
         self._head = 0
-        self.pushed = self.passed + self._qlen
         memset(self._dead, 0, self.num_blocks * sizeof(int))
         return 0
 

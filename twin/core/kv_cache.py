@@ -78,11 +78,6 @@ class PyBlockPool:
         pushed)."""
         self._num_queued = 0
         """Live entries in ``_queue``: free blocks that were used before."""
-        self.pushed = 0
-        """Entries ever pushed onto the free queue: the entry a release pushes is number ``pushed - 1``."""
-        self.passed = 0
-        """Entries the queue's head has passed (taken, or skipped as dead): entry number i is still queued
-        while ``passed <= i``. Compaction (after hits) numbers the live entries afresh."""
         self.on_evict = on_evict
         """Called with (block id, key) when a cached block is reused for new content (host-tier hook)."""
         self.evictions = 0
@@ -239,7 +234,6 @@ class PyBlockPool:
 
     def _advance(self, head: int) -> None:
         """The free queue's entries before ``head`` are taken; cut them off once they are the larger part."""
-        self.passed += head - self._head
         if head > 4096 and 2 * head > len(self._queue):
             del self._queue[:head]
             head = 0
@@ -249,7 +243,6 @@ class PyBlockPool:
         """Drop the dead entries of the free queue (bounds its length when hits outnumber allocations)."""
         self._queue = self._live_queue()
         self._head = 0
-        self.pushed = self.passed + len(self._queue)
         self._dead = [0] * self.num_blocks
 
     def release(self, blocks: Iterable[int]) -> None:
@@ -265,7 +258,6 @@ class PyBlockPool:
                 raise InvariantError(f"block {block} released more often than referenced")
         self._queue.extend(freed)
         self._num_queued += len(freed)
-        self.pushed += len(freed)
 
     def cache(self, block: int, key: int) -> None:
         """Register a computed full block under its key. Where another block holds the key already, that
@@ -388,8 +380,6 @@ class Pool(Protocol):
     num_blocks: int
     keep_duplicates: bool
     evictions: int
-    pushed: int
-    passed: int
     ref_cnt: list[int]
     block_key: list[int | None]
     cached: dict[int, int]
@@ -499,19 +489,6 @@ class KVCacheManager:
                               keep_duplicates=keep_duplicates)
         self.req_blocks: dict[int, list[int]] = {}
         self._num_hashed: dict[int, int] = {}
-        self.watch_own_blocks = False
-        """Without prefix caching: note the lookups that the cache, had it been on, might have answered from
-        the request's own blocks (:attr:`own_block_lookups`). Meant for workloads whose requests share no
-        block key, where a request's own blocks, freed by a preemption, are the only ones it could find again:
-        a run that made no such lookup is the run with the cache on, step for step (validation.silicon_run)."""
-        self.own_block_lookups = 0
-        """Lookups (:meth:`get_computed_blocks`) of a request whose blocks were freed before it finished and
-        whose first block is still where that freeing queued it: with the cache on, it would still hold its
-        key (a cached block loses its key only when allocated again, and which block is allocated does not
-        depend on the keys), so the lookup would find it."""
-        self._freed_first: dict[int, tuple[int, int]] = {}
-        """With :attr:`watch_own_blocks`: request id -> its first block, freed before the request finished, and
-        that block's entry in the free queue (BlockPool.pushed), until the request allocates again."""
         self.placeholders: AbstractSet[int] = NO_PLACEHOLDERS
         """Requests whose last token is not known yet (vLLM's async scheduling: it was sampled by the step
         still running when this one is formed): a block it would fill is not registered
@@ -547,10 +524,6 @@ class KVCacheManager:
     def get_computed_blocks(self, req: Request) -> list[int]:
         """Cached blocks matching the longest prefix of ``req`` (at most ``num_tokens - 1`` tokens)."""
         if not self.enable_prefix_caching:
-            if self._freed_first:
-                freed = self._freed_first.get(req.id)
-                if freed is not None and self.pool.passed <= freed[1] and self.pool.unreferenced(freed[:1]):
-                    self.own_block_lookups += 1
             return []
         limit = min((req.num_tokens - 1) // self.block_size, len(req.block_keys))
         return self.pool.match_prefix(req.block_keys, limit)
@@ -581,8 +554,6 @@ class KVCacheManager:
         if blocks is None:
             blocks = self.req_blocks[req.id] = []
             self._num_hashed[req.id] = 0
-            if self._freed_first:
-                self._freed_first.pop(req.id, None)
             if self.state_blocks:
                 self.req_state[req.id] = pool.allocate(self.state_blocks)
                 need -= self.state_blocks
@@ -659,5 +630,3 @@ class KVCacheManager:
             self.pool.release(state)
         if blocks:
             self.pool.release(reversed(blocks))
-            if self.watch_own_blocks and req.num_output_tokens < req.max_output_tokens:
-                self._freed_first[req.id] = (blocks[0], self.pool.pushed - 1)  # (released last)
