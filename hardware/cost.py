@@ -151,10 +151,12 @@ class CostModel:
         prefill_sync_mixers): then its MoE layers' host work and expert GPU time follow one another."""
         self.eager_moe_host_s = d.engine.eager_moe_host_s * sum(g.count for g in self.groups if g.is_moe)
         """The MoE layers' share of eager_host_s (the MTP layer's apart)."""
-        self._chained_scans = tuple(g for g in self.groups if g.mixer is not None and g.mixer.kind == "gdn") \
+        self._chained_scans = tuple((g.count, self._ssm_kernel(g.mixer)) for g in self.groups
+                                    if g.mixer is not None and g.mixer.kind == "gdn") \
             if self.cal.ssm.chunk_s > 0.0 else ()
-        """The gated-DeltaNet layers, whose prompt scans walk each sequence's chunks in turn (Roofline.chunk_s;
-        the curve's gdn tables time those kernels, not Mamba2's), where the constants price that chain."""
+        """(layers, bound scan kernel) of the gated-DeltaNet groups, whose prompt scans walk each sequence's
+        chunks in turn (Roofline.chunk_s; the curve's gdn tables time those kernels, not Mamba2's), where the
+        constants price that chain."""
         self.pp_hops = kernels.pipeline_hops(d.pp, d.tp * d.attn_dp, d.gpu.scaleup_domain_gpus)
         """Per stage boundary of a pipeline-parallel worker, whether it crosses a node (the NIC) or not (NVLink)."""
         self.collectives_per_step = (sum(g.count * (g.allreduce_per_layer + g.moe_allreduce + g.norm_allreduce)
@@ -328,10 +330,9 @@ class CostModel:
         longest = (s.sum_q_sq - dq * s.decode_q) / tokens
         roof = (self.gcal if self._graphed(s.new_tokens, s.num_reqs, s.num_decode) else self.ecal).ssm
         extra = 0.0
-        for g in self._chained_scans:
-            assert g.mixer is not None
-            price = functools.partial(self._ssm_kernel(g.mixer), roof, tokens=tokens, reqs=reqs, decode_reqs=0)
-            extra += g.count * (price(longest=longest) - price())
+        for count, kernel in self._chained_scans:
+            price = functools.partial(kernel, roof, tokens=tokens, reqs=reqs, decode_reqs=0)
+            extra += count * (price(longest=longest) - price())
         return extra
 
     def _ssm_kernel(self, mx: MixerSpec) -> Callable[..., float]:

@@ -595,7 +595,10 @@ class KVCacheManager:
 
     def cache_computed(self, req: Request, num_tokens: int, finished: bool = False) -> None:
         """Register the full blocks among the first ``num_tokens`` tokens of ``req`` in the prefix cache (with
-        :attr:`decode_cached_at_finish`, only those its admission prefilled until it has ``finished``)."""
+        :attr:`decode_cached_at_finish`, only those its admission prefilled until it has ``finished``); a manager
+        without prefix caching registers nothing."""
+        if not self.enable_prefix_caching:
+            return
         if self.decode_cached_at_finish and not finished and 0 <= req.prefill_tokens < num_tokens:
             num_tokens = req.prefill_tokens
         if self.placeholders and req.id in self.placeholders and num_tokens >= req.num_tokens:

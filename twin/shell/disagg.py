@@ -483,8 +483,7 @@ class DisaggSystem:
         req.kv.to(KVState.RESIDENT, now)
         known = self._known_tokens(req)
         req.prefill_tokens = req.num_tokens  # what arrives stands for the prefill on this worker
-        if decode.sched.kv.enable_prefix_caching:  # (a worker without a prefix cache registers nothing)
-            decode.sched.kv.cache_computed(req, known)
+        decode.sched.kv.cache_computed(req, known)
         req.num_computed_tokens = known
         req.status = Status.RUNNING
         req.queued_ns = req.queued_ns if req.queued_ns != NO_TIME else now
